@@ -1,0 +1,28 @@
+import { consoleLogger } from './console-logger.js';
+import type { Logger, MailMessage, Mailer, SmsMessage, SmsSender } from './types.js';
+
+export interface DevSmsSenderOptions {
+  /** Where messages are written; default {@link consoleLogger}. */
+  logger?: Logger;
+}
+
+/**
+ * An SmsSender for development: instead of sending, it logs each message (with its code) at info level
+ * so a developer can complete flows from the terminal. Never use it in production.
+ */
+export function createDevSmsSender(options: DevSmsSenderOptions = {}): SmsSender {
+  const logger = options.logger ?? consoleLogger;
+  return {
+    send(message) {
+      logger.info(`[dev sms] to=${message.to} ${message.message}`);
+      return Promise.resolve();
+    },
+  };
+}
+
+/** Accepts and drops every message; usable as either the Mailer or the SmsSender, e.g. in tests. */
+export const noopSender: Mailer & SmsSender = {
+  send(_message: MailMessage | SmsMessage): Promise<void> {
+    return Promise.resolve();
+  },
+};

@@ -1,0 +1,47 @@
+import type { RateLimitGroup, RateLimitRule } from './types.js';
+
+const MINUTE = 60;
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+
+/** Spec section 8, fixed windows. */
+export const DEFAULT_RATE_LIMITS: Record<RateLimitGroup, RateLimitRule> = {
+  login: { limit: 10, windowSec: 300 },
+  register: { limit: 5, windowSec: 3600 },
+  password_forgot: { limit: 5, windowSec: 3600 },
+  token_refresh: { limit: 60, windowSec: 60 },
+  token_consume: { limit: 10, windowSec: 300 },
+  mfa_send: { limit: 5, windowSec: 600 },
+  mfa_confirm: { limit: 10, windowSec: 300 },
+  mfa_enroll: { limit: 5, windowSec: 3600 },
+  authenticated: { limit: 600, windowSec: 60 },
+};
+
+export const RATE_LIMIT_GROUPS = Object.keys(DEFAULT_RATE_LIMITS) as RateLimitGroup[];
+
+export const DEFAULTS = {
+  tablePrefix: 'identity_',
+  tokens: {
+    accessTtl: 15 * MINUTE,
+    refreshTtl: 30 * DAY,
+    refreshRotation: true,
+    mfaTicketTtl: 5 * MINUTE,
+    emailVerifyTtl: DAY,
+    passwordResetTtl: HOUR,
+    inviteTtl: 7 * DAY,
+  },
+  password: { minLength: 8, maxLength: 128, bcryptCost: 12 },
+  lockout: { threshold: 5, window: 15 * MINUTE, duration: 15 * MINUTE },
+  otp: {
+    length: 6,
+    ttl: 5 * MINUTE,
+    maxAttempts: 5,
+    resendCooldown: 30,
+    sendBudget: {
+      perDestination: { limit: 5, windowSec: HOUR },
+      perAccount: { limit: 10, windowSec: HOUR },
+    },
+    verifyBudget: { limit: 20, windowSec: 15 * MINUTE },
+  },
+  stepUpMaxAge: 5 * MINUTE,
+} as const;

@@ -1,0 +1,114 @@
+import Joi from 'joi';
+import { DEFAULTS, DEFAULT_RATE_LIMITS, RATE_LIMIT_GROUPS } from './defaults.js';
+import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } from './types.js';
+
+const seconds = Joi.number().integer().min(1);
+const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
+const rateLimitRule = Joi.alternatives(Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() }), Joi.valid(false));
+const urlTemplate = Joi.string().pattern(/\{token\}/, 'a {token} placeholder');
+
+const configSchema = Joi.object<IdentityConfig>({
+  database: Joi.alternatives(Joi.function(), Joi.object({ client: Joi.any().required() }).unknown(true)).required()
+    .messages({ 'alternatives.match': '"database" must be a Knex instance or a Knex config object with a client' }),
+  tablePrefix: Joi.string().pattern(/^[a-z][a-z0-9_]{0,30}$/, 'lower-case letters, digits and _'),
+  migrate: Joi.boolean(),
+  secret: Joi.string().min(32).required(),
+  issuer: Joi.string().min(1).required(),
+  audience: Joi.string().min(1),
+  appName: Joi.string().min(1),
+  tokens: Joi.object({
+    accessTtl: seconds,
+    refreshTtl: seconds,
+    refreshRotation: Joi.boolean(),
+    mfaTicketTtl: seconds,
+    emailVerifyTtl: seconds,
+    passwordResetTtl: seconds,
+    inviteTtl: seconds,
+  }),
+  password: Joi.object({
+    minLength: Joi.number().integer().min(1).max(1024),
+    maxLength: Joi.number().integer().min(1).max(1024),
+    bcryptCost: Joi.number().integer().min(4).max(31),
+  }),
+  auth: Joi.object({
+    requireVerifiedEmail: Joi.boolean(),
+    lockout: Joi.object({ threshold: Joi.number().integer().min(1), window: seconds, duration: seconds }),
+    rateLimits: Joi.alternatives(
+      Joi.valid(false),
+      Joi.object(Object.fromEntries(RATE_LIMIT_GROUPS.map((group) => [group, rateLimitRule]))),
+    ),
+    rateLimitStore: Joi.function(),
+  }),
+  otp: Joi.object({
+    length: Joi.number().integer().min(4).max(10),
+    ttl: seconds,
+    maxAttempts: Joi.number().integer().min(1).max(100),
+    resendCooldown: Joi.number().integer().min(0),
+    sendBudget: Joi.object({ perDestination: windowBudget, perAccount: windowBudget }),
+    verifyBudget: windowBudget,
+    totp: Joi.object({ issuer: Joi.string().min(1) }),
+  }),
+  mfa: Joi.object({ enforce: Joi.boolean(), enforcementMode: Joi.valid('grace', 'block') }),
+  security: Joi.object({ stepUp: Joi.object({ maxAge: seconds }) }),
+  permissions: Joi.array().items(
+    Joi.object({
+      key: Joi.string().pattern(/^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)+$/, 'dotted lower-case (e.g. invoices.read)').max(100).required(),
+      description: Joi.string().min(1).max(500).required(),
+    }),
+  ).unique('key'),
+  links: Joi.object({ verifyEmail: urlTemplate, resetPassword: urlTemplate, acceptInvite: urlTemplate }),
+});
+
+/** Thrown by `createIdentityRouter` when the config is wrong; lists every problem at once. */
+export class IdentityConfigError extends Error {
+  override readonly name = 'IdentityConfigError';
+  constructor(readonly problems: string[]) {
+    super(`Invalid identity-router config:\n  - ${problems.join('\n  - ')}`);
+  }
+}
+
+function resolveRateLimits(input: NonNullable<IdentityConfig['auth']>['rateLimits']): Record<RateLimitGroup, RateLimitRule | false> {
+  if (input === false) return Object.fromEntries(RATE_LIMIT_GROUPS.map((group) => [group, false])) as Record<RateLimitGroup, false>;
+  return { ...DEFAULT_RATE_LIMITS, ...(input ?? {}) } as Record<RateLimitGroup, RateLimitRule | false>;
+}
+
+export function resolveConfig(input: IdentityConfig): ResolvedConfig {
+  const { error } = configSchema.validate(input, { abortEarly: false, convert: false });
+  const problems = error ? error.details.map((detail) => detail.message) : [];
+  const password = { ...DEFAULTS.password, ...input?.password };
+  if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
+  if (problems.length > 0) throw new IdentityConfigError(problems);
+
+  const databaseObject = typeof input.database === 'function' ? undefined : input.database;
+  const tablePrefix = input.tablePrefix ?? databaseObject?.tablePrefix ?? DEFAULTS.tablePrefix;
+  return {
+    database: input.database,
+    tablePrefix,
+    migrate: input.migrate ?? true,
+    secret: input.secret,
+    issuer: input.issuer,
+    audience: input.audience,
+    appName: input.appName ?? input.issuer,
+    tokens: { ...DEFAULTS.tokens, ...input.tokens },
+    password,
+    auth: {
+      requireVerifiedEmail: input.auth?.requireVerifiedEmail ?? false,
+      lockout: { ...DEFAULTS.lockout, ...input.auth?.lockout },
+      rateLimits: resolveRateLimits(input.auth?.rateLimits),
+      rateLimitStore: input.auth?.rateLimitStore,
+    },
+    otp: {
+      length: input.otp?.length ?? DEFAULTS.otp.length,
+      ttl: input.otp?.ttl ?? DEFAULTS.otp.ttl,
+      maxAttempts: input.otp?.maxAttempts ?? DEFAULTS.otp.maxAttempts,
+      resendCooldown: input.otp?.resendCooldown ?? DEFAULTS.otp.resendCooldown,
+      sendBudget: { ...DEFAULTS.otp.sendBudget, ...input.otp?.sendBudget },
+      verifyBudget: input.otp?.verifyBudget ?? DEFAULTS.otp.verifyBudget,
+      totp: { issuer: input.otp?.totp?.issuer ?? input.issuer },
+    },
+    mfa: { enforce: input.mfa?.enforce ?? false, enforcementMode: input.mfa?.enforcementMode ?? 'grace' },
+    security: { stepUp: { maxAge: input.security?.stepUp?.maxAge ?? DEFAULTS.stepUpMaxAge } },
+    permissions: input.permissions ?? [],
+    links: input.links ?? {},
+  };
+}

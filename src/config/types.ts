@@ -1,0 +1,134 @@
+import type { Knex } from 'knex';
+import type { Store as RateLimitStore } from 'express-rate-limit';
+
+export type RateLimitGroup =
+  | 'login'
+  | 'register'
+  | 'password_forgot'
+  | 'token_refresh'
+  | 'token_consume'
+  | 'mfa_send'
+  | 'mfa_confirm'
+  | 'mfa_enroll'
+  | 'authenticated';
+
+export interface RateLimitRule {
+  limit: number;
+  windowSec: number;
+}
+
+export interface WindowBudget {
+  limit: number;
+  windowSec: number;
+}
+
+export type DatabaseConfig =
+  | Knex
+  | (Knex.Config & { tablePrefix?: string });
+
+export interface PermissionDefinition {
+  key: string;
+  description: string;
+}
+
+/** What a host passes to `createIdentityRouter`. Every option but `database`, `secret` and `issuer` has a default. */
+export interface IdentityConfig {
+  /** A Knex instance, or a Knex config object (`{client: 'better-sqlite3', connection: {filename}}`, `{client: 'pg', connection}`). */
+  database: DatabaseConfig;
+  /** Prefix of every table the router owns. Default `identity_`. May also be given as `database.tablePrefix`. */
+  tablePrefix?: string;
+  /** Run the bundled migrations at start-up. Default `true`. */
+  migrate?: boolean;
+  /** At least 32 characters. Sub-keys for encryption at rest and keyed hashes are derived from it (HKDF). */
+  secret: string;
+  /** JWT `iss`; also the TOTP issuer unless `otp.totp.issuer` is set. */
+  issuer: string;
+  /** JWT `aud` when set. */
+  audience?: string;
+  /** `app_name` in mail and SMS templates. Default: `issuer`. */
+  appName?: string;
+  tokens?: {
+    /** seconds, default 900 */ accessTtl?: number;
+    /** seconds, default 30 days; sliding: each rotation issues a token valid this long */ refreshTtl?: number;
+    /** default true */ refreshRotation?: boolean;
+    /** seconds, default 300 */ mfaTicketTtl?: number;
+    /** seconds, default 24 h */ emailVerifyTtl?: number;
+    /** seconds, default 1 h */ passwordResetTtl?: number;
+    /** seconds, default 7 days */ inviteTtl?: number;
+  };
+  password?: {
+    /** default 8 */ minLength?: number;
+    /** default 128 */ maxLength?: number;
+    /** default 12; tests may lower it (minimum 4) */ bcryptCost?: number;
+  };
+  auth?: {
+    /** `auth.require_verified_email`; default false */ requireVerifiedEmail?: boolean;
+    /** `auth.lockout.*` in seconds; default `{threshold: 5, window: 900, duration: 900}` */
+    lockout?: { threshold?: number; window?: number; duration?: number };
+    /** `auth.rate_limits`: per group `{limit, windowSec}` or `false`; `false` disables all. */
+    rateLimits?: false | Partial<Record<RateLimitGroup, RateLimitRule | false>>;
+    /** An express-rate-limit store per group, for several instances (e.g. Redis). Default: in memory. */
+    rateLimitStore?: (group: RateLimitGroup) => RateLimitStore;
+  };
+  otp?: {
+    /** digits of SMS and e-mail codes, default 6 */ length?: number;
+    /** seconds, default 300 */ ttl?: number;
+    /** default 5 */ maxAttempts?: number;
+    /** seconds, default 30 */ resendCooldown?: number;
+    sendBudget?: { perDestination?: WindowBudget; perAccount?: WindowBudget };
+    /** failed verifications per account, default `{limit: 20, windowSec: 900}` */
+    verifyBudget?: WindowBudget;
+    totp?: { issuer?: string };
+  };
+  mfa?: {
+    /** global enforcement, default false */ enforce?: boolean;
+    /** default 'grace' */ enforcementMode?: 'grace' | 'block';
+  };
+  security?: {
+    stepUp?: { /** seconds, default 300 */ maxAge?: number };
+  };
+  /** Host permission keys added to the catalog (organization-scoped; owner and admin hold them). */
+  permissions?: PermissionDefinition[];
+  /** URL templates with `{token}`; when set, the mail context also carries `url`. */
+  links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+}
+
+/** The configuration with every default applied; what services read. */
+export interface ResolvedConfig {
+  database: DatabaseConfig;
+  tablePrefix: string;
+  migrate: boolean;
+  secret: string;
+  issuer: string;
+  audience: string | undefined;
+  appName: string;
+  tokens: {
+    accessTtl: number;
+    refreshTtl: number;
+    refreshRotation: boolean;
+    mfaTicketTtl: number;
+    emailVerifyTtl: number;
+    passwordResetTtl: number;
+    inviteTtl: number;
+  };
+  password: { minLength: number; maxLength: number; bcryptCost: number };
+  auth: {
+    requireVerifiedEmail: boolean;
+    lockout: { threshold: number; window: number; duration: number };
+    rateLimits: Record<RateLimitGroup, RateLimitRule | false>;
+    rateLimitStore: ((group: RateLimitGroup) => RateLimitStore) | undefined;
+  };
+  otp: {
+    length: number;
+    ttl: number;
+    maxAttempts: number;
+    resendCooldown: number;
+    sendBudget: { perDestination: WindowBudget; perAccount: WindowBudget };
+    verifyBudget: WindowBudget;
+    totp: { issuer: string };
+  };
+  mfa: { enforce: boolean; enforcementMode: 'grace' | 'block' };
+  security: { stepUp: { maxAge: number } };
+  permissions: PermissionDefinition[];
+  links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+}

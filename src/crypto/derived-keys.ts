@@ -1,0 +1,40 @@
+import { hkdfSync } from 'node:crypto';
+
+/**
+ * Every key the router uses at rest is derived from `config.secret` with HKDF-SHA-256,
+ * one per purpose, so that no two uses share key material and a host has one secret to guard.
+ */
+export interface DerivedKeys {
+  /** AES-256-GCM key for signing-key private halves. */
+  signingKeyEncryption: Buffer;
+  /** AES-256-GCM key for TOTP secrets. */
+  totpSecretEncryption: Buffer;
+  /** HMAC key for refresh, verification, reset and invite tokens. */
+  tokenHash: Buffer;
+  /** HMAC key for SMS / e-mail one-time codes. */
+  otpCodeHash: Buffer;
+  /** HMAC key for recovery codes. */
+  recoveryCodeHash: Buffer;
+  /** HMAC key that pre-hashes passwords before bcrypt (bcrypt reads only 72 bytes). */
+  passwordPepper: Buffer;
+  /** HMAC key for identifiers kept out of plain sight: tombstone e-mails, rate-budget keys. */
+  identifierHash: Buffer;
+}
+
+const SALT = Buffer.from('identity-router/v1');
+
+function derive(secret: string, purpose: string): Buffer {
+  return Buffer.from(hkdfSync('sha256', Buffer.from(secret, 'utf8'), SALT, Buffer.from(purpose, 'utf8'), 32));
+}
+
+export function deriveKeys(secret: string): DerivedKeys {
+  return {
+    signingKeyEncryption: derive(secret, 'aead:signing-key'),
+    totpSecretEncryption: derive(secret, 'aead:totp-secret'),
+    tokenHash: derive(secret, 'hmac:token'),
+    otpCodeHash: derive(secret, 'hmac:otp-code'),
+    recoveryCodeHash: derive(secret, 'hmac:recovery-code'),
+    passwordPepper: derive(secret, 'hmac:password-pepper'),
+    identifierHash: derive(secret, 'hmac:identifier'),
+  };
+}

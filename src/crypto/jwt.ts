@@ -1,0 +1,134 @@
+import { randomUUID } from 'node:crypto';
+import jwt from 'jsonwebtoken';
+import type { Clock } from '../adapters/types.js';
+import type { KeyRing } from './key-ring.js';
+
+export const ACCESS_TOKEN_TYP = 'at+jwt';
+export const MFA_TICKET_TYP = 'mfa+jwt';
+export const MFA_TICKET_PURPOSE = 'login_mfa';
+
+/** Spec 2.1. */
+export interface AccessTokenClaims {
+  sub: string;
+  jti: string;
+  sid: string;
+  org: string | null;
+  roles: string[];
+  scope: string[];
+  email_verified: boolean;
+  mfa: boolean;
+  amr: string[];
+  auth_time: number;
+  iss: string;
+  aud?: string;
+  iat: number;
+  exp: number;
+}
+
+export interface MfaTicketClaims {
+  sub: string;
+  /** The ticket row id: single use is enforced in the database. */
+  jti: string;
+  purpose: typeof MFA_TICKET_PURPOSE;
+  iss: string;
+  aud?: string;
+  iat: number;
+  exp: number;
+}
+
+export type AccessTokenSubject = Omit<AccessTokenClaims, 'jti' | 'iss' | 'aud' | 'iat' | 'exp'>;
+
+export interface JwtSettings {
+  issuer: string;
+  audience: string | undefined;
+  accessTtl: number;
+  mfaTicketTtl: number;
+}
+
+/**
+ * Signs and verifies the router's JWTs. jsonwebtoken alone accepts tokens without `exp`
+ * and ignores `typ`, so both are checked here, and RS256 is pinned.
+ */
+export class JwtCodec {
+  constructor(
+    private readonly keyRing: KeyRing,
+    private readonly clock: Clock,
+    private readonly settings: JwtSettings,
+  ) {}
+
+  async signAccessToken(subject: AccessTokenSubject): Promise<{ token: string; claims: AccessTokenClaims }> {
+    const iat = Math.floor(this.clock.now() / 1000);
+    const claims: AccessTokenClaims = {
+      ...subject,
+      jti: randomUUID(),
+      iss: this.settings.issuer,
+      ...(this.settings.audience ? { aud: this.settings.audience } : {}),
+      iat,
+      exp: iat + this.settings.accessTtl,
+    };
+    return { token: await this.sign(claims, ACCESS_TOKEN_TYP), claims };
+  }
+
+  async signMfaTicket(userId: string, ticketId: string): Promise<{ token: string; expiresAt: number }> {
+    const iat = Math.floor(this.clock.now() / 1000);
+    const claims: MfaTicketClaims = {
+      sub: userId,
+      jti: ticketId,
+      purpose: MFA_TICKET_PURPOSE,
+      iss: this.settings.issuer,
+      ...(this.settings.audience ? { aud: this.settings.audience } : {}),
+      iat,
+      exp: iat + this.settings.mfaTicketTtl,
+    };
+    return { token: await this.sign(claims, MFA_TICKET_TYP), expiresAt: claims.exp * 1000 };
+  }
+
+  /** The claims of a valid access token, or undefined. MFA tickets and any other `typ` are refused. */
+  async verifyAccessToken(token: string): Promise<AccessTokenClaims | undefined> {
+    const payload = await this.verify(token, ACCESS_TOKEN_TYP);
+    if (!payload || 'purpose' in payload) return undefined;
+    const claims = payload as Partial<AccessTokenClaims>;
+    const wellFormed =
+      typeof claims.sub === 'string' &&
+      typeof claims.sid === 'string' &&
+      typeof claims.jti === 'string' &&
+      Array.isArray(claims.amr) &&
+      typeof claims.auth_time === 'number' &&
+      typeof claims.mfa === 'boolean';
+    return wellFormed ? (payload as unknown as AccessTokenClaims) : undefined;
+  }
+
+  async verifyMfaTicket(token: string): Promise<MfaTicketClaims | undefined> {
+    const payload = await this.verify(token, MFA_TICKET_TYP);
+    if (!payload || payload.purpose !== MFA_TICKET_PURPOSE || typeof payload.sub !== 'string' || typeof payload.jti !== 'string') return undefined;
+    return payload as unknown as MfaTicketClaims;
+  }
+
+  private async sign(claims: object, typ: string): Promise<string> {
+    const { kid, privateKey } = await this.keyRing.signingKey();
+    return jwt.sign(claims, privateKey, { algorithm: 'RS256', keyid: kid, header: { alg: 'RS256', typ, kid } });
+  }
+
+  private async verify(token: string, expectedTyp: string): Promise<Record<string, unknown> | undefined> {
+    const decoded = jwt.decode(token, { complete: true });
+    if (!decoded || typeof decoded.payload === 'string') return undefined;
+    const { header } = decoded;
+    if (header.alg !== 'RS256' || header.typ !== expectedTyp || typeof header.kid !== 'string') return undefined;
+    const publicKey = await this.keyRing.verificationKey(header.kid);
+    if (!publicKey) return undefined;
+    try {
+      const payload = jwt.verify(token, publicKey, {
+        algorithms: ['RS256'],
+        issuer: this.settings.issuer,
+        ...(this.settings.audience ? { audience: this.settings.audience } : {}),
+        clockTimestamp: Math.floor(this.clock.now() / 1000),
+      });
+      if (typeof payload === 'string' || typeof payload.exp !== 'number' || typeof payload.iat !== 'number') return undefined;
+      // A token issued in the future (by more than a little clock skew) is not trusted either.
+      if (payload.iat > Math.floor(this.clock.now() / 1000) + 60) return undefined;
+      return payload as Record<string, unknown>;
+    } catch {
+      return undefined;
+    }
+  }
+}

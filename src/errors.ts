@@ -1,0 +1,97 @@
+/**
+ * Every failure the router answers with on purpose. Hosts and tests switch on `code`,
+ * never on the message.
+ */
+export type IdentityErrorCode =
+  | 'unauthorized'
+  | 'step_up_required'
+  | 'invalid_credentials'
+  | 'invalid_grant'
+  | 'invalid_token'
+  | 'session_ended'
+  | 'forbidden'
+  | 'email_unverified'
+  | 'account_disabled'
+  | 'mfa_enrollment_required'
+  | 'mfa_required'
+  | 'not_found'
+  | 'conflict'
+  | 'last_factor_protected'
+  | 'invalid_code'
+  | 'unsupported_factor'
+  | 'invalid_state'
+  | 'validation_failed'
+  | 'invalid_json'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'rate_limited'
+  | 'too_many_requests'
+  | 'unavailable'
+  | 'internal_error';
+
+export interface IdentityErrorOptions {
+  /** Extra fields merged into the JSON body, e.g. `{ step_up: '/auth/mfa/step-up' }`. */
+  extra?: Record<string, unknown>;
+  /** Response headers, e.g. `WWW-Authenticate` or `Retry-After`. */
+  headers?: Record<string, string>;
+  /** Validation messages; only for `validation_failed` (answered as `{errors: [...]}`). */
+  errors?: string[];
+  cause?: unknown;
+}
+
+/** The one error type services throw; `http/error-handler.ts` maps it to a response. */
+export class IdentityError extends Error {
+  override readonly name = 'IdentityError';
+  readonly status: number;
+  readonly code: IdentityErrorCode;
+  readonly extra: Record<string, unknown>;
+  readonly headers: Record<string, string>;
+  readonly errors: string[] | undefined;
+
+  constructor(status: number, code: IdentityErrorCode, message: string, options: IdentityErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.status = status;
+    this.code = code;
+    this.extra = options.extra ?? {};
+    this.headers = options.headers ?? {};
+    this.errors = options.errors;
+  }
+}
+
+const BEARER_CHALLENGE = 'Bearer';
+
+/** Constructors for the errors used in more than one place, so status and code never drift apart. */
+export const errors = {
+  unauthorized: (message = 'Missing or invalid bearer credentials.') =>
+    new IdentityError(401, 'unauthorized', message, { headers: { 'WWW-Authenticate': BEARER_CHALLENGE } }),
+  stepUpRequired: () =>
+    new IdentityError(401, 'step_up_required', 'This operation needs a recent second-factor check.', {
+      extra: { step_up: '/auth/mfa/step-up' },
+      headers: { 'WWW-Authenticate': 'Bearer error="step_up_required"' },
+    }),
+  invalidCredentials: (status: 401 | 403 = 401) =>
+    new IdentityError(status, 'invalid_credentials', 'Invalid e-mail or password.', {
+      headers: status === 401 ? { 'WWW-Authenticate': BEARER_CHALLENGE } : {},
+    }),
+  invalidGrant: () =>
+    new IdentityError(401, 'invalid_grant', 'The refresh token is invalid, expired or already used.', {
+      headers: { 'WWW-Authenticate': BEARER_CHALLENGE },
+    }),
+  invalidToken: (status: 400 | 401, message = 'The token is invalid, expired or already used.') =>
+    new IdentityError(status, 'invalid_token', message, status === 401 ? { headers: { 'WWW-Authenticate': BEARER_CHALLENGE } } : {}),
+  sessionEnded: () =>
+    new IdentityError(401, 'session_ended', 'This session has been revoked.', { headers: { 'WWW-Authenticate': BEARER_CHALLENGE } }),
+  forbidden: (message = 'You do not have permission to do this.') => new IdentityError(403, 'forbidden', message),
+  notFound: (what = 'Resource') => new IdentityError(404, 'not_found', `${what} not found.`),
+  conflict: (message: string) => new IdentityError(409, 'conflict', message),
+  validation: (messages: string[]) =>
+    new IdentityError(422, 'validation_failed', 'Validation failed.', { errors: messages }),
+  invalidCode: () => new IdentityError(422, 'invalid_code', 'The code is wrong, expired or already used.'),
+  rateLimited: (retryAfterSeconds: number, code: 'rate_limited' | 'too_many_requests' = 'rate_limited') =>
+    new IdentityError(429, code, 'Too many requests; try again later.', {
+      headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) },
+      extra: { retry_after: Math.max(1, Math.ceil(retryAfterSeconds)) },
+    }),
+  unavailable: (cause?: unknown) =>
+    new IdentityError(503, 'unavailable', 'The identity service is unavailable; try again shortly.', { cause }),
+};

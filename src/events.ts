@@ -1,0 +1,61 @@
+/** Spec section 6: `<entity>.<past-verb>`. */
+export const EVENT_TYPES = [
+  'user.registered',
+  'user.email_verified',
+  'user.logged_in',
+  'user.login_failed',
+  'user.locked',
+  'auth.token_refreshed',
+  'auth.refresh_reuse_detected',
+  'auth.sessions_revoked',
+  'auth.org_switched',
+  'user.password_reset_requested',
+  'user.password_changed',
+  'mfa.enrolled',
+  'mfa.verified',
+  'mfa.recovery_used',
+  'mfa.verify_failed',
+  'mfa.step_up_completed',
+  'mfa.factor_removed',
+  'mfa.recovery_regenerated',
+  'org.created',
+  'org.updated',
+  'org.deleted',
+  'member.invited',
+  'member.joined',
+  'member.roles_changed',
+  'member.status_changed',
+  'member.removed',
+  'role.created',
+  'role.updated',
+  'role.deleted',
+  'user.disabled',
+  'user.enabled',
+  'user.deleted',
+] as const;
+
+export type IdentityEventType = (typeof EVENT_TYPES)[number];
+
+/** What `onEvent` receives after the change that caused it has committed (CONTRACT 4). */
+export interface IdentityEvent {
+  id: string;
+  type: IdentityEventType;
+  /** ISO 8601 */
+  occurred_at: string;
+  actor_id: string | null;
+  user_id: string | null;
+  organization_id: string | null;
+  ip: string | null;
+  /** Never a password, code, token or secret. */
+  data: Record<string, unknown>;
+}
+
+export type IdentityEventListener = (event: IdentityEvent) => void | Promise<void>;
+
+export interface EventInput {
+  type: IdentityEventType;
+  actorId?: string | null;
+  userId?: string | null;
+  organizationId?: string | null;
+  data?: Record<string, unknown>;
+}

@@ -1,0 +1,55 @@
+import type { ErrorRequestHandler } from 'express';
+import type { Logger } from '../adapters/types.js';
+import { IdentityError } from '../errors.js';
+import { isConnectionError } from '../store/database.js';
+import { describeError } from '../services/unit-of-work.js';
+
+interface BodyParserError {
+  type?: string;
+  status?: number;
+  statusCode?: number;
+  expose?: boolean;
+}
+
+/** body-parser's failures, which arrive before any route code runs. */
+function fromBodyParser(error: BodyParserError): IdentityError | undefined {
+  switch (error.type) {
+    case 'entity.parse.failed':
+      return new IdentityError(400, 'invalid_json', 'The request body is not valid JSON.');
+    case 'entity.too.large':
+      return new IdentityError(413, 'payload_too_large', 'The request body is too large (limit 100 kB).');
+    case 'encoding.unsupported':
+    case 'charset.unsupported':
+      return new IdentityError(415, 'unsupported_media_type', 'Unsupported request body encoding.');
+    case 'request.aborted':
+    case 'request.size.invalid':
+    case 'stream.encoding.set':
+      return new IdentityError(400, 'invalid_json', 'The request body could not be read.');
+    default:
+      return undefined;
+  }
+}
+
+/** The single place an error becomes an HTTP response (STYLE 1). Unknown errors never leak. */
+export function errorHandler(logger: Logger): ErrorRequestHandler {
+  return (error: unknown, _req, res, next) => {
+    if (res.headersSent) return next(error);
+    let identityError = error instanceof IdentityError ? error : fromBodyParser(error as BodyParserError);
+    if (!identityError && isConnectionError(error)) {
+      logger.error('database unavailable', { error: describeError(error) });
+      identityError = new IdentityError(503, 'unavailable', 'The identity service is unavailable; try again shortly.');
+    }
+    if (!identityError) {
+      logger.error('unexpected error', { error: describeError(error), stack: error instanceof Error ? error.stack : undefined });
+      res.status(500).json({ error: 'internal_error', message: 'Internal error' });
+      return;
+    }
+    if (identityError.status === 503) logger.error('service unavailable', { error: describeError(identityError.cause ?? identityError) });
+    for (const [name, value] of Object.entries(identityError.headers)) res.setHeader(name, value);
+    if (identityError.code === 'validation_failed') {
+      res.status(422).json({ errors: identityError.errors ?? [identityError.message] });
+      return;
+    }
+    res.status(identityError.status).json({ error: identityError.code, message: identityError.message, ...identityError.extra });
+  };
+}

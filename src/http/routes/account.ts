@@ -1,0 +1,161 @@
+import Joi from 'joi';
+import type { IdentityServices } from '../../services/identity-services.js';
+import { accepted, ok, type RouteDefinition } from '../route.js';
+import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, paginationQuery, passwordSchema } from '../schemas.js';
+
+const GENERIC_REGISTER = 'If the address can be registered, a verification e-mail is on its way.';
+const GENERIC_RESEND = 'If the address belongs to an unverified account, a new verification e-mail is on its way.';
+const GENERIC_FORGOT = 'If the address belongs to an account, a password reset e-mail is on its way.';
+
+/** Spec 4.1: account and session. */
+export function accountRoutes(services: IdentityServices): RouteDefinition[] {
+  return [
+    {
+      method: 'get',
+      path: '/auth/.well-known/jwks.json',
+      auth: 'public',
+      handler: async () => ({ status: 200, body: await services.keyRing.jwks(), headers: { 'Cache-Control': 'public, max-age=300' } }),
+    },
+    {
+      method: 'post',
+      path: '/auth/register',
+      auth: 'public',
+      rateLimit: 'register',
+      body: Joi.object({ email: emailSchema.required(), password: passwordSchema.required(), display_name: displayNameSchema }),
+      handler: async ({ body, meta }) => {
+        await services.accounts.register({ email: body.email, password: body.password, displayName: body.display_name ?? undefined }, meta);
+        return accepted(GENERIC_REGISTER);
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/email/verify',
+      auth: 'public',
+      rateLimit: 'token_consume',
+      body: Joi.object({ token: opaqueTokenSchema.required() }),
+      handler: async ({ body, meta }) => {
+        await services.accounts.verifyEmail(body.token, meta);
+        return { status: 200, body: { message: 'E-mail address verified.' } };
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/email/verify/resend',
+      auth: 'public',
+      rateLimit: 'token_consume',
+      body: Joi.object({ email: emailSchema.required() }),
+      handler: async ({ body, meta }) => {
+        await services.accounts.resendVerification(body.email, meta);
+        return accepted(GENERIC_RESEND);
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/login',
+      auth: 'public',
+      rateLimit: 'login',
+      body: Joi.object({ email: emailSchema.required(), password: passwordSchema.required() }),
+      handler: async ({ body, meta }) => {
+        const result = await services.accounts.login({ email: body.email, password: body.password }, meta);
+        if (result.kind === 'mfa_required') return ok({ mfa_required: true, mfa_token: result.mfaToken, factors: result.factors });
+        return ok({ ...result.tokens, user: result.user });
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/token/refresh',
+      auth: 'public',
+      rateLimit: 'token_refresh',
+      body: Joi.object({ refresh_token: opaqueTokenSchema.required() }),
+      handler: async ({ body, meta }) => ok(await services.sessions.refresh(body.refresh_token, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/logout',
+      auth: 'bearer',
+      allowedDuringEnrollment: true,
+      body: Joi.object({}),
+      handler: async ({ principal, meta }) => {
+        await services.sessions.logout(principal, meta);
+        return ok({ status: 'logged_out' });
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/logout-all',
+      auth: 'bearer',
+      body: Joi.object({}),
+      handler: async ({ principal, meta }) => {
+        await services.sessions.logoutAll(principal, meta);
+        return ok({ status: 'logged_out_all' });
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/switch-org',
+      auth: 'bearer',
+      body: Joi.object({ organization_id: idSchema.required() }),
+      handler: async ({ body, principal, meta }) => ok(await services.sessions.switchOrganization(principal, body.organization_id, meta)),
+    },
+    {
+      method: 'get',
+      path: '/auth/sessions',
+      auth: 'bearer',
+      query: Joi.object(paginationQuery),
+      handler: async ({ query, principal }) => {
+        const page = await services.sessions.list(principal, { limit: query.limit, cursor: query.cursor });
+        return ok({ sessions: page.sessions }, page.nextCursor ? { 'X-Next-Cursor': page.nextCursor } : undefined);
+      },
+    },
+    {
+      method: 'delete',
+      path: '/auth/sessions/:sessionId',
+      auth: 'bearer',
+      params: Joi.object({ sessionId: idSchema.required() }),
+      handler: async ({ params, principal, meta }) => {
+        await services.sessions.revokeOwned(principal, params.sessionId, meta);
+        return ok({ status: 'revoked' });
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/password/forgot',
+      auth: 'public',
+      rateLimit: 'password_forgot',
+      body: Joi.object({ email: emailSchema.required() }),
+      handler: async ({ body, meta }) => {
+        await services.accounts.forgotPassword(body.email, meta);
+        return accepted(GENERIC_FORGOT);
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/password/reset',
+      auth: 'public',
+      rateLimit: 'token_consume',
+      body: Joi.object({ token: opaqueTokenSchema.required(), new_password: passwordSchema.required() }),
+      handler: async ({ body, meta }) => {
+        await services.accounts.resetPassword({ token: body.token, newPassword: body.new_password }, meta);
+        return ok({ status: 'password_reset' });
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/password/change',
+      auth: 'bearer',
+      stepUp: true,
+      body: Joi.object({ current_password: passwordSchema.required(), new_password: passwordSchema.required() }),
+      handler: async ({ body, principal, meta }) => {
+        await services.accounts.changePassword(principal, { currentPassword: body.current_password, newPassword: body.new_password }, meta);
+        return ok({ status: 'password_changed' });
+      },
+    },
+    {
+      method: 'get',
+      path: '/auth/me',
+      auth: 'bearer',
+      allowedDuringEnrollment: true,
+      handler: async ({ principal }) => ok(await services.identity.me(principal)),
+    },
+  ];
+}

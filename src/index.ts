@@ -1,0 +1,13 @@
+export { createIdentityRouter, type IdentityAdapters, type IdentityRouter } from './create-identity-router.js';
+export { createDevMailer } from './adapters/dev-mailer.js';
+export { createDevSmsSender, noopSender } from './adapters/dev-sms.js';
+export { createNodemailerMailer } from './adapters/nodemailer-mailer.js';
+export { consoleLogger } from './adapters/console-logger.js';
+export { renderMail, renderSms } from './adapters/templates.js';
+export type { Clock, Logger, MailMessage, Mailer, SmsMessage, SmsSender, TemplateName } from './adapters/types.js';
+export type { IdentityConfig, RateLimitGroup, PermissionDefinition } from './config/types.js';
+export { IdentityConfigError } from './config/schema.js';
+export { IdentityError, type IdentityErrorCode } from './errors.js';
+export { EVENT_TYPES, type IdentityEvent, type IdentityEventType, type IdentityEventListener } from './events.js';
+export type { IdentityServices } from './services/identity-services.js';
+export { CORE_PERMISSIONS } from './services/permission-catalog.js';

@@ -1,0 +1,190 @@
+import { randomUUID } from 'node:crypto';
+import { errors, IdentityError } from '../errors.js';
+import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
+import type { OneTimeTokenPurpose } from '../store/session-repository.js';
+import type { UserRecord } from '../store/user-repository.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+import type { MfaService, LoginFactorView } from './mfa-service.js';
+import { assertPasswordAcceptable, normaliseEmail } from './password-policy.js';
+import type { Principal } from './principal.js';
+import type { SessionService, TokenResponse } from './session-service.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+
+export type LoginResult =
+  | { kind: 'session'; tokens: TokenResponse; user: { id: string; email: string; email_verified: boolean } }
+  | { kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] };
+
+/** Registration, e-mail verification, password login and password reset / change (spec 4.1). */
+export class AccountService {
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly sessions: SessionService,
+    private readonly mfa: MfaService,
+  ) {}
+
+  /**
+   * Enumeration-safe: the same work (one bcrypt hash) and the same answer whether or not
+   * the address is new; only a new account gets mail.
+   */
+  async register(input: { email: string; password: string; displayName?: string | undefined }, meta: RequestMeta): Promise<void> {
+    const email = normaliseEmail(input.email);
+    assertPasswordAcceptable(input.password, email, this.context.config.password);
+    const passwordHash = await this.context.hasher.hash(input.password);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const userId = randomUUID();
+      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName: input.displayName?.trim() || null, passwordHash, now: uow.now });
+      if (!created) return;
+      await uow.emit({ type: 'user.registered', actorId: userId, userId });
+      await this.sendOneTimeToken(uow, { id: userId, email }, 'verify_email');
+    });
+  }
+
+  /** Idempotent: the same unexpired token answers again; the event fires on the first verification only. */
+  async verifyEmail(token: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const stored = await uow.repos.oneTimeTokens.findByHash(keyedHash(this.context.keys.tokenHash, token), 'verify_email');
+      if (!stored || stored.expiresAt <= uow.now) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
+      const user = await uow.repos.users.findById(stored.userId);
+      if (!user || user.deletedAt !== null) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
+      await uow.repos.oneTimeTokens.consume(stored.id, uow.now);
+      if (await uow.repos.users.markEmailVerified(user.id, uow.now)) {
+        await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id });
+      }
+    });
+  }
+
+  async resendVerification(emailInput: string, meta: RequestMeta): Promise<void> {
+    const email = normaliseEmail(emailInput);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByEmail(email);
+      if (!user || user.emailVerified || user.status !== 'active' || user.deletedAt !== null) return;
+      await this.sendOneTimeToken(uow, user, 'verify_email');
+    });
+  }
+
+  async login(input: { email: string; password: string }, meta: RequestMeta): Promise<LoginResult> {
+    const email = normaliseEmail(input.email);
+    const now = this.context.clock.now();
+    const user = await this.context.store.repos.users.findByEmail(email);
+    const locked = user !== undefined && user.lockedUntil !== null && user.lockedUntil > now;
+
+    if (!user || user.deletedAt !== null || !user.passwordHash || locked) {
+      // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.
+      await this.context.hasher.burnVerification(input.password);
+      await this.recordLoginFailure(user, locked ? 'locked' : 'unknown_account', meta);
+      throw errors.invalidCredentials();
+    }
+
+    if (!(await this.context.hasher.verify(input.password, user.passwordHash))) {
+      await this.recordLoginFailure(user, 'wrong_password', meta);
+      throw errors.invalidCredentials();
+    }
+    if (user.status === 'disabled') {
+      await this.recordLoginFailure(user, 'account_disabled', meta, false);
+      throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
+    }
+    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
+      throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', {
+        extra: { resend: '/auth/email/verify/resend' },
+      });
+    }
+    if (user.failedLoginCount > 0 || user.lockedUntil !== null) await this.context.store.repos.users.clearFailedLogins(user.id);
+
+    const gate = await this.mfa.loginGate(user, meta);
+    if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
+
+    const tokens = await runUnitOfWork(this.context, meta, async (uow) => {
+      const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'] } });
+      return opened;
+    });
+    return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
+  }
+
+  async forgotPassword(emailInput: string, meta: RequestMeta): Promise<void> {
+    const email = normaliseEmail(emailInput);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByEmail(email);
+      if (!user || user.status !== 'active' || user.deletedAt !== null) return;
+      await uow.emit({ type: 'user.password_reset_requested', userId: user.id });
+      await this.sendOneTimeToken(uow, user, 'password_reset');
+    });
+  }
+
+  async resetPassword(input: { token: string; newPassword: string }, meta: RequestMeta): Promise<void> {
+    const tokenHash = keyedHash(this.context.keys.tokenHash, input.token);
+    const invalid = () => errors.invalidToken(401, 'The reset link is invalid, expired or already used.');
+    const stored = await this.context.store.repos.oneTimeTokens.findByHash(tokenHash, 'password_reset');
+    if (!stored || stored.consumedAt !== null || stored.expiresAt <= this.context.clock.now()) throw invalid();
+    const user = await this.context.store.repos.users.findById(stored.userId);
+    if (!user || user.deletedAt !== null) throw invalid();
+    assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
+    const passwordHash = await this.context.hasher.hash(input.newPassword);
+
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      // The conditional consume makes the token single-use even under concurrent resets.
+      if (!(await uow.repos.oneTimeTokens.consume(stored.id, uow.now))) throw invalid();
+      await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
+      await uow.repos.users.clearFailedLogins(user.id);
+      const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
+      await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
+    });
+  }
+
+  async changePassword(principal: Principal, input: { currentPassword: string; newPassword: string }, meta: RequestMeta): Promise<void> {
+    const user = principal.user;
+    if (!user.passwordHash || !(await this.context.hasher.verify(input.currentPassword, user.passwordHash))) {
+      throw errors.invalidCredentials(403);
+    }
+    assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
+    const passwordHash = await this.context.hasher.hash(input.newPassword);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
+      const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_changed', principal.sessionId);
+      await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'change', sessions_revoked: count } });
+    });
+  }
+
+  private async recordLoginFailure(user: UserRecord | undefined, reason: string, meta: RequestMeta, countsTowardLockout = true): Promise<void> {
+    const { lockout } = this.context.config.auth;
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      let lockedNow = false;
+      if (user && countsTowardLockout && reason === 'wrong_password') {
+        lockedNow = await uow.repos.users.recordFailedLogin(user.id, uow.now, {
+          threshold: lockout.threshold,
+          windowMs: lockout.window * 1000,
+          durationMs: lockout.duration * 1000,
+        });
+      }
+      await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data: { reason } });
+      if (lockedNow) {
+        await uow.emit({ type: 'user.locked', userId: user!.id, data: { until: new Date(uow.now + lockout.duration * 1000).toISOString() } });
+      }
+    });
+  }
+
+  /** Counts a failed second-factor attempt toward the account lockout (MFA issue). */
+  async recordFailedSecondFactor(uow: UnitOfWork, userId: string): Promise<boolean> {
+    const { lockout } = this.context.config.auth;
+    return uow.repos.users.recordFailedLogin(userId, uow.now, { threshold: lockout.threshold, windowMs: lockout.window * 1000, durationMs: lockout.duration * 1000 });
+  }
+
+  private async sendOneTimeToken(uow: UnitOfWork, user: { id: string; email: string }, purpose: OneTimeTokenPurpose): Promise<void> {
+    const token = randomToken();
+    const ttl = purpose === 'verify_email' ? this.context.config.tokens.emailVerifyTtl : this.context.config.tokens.passwordResetTtl;
+    if (purpose === 'password_reset') await uow.repos.oneTimeTokens.expireOutstanding(user.id, purpose, uow.now);
+    await uow.repos.oneTimeTokens.insert({
+      id: randomUUID(),
+      userId: user.id,
+      purpose,
+      tokenHash: keyedHash(this.context.keys.tokenHash, token),
+      now: uow.now,
+      expiresAt: uow.now + ttl * 1000,
+    });
+    const template = purpose === 'verify_email' ? 'verify_email' : 'password_reset';
+    const linkTemplate = purpose === 'verify_email' ? this.context.config.links.verifyEmail : this.context.config.links.resetPassword;
+    const context: Record<string, unknown> = { app_name: this.context.config.appName, token };
+    if (linkTemplate) context.url = linkTemplate.replaceAll('{token}', encodeURIComponent(token));
+    uow.afterCommit(() => this.context.mailer.send({ to: user.email, template, context }));
+  }
+}

@@ -1,0 +1,31 @@
+import type { Clock, Logger, Mailer, SmsSender } from '../adapters/types.js';
+import type { ResolvedConfig } from '../config/types.js';
+import type { DerivedKeys } from '../crypto/derived-keys.js';
+import type { JwtCodec } from '../crypto/jwt.js';
+import type { KeyRing } from '../crypto/key-ring.js';
+import type { PasswordHasher } from '../crypto/password-hasher.js';
+import type { IdentityEventListener } from '../events.js';
+import type { Store } from '../store/store.js';
+
+/** Everything a service needs, built once per router. No Express in here. */
+export interface ServiceContext {
+  config: ResolvedConfig;
+  store: Store;
+  keys: DerivedKeys;
+  keyRing: KeyRing;
+  jwt: JwtCodec;
+  hasher: PasswordHasher;
+  clock: Clock;
+  logger: Logger;
+  mailer: Mailer;
+  sms: SmsSender;
+  onEvent: IdentityEventListener | undefined;
+}
+
+/** Who asked, as far as the audit trail cares. */
+export interface RequestMeta {
+  ip: string | null;
+  userAgent: string | null;
+}
+
+export const NO_REQUEST: RequestMeta = { ip: null, userAgent: null };

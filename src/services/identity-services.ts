@@ -1,0 +1,57 @@
+import { KeyRing } from '../crypto/key-ring.js';
+import { AccountService } from './account-service.js';
+import { AuthenticationService } from './authentication-service.js';
+import type { ServiceContext } from './context.js';
+import { IdentityService } from './identity-service.js';
+import { InviteService } from './invite-service.js';
+import { MemberService } from './member-service.js';
+import { MfaService } from './mfa-service.js';
+import { OrganizationService } from './organization-service.js';
+import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
+import { RoleService } from './role-service.js';
+import { SessionService } from './session-service.js';
+import { UserAdminService } from './user-admin-service.js';
+
+/**
+ * The core service layer, usable without HTTP (`identity.service`). Every route calls
+ * one method of one of these.
+ */
+export class IdentityServices {
+  readonly catalog: PermissionCatalog;
+  readonly keyRing: KeyRing;
+  readonly sessions: SessionService;
+  readonly mfa: MfaService;
+  readonly accounts: AccountService;
+  readonly authentication: AuthenticationService;
+  readonly identity: IdentityService;
+  readonly organizations: OrganizationService;
+  readonly members: MemberService;
+  readonly invites: InviteService;
+  readonly roles: RoleService;
+  readonly users: UserAdminService;
+
+  constructor(readonly context: ServiceContext) {
+    this.catalog = buildPermissionCatalog(context.config.permissions);
+    this.keyRing = context.keyRing;
+    this.sessions = new SessionService(context, this.catalog);
+    this.mfa = new MfaService(context);
+    this.accounts = new AccountService(context, this.sessions, this.mfa);
+    this.authentication = new AuthenticationService(context, this.mfa);
+    this.identity = new IdentityService(context, this.mfa);
+    this.organizations = new OrganizationService(context, this.catalog);
+    this.members = new MemberService(context, this.catalog);
+    this.invites = new InviteService(context, this.catalog);
+    this.roles = new RoleService(context, this.catalog);
+    this.users = new UserAdminService(context, this.catalog);
+  }
+
+  /** Start-up work that needs the schema (called once `ready` has migrated). */
+  async initialise(): Promise<void> {
+    // Later areas add their start-up work here (e.g. the global superadmin role row).
+  }
+
+  /** A new active signing key; the retiring one stays in the JWKS for one access-token lifetime. */
+  rotateSigningKey(): Promise<{ kid: string }> {
+    return this.keyRing.rotate();
+  }
+}

@@ -1,0 +1,52 @@
+import type { PermissionDefinition } from '../config/types.js';
+
+/** Spec 2.13. Keys marked `global` are granted only through the superadmin role. */
+export const CORE_PERMISSIONS = [
+  { key: 'org.read', description: 'View the organization profile' },
+  { key: 'org.update', description: 'Edit the organization name and settings' },
+  { key: 'org.delete', description: 'Delete the organization' },
+  { key: 'members.read', description: 'List members' },
+  { key: 'members.invite', description: "Send, list and revoke invitations; see invited and suspended members' e-mails" },
+  { key: 'members.update', description: 'Change member roles or suspend members' },
+  { key: 'members.remove', description: 'Remove a member' },
+  { key: 'roles.read', description: 'List roles' },
+  { key: 'roles.manage', description: 'Create, update and delete custom roles' },
+  { key: 'users.read', description: 'Read user records (admin scope, superadmin only)' },
+  { key: 'users.manage', description: 'Disable and enable users (admin scope, superadmin only)' },
+  { key: 'audit.read', description: "Read the organization's audit log" },
+] as const satisfies readonly PermissionDefinition[];
+
+export type CorePermissionKey = (typeof CORE_PERMISSIONS)[number]['key'];
+
+/** Keys that only the global superadmin role holds. */
+export const GLOBAL_ONLY_PERMISSIONS: ReadonlySet<string> = new Set(['users.read', 'users.manage']);
+
+export const SYSTEM_ROLE_SLUGS = ['owner', 'admin', 'member'] as const;
+export type SystemRoleSlug = (typeof SYSTEM_ROLE_SLUGS)[number];
+export const SUPERADMIN_ROLE_SLUG = 'superadmin';
+
+export interface PermissionCatalog {
+  /** Every key, core and host. */
+  entries: PermissionDefinition[];
+  has(key: string): boolean;
+  /** Organization-scoped keys (the owner template). */
+  organizationKeys: string[];
+  /** The key sets of the system templates cloned into each organization. */
+  templates: Record<SystemRoleSlug, { name: string; description: string; keys: string[] }>;
+}
+
+export function buildPermissionCatalog(hostPermissions: PermissionDefinition[]): PermissionCatalog {
+  const entries: PermissionDefinition[] = [...CORE_PERMISSIONS, ...hostPermissions.filter((p) => !CORE_PERMISSIONS.some((core) => core.key === p.key))];
+  const keys = new Set(entries.map((entry) => entry.key));
+  const organizationKeys = entries.map((entry) => entry.key).filter((key) => !GLOBAL_ONLY_PERMISSIONS.has(key));
+  return {
+    entries,
+    has: (key) => keys.has(key),
+    organizationKeys,
+    templates: {
+      owner: { name: 'Owner', description: 'Full control of the organization', keys: organizationKeys },
+      admin: { name: 'Admin', description: 'Everything but deleting the organization', keys: organizationKeys.filter((key) => key !== 'org.delete') },
+      member: { name: 'Member', description: 'Read access to the organization', keys: ['org.read', 'members.read', 'roles.read'] },
+    },
+  };
+}

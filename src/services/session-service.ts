@@ -1,0 +1,223 @@
+import { randomUUID } from 'node:crypto';
+import { errors, IdentityError } from '../errors.js';
+import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
+import type { AccessTokenClaims } from '../crypto/jwt.js';
+import type { SessionRecord } from '../store/session-repository.js';
+import type { Repositories } from '../store/store.js';
+import type { UserRecord } from '../store/user-repository.js';
+import { resolveAuthority } from './authority.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+import type { PermissionCatalog } from './permission-catalog.js';
+import type { Principal } from './principal.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+
+export interface TokenResponse {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+  refresh_token: string;
+}
+
+export interface AccessTokenResponse {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+}
+
+export interface SessionView {
+  id: string;
+  current: boolean;
+  ip: string | null;
+  user_agent: string | null;
+  created_at: string;
+  last_used_at: string;
+}
+
+export interface StrongAuthentication {
+  mfa: boolean;
+  amr: string[];
+  /** epoch ms */
+  authTime: number;
+}
+
+const USER_AGENT_MAX = 512;
+
+/** Sessions are refresh-token families: opening, rotating, re-scoping and revoking them. */
+export class SessionService {
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly catalog: PermissionCatalog,
+  ) {}
+
+  /** Opens a session (one refresh-token family) inside the caller's unit of work. */
+  async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<TokenResponse> {
+    const sessionId = randomUUID();
+    const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
+    await uow.repos.sessions.insert({
+      id: sessionId,
+      userId: user.id,
+      organizationId: null,
+      mfa: authentication.mfa,
+      amr: authentication.amr,
+      authTime: authentication.authTime,
+      ip: meta.ip,
+      userAgent: meta.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
+      now: uow.now,
+      expiresAt,
+    });
+    const refreshToken = await this.issueRefreshToken(uow.repos, sessionId, uow.now);
+    const session = await uow.repos.sessions.findById(sessionId);
+    const access = await this.accessTokenFor(uow.repos, session!, user);
+    return { ...access, refresh_token: refreshToken };
+  }
+
+  /** A new access token for a session, with roles and scope re-resolved from the database. */
+  async accessTokenFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenResponse & { claims: AccessTokenClaims }> {
+    const authority = await resolveAuthority(repos, this.catalog, user.id, session.organizationId);
+    const organizationId = authority.member || authority.superadmin ? session.organizationId : null;
+    const { token, claims } = await this.context.jwt.signAccessToken({
+      sub: user.id,
+      sid: session.id,
+      org: organizationId,
+      roles: authority.roles,
+      scope: [...authority.permissions].sort(),
+      email_verified: user.emailVerified,
+      mfa: session.mfa,
+      amr: session.amr,
+      auth_time: Math.floor(session.authTime / 1000),
+    });
+    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl, claims };
+  }
+
+  /**
+   * Rotation: the presented token is consumed by one conditional update. Presenting a
+   * consumed token again (a replay, or the loser of a concurrent race) revokes the family.
+   */
+  async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
+    const tokenHash = keyedHash(this.context.keys.tokenHash, refreshToken);
+    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+      const stored = await uow.repos.refreshTokens.findByHash(tokenHash);
+      if (!stored) return { failure: 'unknown' as const };
+      const session = await uow.repos.sessions.findLive(stored.sessionId, uow.now);
+      if (!session) return { failure: 'unknown' as const };
+      const rotation = this.context.config.tokens.refreshRotation;
+      const reused = stored.consumedAt !== null || (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now)));
+      if (reused) {
+        if (stored.expiresAt <= uow.now && stored.consumedAt === null) return { failure: 'expired' as const };
+        await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
+        await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
+        return { failure: 'reuse' as const };
+      }
+      if (stored.expiresAt <= uow.now) return { failure: 'expired' as const };
+      const user = await uow.repos.users.findById(session.userId);
+      if (!user || user.status !== 'active' || user.deletedAt !== null) return { failure: 'unknown' as const };
+
+      const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
+      await uow.repos.sessions.touch(session.id, uow.now, rotation ? expiresAt : Math.max(session.expiresAt, stored.expiresAt));
+      const nextRefreshToken = rotation ? await this.issueRefreshToken(uow.repos, session.id, uow.now) : refreshToken;
+      const { claims: _claims, ...access } = await this.accessTokenFor(uow.repos, session, user);
+      await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
+      return { tokens: { ...access, refresh_token: nextRefreshToken } };
+    });
+    if ('failure' in outcome) throw errors.invalidGrant();
+    return outcome.tokens;
+  }
+
+  async logout(principal: Principal, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.sessions.revoke(principal.sessionId, uow.now, 'logout');
+    });
+  }
+
+  async logoutAll(principal: Principal, meta: RequestMeta): Promise<number> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const count = await uow.repos.sessions.revokeAllForUser(principal.userId, uow.now, 'logout_all');
+      await uow.emit({ type: 'auth.sessions_revoked', actorId: principal.userId, userId: principal.userId, data: { count, reason: 'logout_all' } });
+      return count;
+    });
+  }
+
+  async list(principal: Principal, page: { limit: number; cursor?: string }): Promise<{ sessions: SessionView[]; nextCursor: string | null }> {
+    const after = decodeSessionCursor(page.cursor);
+    const rows = await this.context.store.repos.sessions.listLiveForUser(principal.userId, this.context.clock.now(), { limit: page.limit + 1, ...after });
+    const pageRows = rows.slice(0, page.limit);
+    const last = pageRows[pageRows.length - 1];
+    return {
+      sessions: pageRows.map((session) => ({
+        id: session.id,
+        current: session.id === principal.sessionId,
+        ip: session.ip,
+        user_agent: session.userAgent,
+        created_at: new Date(session.createdAt).toISOString(),
+        last_used_at: new Date(session.lastUsedAt).toISOString(),
+      })),
+      nextCursor: rows.length > page.limit && last ? encodeCursor([last.createdAt, last.id]) : null,
+    };
+  }
+
+  async revokeOwned(principal: Principal, sessionId: string, meta: RequestMeta): Promise<void> {
+    const revoked = await runUnitOfWork(this.context, meta, (uow) => uow.repos.sessions.revokeOwned(sessionId, principal.userId, uow.now, 'revoked_by_user'));
+    if (!revoked) throw errors.notFound('Session');
+  }
+
+  /** Re-points the live session at another organization and mints a token scoped to it. */
+  async switchOrganization(principal: Principal, organizationId: string, meta: RequestMeta): Promise<AccessTokenResponse> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
+      if (!session) throw errors.sessionEnded();
+      const organization = await uow.repos.organizations.findActive(organizationId);
+      if (!organization) throw errors.notFound('Organization');
+      const authority = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
+      if (!authority.member && !authority.superadmin) throw errors.forbidden('You are not an active member of this organization.');
+      if (organization.requireMfa && !session.mfa) {
+        throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; sign in with a second factor first.');
+      }
+      if (!(await uow.repos.sessions.setOrganization(session.id, organizationId))) throw errors.sessionEnded();
+      const user = await uow.repos.users.findById(principal.userId);
+      const { claims: _claims, ...access } = await this.accessTokenFor(uow.repos, { ...session, organizationId }, user!);
+      await uow.emit({
+        type: 'auth.org_switched',
+        actorId: principal.userId,
+        userId: principal.userId,
+        organizationId,
+        data: { session_id: session.id, from_organization_id: session.organizationId },
+      });
+      return access;
+    });
+  }
+
+  private async issueRefreshToken(repos: Repositories, sessionId: string, now: number): Promise<string> {
+    const refreshToken = randomToken();
+    await repos.refreshTokens.insert({
+      id: randomUUID(),
+      sessionId,
+      tokenHash: keyedHash(this.context.keys.tokenHash, refreshToken),
+      now,
+      expiresAt: now + this.context.config.tokens.refreshTtl * 1000,
+    });
+    return refreshToken;
+  }
+}
+
+export function encodeCursor(parts: Array<string | number>): string {
+  return Buffer.from(JSON.stringify(parts), 'utf8').toString('base64url');
+}
+
+export function decodeCursor(cursor: string | undefined): unknown[] | undefined {
+  if (!cursor) return undefined;
+  try {
+    const parts: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (Array.isArray(parts)) return parts;
+  } catch {
+    // fall through: a cursor we did not make
+  }
+  throw errors.validation(['"cursor" is not a valid cursor']);
+}
+
+function decodeSessionCursor(cursor: string | undefined): { afterCreatedAt?: number; afterId?: string } {
+  const parts = decodeCursor(cursor);
+  if (!parts) return {};
+  const [createdAt, id] = parts;
+  if (typeof createdAt !== 'number' || typeof id !== 'string') throw errors.validation(['"cursor" is not a valid cursor']);
+  return { afterCreatedAt: createdAt, afterId: id };
+}

@@ -1,0 +1,90 @@
+import { randomUUID } from 'node:crypto';
+import type { EventInput, IdentityEvent } from '../events.js';
+import type { Repositories } from '../store/store.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+
+/**
+ * One transaction plus what must happen once it commits. Events are written to the audit
+ * table inside the transaction and handed to `onEvent` only after commit; mail and SMS go
+ * out after commit too, so a rolled-back change never sends anything.
+ */
+export class UnitOfWork {
+  private readonly committedEvents: IdentityEvent[] = [];
+  private readonly afterCommitTasks: Array<() => Promise<void> | void> = [];
+
+  constructor(
+    readonly repos: Repositories,
+    readonly now: number,
+    private readonly meta: RequestMeta,
+  ) {}
+
+  async emit(input: EventInput): Promise<void> {
+    const event: IdentityEvent = {
+      id: randomUUID(),
+      type: input.type,
+      occurred_at: new Date(this.now).toISOString(),
+      actor_id: input.actorId ?? null,
+      user_id: input.userId ?? null,
+      organization_id: input.organizationId ?? null,
+      ip: this.meta.ip,
+      data: input.data ?? {},
+    };
+    await this.repos.audit.insert({
+      id: event.id,
+      type: event.type,
+      occurredAt: this.now,
+      actorId: event.actor_id,
+      userId: event.user_id,
+      organizationId: event.organization_id,
+      ip: event.ip,
+      data: event.data,
+    });
+    this.committedEvents.push(event);
+  }
+
+  /** Runs after commit; a failure is logged and never fails the request. */
+  afterCommit(task: () => Promise<void> | void): void {
+    this.afterCommitTasks.push(task);
+  }
+
+  /** @internal */
+  drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void> } {
+    return { events: this.committedEvents, tasks: this.afterCommitTasks };
+  }
+}
+
+export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
+  const now = context.clock.now();
+  let unit: UnitOfWork | undefined;
+  const result = await context.store.transaction(async (repos) => {
+    unit = new UnitOfWork(repos, now, meta);
+    return work(unit);
+  });
+  if (unit) dispatchAfterCommit(context, unit);
+  return result;
+}
+
+function dispatchAfterCommit(context: ServiceContext, unit: UnitOfWork): void {
+  const { events, tasks } = unit.drain();
+  for (const event of events) {
+    if (!context.onEvent) break;
+    runSafely(context, `onEvent listener failed for ${event.type}`, () => context.onEvent!(event));
+  }
+  for (const task of tasks) runSafely(context, 'after-commit delivery failed', task);
+}
+
+/** Starts `task` now (its synchronous part runs before the response) without waiting for it. */
+function runSafely(context: ServiceContext, message: string, task: () => Promise<void> | void): void {
+  try {
+    const pending = task();
+    if (pending && typeof pending.then === 'function') {
+      pending.then(undefined, (error: unknown) => context.logger.error(message, { error: describeError(error) }));
+    }
+  } catch (error) {
+    context.logger.error(message, { error: describeError(error) });
+  }
+}
+
+export function describeError(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}

@@ -1,0 +1,74 @@
+import { toNumber } from './database.js';
+import { Repository } from './repository.js';
+
+export interface AuditEventRecord {
+  seq: number;
+  id: string;
+  type: string;
+  occurredAt: number;
+  actorId: string | null;
+  userId: string | null;
+  organizationId: string | null;
+  ip: string | null;
+  data: Record<string, unknown>;
+}
+
+function mapEvent(row: Record<string, unknown>): AuditEventRecord {
+  return {
+    seq: toNumber(row.seq),
+    id: String(row.id),
+    type: String(row.type),
+    occurredAt: toNumber(row.occurred_at),
+    actorId: (row.actor_id as string | null) ?? null,
+    userId: (row.user_id as string | null) ?? null,
+    organizationId: (row.organization_id as string | null) ?? null,
+    ip: (row.ip as string | null) ?? null,
+    data: JSON.parse(String(row.data)) as Record<string, unknown>,
+  };
+}
+
+export class AuditRepository extends Repository {
+  async insert(event: Omit<AuditEventRecord, 'seq'>): Promise<void> {
+    await this.db(this.table.auditEvents).insert({
+      id: event.id,
+      type: event.type,
+      occurred_at: event.occurredAt,
+      actor_id: event.actorId,
+      user_id: event.userId,
+      organization_id: event.organizationId,
+      ip: event.ip,
+      data: JSON.stringify(event.data),
+    });
+  }
+
+  /** Newest first; `beforeSeq` is the cursor of the previous page. */
+  async listForOrganization(organizationId: string, page: { limit: number; beforeSeq?: number }): Promise<AuditEventRecord[]> {
+    const query = this.db(this.table.auditEvents).where({ organization_id: organizationId }).orderBy('seq', 'desc').limit(page.limit);
+    if (page.beforeSeq !== undefined) query.andWhere('seq', '<', page.beforeSeq);
+    return (await query).map(mapEvent);
+  }
+
+  async listForUser(userId: string): Promise<AuditEventRecord[]> {
+    return (await this.db(this.table.auditEvents).where({ user_id: userId }).orderBy('seq', 'asc')).map(mapEvent);
+  }
+}
+
+export class RateEventRepository extends Repository {
+  async record(bucket: string, now: number): Promise<void> {
+    await this.db(this.table.rateEvents).insert({ bucket, occurred_at: now });
+  }
+
+  async countSince(bucket: string, since: number): Promise<number> {
+    const row = await this.db(this.table.rateEvents).where({ bucket }).andWhere('occurred_at', '>', since).count({ count: '*' }).first();
+    return toNumber(row?.count ?? 0);
+  }
+
+  async oldestSince(bucket: string, since: number): Promise<number | undefined> {
+    const row = await this.db(this.table.rateEvents).where({ bucket }).andWhere('occurred_at', '>', since).min({ oldest: 'occurred_at' }).first();
+    return row?.oldest === null || row?.oldest === undefined ? undefined : toNumber(row.oldest);
+  }
+
+  async pruneBefore(before: number): Promise<void> {
+    await this.db(this.table.rateEvents).where('occurred_at', '<=', before).delete();
+  }
+}

@@ -1,0 +1,72 @@
+import knexFactory, { type Knex } from 'knex';
+import type { DatabaseConfig } from '../config/types.js';
+
+export type Dialect = 'sqlite' | 'pg';
+
+export interface OpenedDatabase {
+  knex: Knex;
+  dialect: Dialect;
+  /** True when the router created the pool and so must destroy it on close. */
+  owned: boolean;
+}
+
+function isKnexInstance(database: DatabaseConfig): database is Knex {
+  return typeof database === 'function';
+}
+
+export function dialectOf(knex: Knex): Dialect {
+  const client = String(knex.client.config.client ?? knex.client.dialect ?? '');
+  if (/sqlite/i.test(client)) return 'sqlite';
+  if (/^(pg|postgres|postgresql)$/i.test(client) || /postgres/i.test(client)) return 'pg';
+  throw new Error(`identity-router supports better-sqlite3 and pg; got client "${client}"`);
+}
+
+export function openDatabase(database: DatabaseConfig): OpenedDatabase {
+  if (isKnexInstance(database)) return { knex: database, dialect: dialectOf(database), owned: false };
+
+  const { tablePrefix: _ignored, ...knexConfig } = database;
+  const client = String(knexConfig.client);
+  const isSqlite = /sqlite/i.test(client);
+  const knex = knexFactory({
+    // A database that cannot be reached answers 503 within 5 s instead of hanging (CONTRACT 1).
+    acquireConnectionTimeout: 5000,
+    ...(isSqlite ? { useNullAsDefault: true } : {}),
+    ...knexConfig,
+    pool: {
+      ...(isSqlite
+        ? {
+            afterCreate: (connection: { pragma(statement: string): unknown }, done: (error: Error | null, connection: unknown) => void) => {
+              // Foreign keys are off by default in SQLite; WAL lets readers proceed during a write.
+              connection.pragma('foreign_keys = ON');
+              connection.pragma('journal_mode = WAL');
+              connection.pragma('busy_timeout = 5000');
+              done(null, connection);
+            },
+          }
+        : {}),
+      ...knexConfig.pool,
+    },
+  });
+  return { knex, dialect: dialectOf(knex), owned: true };
+}
+
+/** pg returns bigint columns as strings and SQLite returns booleans as 0/1; rows are mapped through these. */
+export const toNumber = (value: unknown): number => (typeof value === 'number' ? value : Number(value));
+export const toNullableNumber = (value: unknown): number | null => (value === null || value === undefined ? null : toNumber(value));
+export const toBoolean = (value: unknown): boolean => value === true || value === 1 || value === '1' || value === 't';
+
+/** Unique-constraint violation on either database. */
+export function isUniqueViolation(error: unknown): boolean {
+  const candidate = error as { code?: string; message?: string } | undefined;
+  return candidate?.code === '23505' || candidate?.code === 'SQLITE_CONSTRAINT_UNIQUE' || candidate?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}
+
+/** Errors that mean "the database is not there right now" rather than a bug. */
+export function isConnectionError(error: unknown): boolean {
+  const candidate = error as { code?: string; name?: string; message?: string } | undefined;
+  if (!candidate) return false;
+  if (candidate.name === 'KnexTimeoutError') return true;
+  const code = candidate.code ?? '';
+  return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08006', 'SQLITE_BUSY', 'SQLITE_CANTOPEN'].includes(code)
+    || /Connection terminated|connect ECONNREFUSED|timeout acquiring a connection/i.test(candidate.message ?? '');
+}

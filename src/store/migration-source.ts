@@ -1,0 +1,37 @@
+import type { Knex } from 'knex';
+import * as initialSchema from './migrations/001-initial-schema.js';
+import type { TableNames } from './table-names.js';
+
+interface Migration {
+  name: string;
+  up(table: TableNames): (knex: Knex) => Promise<void>;
+}
+
+/** Migrations ship inside the bundle, so they run the same from ESM, CJS and tsx. Append, never edit. */
+const MIGRATIONS: Migration[] = [{ name: '001-initial-schema', up: initialSchema.up }];
+
+export class BundledMigrationSource implements Knex.MigrationSource<Migration> {
+  constructor(private readonly table: TableNames) {}
+
+  getMigrations(): Promise<Migration[]> {
+    return Promise.resolve(MIGRATIONS);
+  }
+
+  getMigrationName(migration: Migration): string {
+    return migration.name;
+  }
+
+  getMigration(migration: Migration): Promise<Knex.Migration> {
+    return Promise.resolve({
+      up: migration.up(this.table),
+      down: () => Promise.reject(new Error('identity-router migrations are forward-only')),
+    });
+  }
+}
+
+export function migrationConfig(table: TableNames, prefix: string): Knex.MigratorConfig {
+  return {
+    migrationSource: new BundledMigrationSource(table),
+    tableName: `${prefix}migrations`,
+  };
+}

@@ -1,0 +1,218 @@
+import { toBoolean, toNullableNumber, toNumber } from './database.js';
+import { Repository } from './repository.js';
+
+export interface SessionRecord {
+  id: string;
+  userId: string;
+  organizationId: string | null;
+  mfa: boolean;
+  amr: string[];
+  /** epoch ms of the last strong authentication */
+  authTime: number;
+  ip: string | null;
+  userAgent: string | null;
+  createdAt: number;
+  lastUsedAt: number;
+  expiresAt: number;
+  revokedAt: number | null;
+}
+
+export interface NewSession {
+  id: string;
+  userId: string;
+  organizationId: string | null;
+  mfa: boolean;
+  amr: string[];
+  authTime: number;
+  ip: string | null;
+  userAgent: string | null;
+  now: number;
+  expiresAt: number;
+}
+
+export type SessionRevocationReason =
+  | 'logout'
+  | 'logout_all'
+  | 'revoked_by_user'
+  | 'password_reset'
+  | 'password_changed'
+  | 'refresh_reuse'
+  | 'user_disabled'
+  | 'user_deleted'
+  | 'member_suspended'
+  | 'member_removed'
+  | 'org_deleted';
+
+function mapSession(row: Record<string, unknown>): SessionRecord {
+  return {
+    id: String(row.id),
+    userId: String(row.user_id),
+    organizationId: (row.organization_id as string | null) ?? null,
+    mfa: toBoolean(row.mfa),
+    amr: JSON.parse(String(row.amr)) as string[],
+    authTime: toNumber(row.auth_time),
+    ip: (row.ip as string | null) ?? null,
+    userAgent: (row.user_agent as string | null) ?? null,
+    createdAt: toNumber(row.created_at),
+    lastUsedAt: toNumber(row.last_used_at),
+    expiresAt: toNumber(row.expires_at),
+    revokedAt: toNullableNumber(row.revoked_at),
+  };
+}
+
+export class SessionRepository extends Repository {
+  async insert(session: NewSession): Promise<void> {
+    await this.db(this.table.sessions).insert({
+      id: session.id,
+      user_id: session.userId,
+      organization_id: session.organizationId,
+      mfa: session.mfa,
+      amr: JSON.stringify(session.amr),
+      auth_time: session.authTime,
+      ip: session.ip,
+      user_agent: session.userAgent,
+      created_at: session.now,
+      last_used_at: session.now,
+      expires_at: session.expiresAt,
+    });
+  }
+
+  async findById(id: string): Promise<SessionRecord | undefined> {
+    const row = await this.db(this.table.sessions).where({ id }).first();
+    return row ? mapSession(row) : undefined;
+  }
+
+  /** A session that is neither revoked nor past its refresh lifetime. */
+  async findLive(id: string, now: number): Promise<SessionRecord | undefined> {
+    const row = await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').andWhere('expires_at', '>', now).first();
+    return row ? mapSession(row) : undefined;
+  }
+
+  async listLiveForUser(userId: string, now: number, page: { limit: number; afterCreatedAt?: number; afterId?: string }): Promise<SessionRecord[]> {
+    const query = this.db(this.table.sessions)
+      .where({ user_id: userId })
+      .whereNull('revoked_at')
+      .andWhere('expires_at', '>', now)
+      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }])
+      .limit(page.limit);
+    if (page.afterCreatedAt !== undefined && page.afterId !== undefined) {
+      const { afterCreatedAt, afterId } = page;
+      query.andWhere((q) => q.where('created_at', '<', afterCreatedAt).orWhere((q2) => q2.where('created_at', '=', afterCreatedAt).andWhere('id', '<', afterId)));
+    }
+    return (await query).map(mapSession);
+  }
+
+  async touch(id: string, now: number, expiresAt: number): Promise<void> {
+    await this.db(this.table.sessions).where({ id }).update({ last_used_at: now, expires_at: expiresAt });
+  }
+
+  async setOrganization(id: string, organizationId: string | null): Promise<boolean> {
+    return (await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').update({ organization_id: organizationId })) === 1;
+  }
+
+  async recordStrongAuthentication(id: string, authTime: number, amr: string[]): Promise<void> {
+    await this.db(this.table.sessions).where({ id }).update({ auth_time: authTime, mfa: true, amr: JSON.stringify(amr) });
+  }
+
+  /** Answers whether this call revoked it (false when already revoked or not found). */
+  async revoke(id: string, now: number, reason: SessionRevocationReason): Promise<boolean> {
+    return (await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason })) === 1;
+  }
+
+  async revokeOwned(id: string, userId: string, now: number, reason: SessionRevocationReason): Promise<boolean> {
+    return (
+      (await this.db(this.table.sessions).where({ id, user_id: userId }).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason })) === 1
+    );
+  }
+
+  /** Revokes every live session of a user, optionally sparing one; answers how many were revoked. */
+  async revokeAllForUser(userId: string, now: number, reason: SessionRevocationReason, exceptSessionId?: string): Promise<number> {
+    const query = this.db(this.table.sessions).where({ user_id: userId }).whereNull('revoked_at').andWhere('expires_at', '>', now);
+    if (exceptSessionId) query.whereNot({ id: exceptSessionId });
+    return query.update({ revoked_at: now, revoked_reason: reason });
+  }
+
+  async revokeAllForOrganization(organizationId: string, now: number, reason: SessionRevocationReason, userId?: string): Promise<number> {
+    const query = this.db(this.table.sessions).where({ organization_id: organizationId }).whereNull('revoked_at');
+    if (userId) query.andWhere({ user_id: userId });
+    return query.update({ revoked_at: now, revoked_reason: reason });
+  }
+}
+
+export interface RefreshTokenRecord {
+  id: string;
+  sessionId: string;
+  expiresAt: number;
+  consumedAt: number | null;
+}
+
+export class RefreshTokenRepository extends Repository {
+  async insert(token: { id: string; sessionId: string; tokenHash: string; now: number; expiresAt: number }): Promise<void> {
+    await this.db(this.table.refreshTokens).insert({
+      id: token.id,
+      session_id: token.sessionId,
+      token_hash: token.tokenHash,
+      created_at: token.now,
+      expires_at: token.expiresAt,
+    });
+  }
+
+  async findByHash(tokenHash: string): Promise<RefreshTokenRecord | undefined> {
+    const row = await this.db(this.table.refreshTokens).where({ token_hash: tokenHash }).first();
+    if (!row) return undefined;
+    return { id: String(row.id), sessionId: String(row.session_id), expiresAt: toNumber(row.expires_at), consumedAt: toNullableNumber(row.consumed_at) };
+  }
+
+  /** The single-use primitive: exactly one concurrent caller gets `true`. */
+  async consume(id: string, now: number): Promise<boolean> {
+    return (await this.db(this.table.refreshTokens).where({ id }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ consumed_at: now })) === 1;
+  }
+}
+
+export type OneTimeTokenPurpose = 'verify_email' | 'password_reset';
+
+export interface OneTimeTokenRecord {
+  id: string;
+  userId: string;
+  purpose: OneTimeTokenPurpose;
+  expiresAt: number;
+  consumedAt: number | null;
+}
+
+export class OneTimeTokenRepository extends Repository {
+  async insert(token: { id: string; userId: string; purpose: OneTimeTokenPurpose; tokenHash: string; now: number; expiresAt: number }): Promise<void> {
+    await this.db(this.table.oneTimeTokens).insert({
+      id: token.id,
+      user_id: token.userId,
+      purpose: token.purpose,
+      token_hash: token.tokenHash,
+      created_at: token.now,
+      expires_at: token.expiresAt,
+    });
+  }
+
+  async findByHash(tokenHash: string, purpose: OneTimeTokenPurpose): Promise<OneTimeTokenRecord | undefined> {
+    const row = await this.db(this.table.oneTimeTokens).where({ token_hash: tokenHash, purpose }).first();
+    if (!row) return undefined;
+    return {
+      id: String(row.id),
+      userId: String(row.user_id),
+      purpose: row.purpose as OneTimeTokenPurpose,
+      expiresAt: toNumber(row.expires_at),
+      consumedAt: toNullableNumber(row.consumed_at),
+    };
+  }
+
+  async consume(id: string, now: number): Promise<boolean> {
+    return (await this.db(this.table.oneTimeTokens).where({ id }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ consumed_at: now })) === 1;
+  }
+
+  /** A new reset link makes the older ones useless. */
+  async expireOutstanding(userId: string, purpose: OneTimeTokenPurpose, now: number): Promise<void> {
+    await this.db(this.table.oneTimeTokens).where({ user_id: userId, purpose }).whereNull('consumed_at').update({ consumed_at: now });
+  }
+
+  async deleteAllForUser(userId: string): Promise<void> {
+    await this.db(this.table.oneTimeTokens).where({ user_id: userId }).delete();
+  }
+}

@@ -1,0 +1,67 @@
+import type { Knex } from 'knex';
+import { AuditRepository, RateEventRepository } from './audit-repository.js';
+import type { Dialect } from './database.js';
+import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
+import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
+import type { RepositoryContext } from './repository.js';
+import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
+import { SigningKeyRepository } from './signing-key-repository.js';
+import type { TableNames } from './table-names.js';
+import { UserRepository } from './user-repository.js';
+
+/** Every repository, bound to one connection: the pool, or one transaction. */
+export interface Repositories {
+  users: UserRepository;
+  sessions: SessionRepository;
+  refreshTokens: RefreshTokenRepository;
+  oneTimeTokens: OneTimeTokenRepository;
+  signingKeys: SigningKeyRepository;
+  audit: AuditRepository;
+  rateEvents: RateEventRepository;
+  mfaFactors: MfaFactorRepository;
+  otpChallenges: OtpChallengeRepository;
+  mfaTickets: MfaTicketRepository;
+  recoveryCodes: RecoveryCodeRepository;
+  organizations: OrganizationRepository;
+  roles: RoleRepository;
+  memberships: MembershipRepository;
+  invites: InviteRepository;
+}
+
+function bindRepositories(context: RepositoryContext): Repositories {
+  return {
+    users: new UserRepository(context),
+    sessions: new SessionRepository(context),
+    refreshTokens: new RefreshTokenRepository(context),
+    oneTimeTokens: new OneTimeTokenRepository(context),
+    signingKeys: new SigningKeyRepository(context),
+    audit: new AuditRepository(context),
+    rateEvents: new RateEventRepository(context),
+    mfaFactors: new MfaFactorRepository(context),
+    otpChallenges: new OtpChallengeRepository(context),
+    mfaTickets: new MfaTicketRepository(context),
+    recoveryCodes: new RecoveryCodeRepository(context),
+    organizations: new OrganizationRepository(context),
+    roles: new RoleRepository(context),
+    memberships: new MembershipRepository(context),
+    invites: new InviteRepository(context),
+  };
+}
+
+export class Store {
+  /** Repositories on the pool, for reads and single-statement writes. */
+  readonly repos: Repositories;
+
+  constructor(
+    readonly knex: Knex,
+    readonly table: TableNames,
+    readonly dialect: Dialect,
+  ) {
+    this.repos = bindRepositories({ db: knex, table, dialect });
+  }
+
+  /** Runs `work` in one transaction with repositories bound to it. */
+  transaction<T>(work: (repos: Repositories, trx: Knex.Transaction) => Promise<T>): Promise<T> {
+    return this.knex.transaction((trx) => work(bindRepositories({ db: trx, table: this.table, dialect: this.dialect }), trx));
+  }
+}
