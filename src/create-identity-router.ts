@@ -14,6 +14,7 @@ import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';
 import { requirePermissionMiddleware } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
+import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
@@ -56,7 +57,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');
   if (!adapters.sms) logger.warn('No SMS sender configured: using the development SMS sender, which writes codes to the log. Do not use it in production.');
 
-  const database = openDatabase(resolved.database);
+  const database = openDatabase(resolved.database, logger);
   const table = tableNames(resolved.tablePrefix);
   const store = new Store(database.knex, table, database.dialect);
   const keys = deriveKeys(resolved.secret);
@@ -83,19 +84,24 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   };
   const services = new IdentityServices(context);
 
-  const ready = (async () => {
-    if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
-    await keyRing.initialise();
-    await services.initialise();
-  })();
-  ready.catch((error: unknown) => logger.error('identity-router failed to start', { error: describeError(error) }));
+  const readiness = new Readiness(async () => {
+    try {
+      if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
+      await keyRing.initialise();
+      await services.initialise();
+    } catch (error) {
+      logger.error('identity-router failed to start; requests answer 503 until a retry succeeds', { error: describeError(error) });
+      throw error;
+    }
+  });
+  const ready = readiness.firstAttempt;
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 
-  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), ready, logger }) as IdentityRouter;
+  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), readiness, logger }) as IdentityRouter;
   router.ready = ready;
   router.service = services;
-  router.requirePermission = (permission) => requirePermissionMiddleware(services, ready, logger, permission);
+  router.requirePermission = (permission) => requirePermissionMiddleware(services, readiness, logger, permission);
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();

@@ -4,6 +4,7 @@ import type { RateLimitGroup } from '../config/types.js';
 import { errors, IdentityError } from '../errors.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { errorHandler } from './error-handler.js';
+import type { Readiness } from './readiness.js';
 import { bearerValue, principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { validateInput } from './validate.js';
@@ -19,13 +20,13 @@ export interface RouterParts {
   services: IdentityServices;
   routes: RouteDefinition[];
   limiters: Record<RateLimitGroup, RequestHandler>;
-  ready: Promise<void>;
+  readiness: Readiness;
   logger: Logger;
 }
 
-export function buildRouter({ services, routes, limiters, ready, logger }: RouterParts): Router {
+export function buildRouter({ services, routes, limiters, readiness, logger }: RouterParts): Router {
   const router = express.Router();
-  const whenReady = readinessGate(ready);
+  const whenReady = readinessGate(readiness);
   const json = express.json({ limit: '100kb' });
 
   for (const route of routes) {
@@ -51,22 +52,10 @@ export function buildRouter({ services, routes, limiters, ready, logger }: Route
   return router;
 }
 
-function readinessGate(ready: Promise<void>): RequestHandler {
-  let failed = false;
-  let settled = false;
-  ready.then(
-    () => {
-      settled = true;
-    },
-    () => {
-      settled = true;
-      failed = true;
-    },
-  );
+function readinessGate(readiness: Readiness): RequestHandler {
+  // Requests that arrive during start-up wait for it instead of failing (CONTRACT 1).
   return (_req, _res, next) => {
-    if (settled) return next(failed ? errors.unavailable() : undefined);
-    // Requests that arrive during start-up wait for it instead of failing (CONTRACT 1).
-    ready.then(() => next(), () => next(errors.unavailable()));
+    readiness.ensure().then(() => next(), (error: unknown) => next(errors.unavailable(error)));
   };
 }
 

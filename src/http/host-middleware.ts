@@ -4,6 +4,7 @@ import { errors } from '../errors.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { asyncStep } from './build-router.js';
 import { errorHandler } from './error-handler.js';
+import type { Readiness } from './readiness.js';
 import { bearerValue, setPrincipal } from './request-state.js';
 
 /**
@@ -11,14 +12,16 @@ import { bearerValue, setPrincipal } from './request-state.js';
  * the bearer token and checks the permission in the token's active organization, resolved
  * from the database. Failures answer in the router's error shape.
  */
-export function requirePermissionMiddleware(services: IdentityServices, ready: Promise<void>, logger: Logger, permission: string): RequestHandler {
+export function requirePermissionMiddleware(services: IdentityServices, readiness: Readiness, logger: Logger, permission: string): RequestHandler {
   if (!services.catalog.has(permission)) {
     throw new TypeError(`requirePermission: "${permission}" is not in the permission catalog; add it to config.permissions`);
   }
   const chain = express.Router();
   chain.use(
     asyncStep(async (req, res) => {
-      await ready;
+      await readiness.ensure().catch((error: unknown) => {
+        throw errors.unavailable(error);
+      });
       const token = bearerValue(req);
       if (!token) throw errors.unauthorized();
       const principal = await services.authentication.authenticateBearer(token);

@@ -1,4 +1,5 @@
 import knexFactory, { type Knex } from 'knex';
+import type { Logger } from '../adapters/types.js';
 import type { DatabaseConfig } from '../config/types.js';
 
 export type Dialect = 'sqlite' | 'pg';
@@ -21,7 +22,7 @@ export function dialectOf(knex: Knex): Dialect {
   throw new Error(`identity-router supports better-sqlite3 and pg; got client "${client}"`);
 }
 
-export function openDatabase(database: DatabaseConfig): OpenedDatabase {
+export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDatabase {
   if (isKnexInstance(database)) return { knex: database, dialect: dialectOf(database), owned: false };
 
   const { tablePrefix: _ignored, ...knexConfig } = database;
@@ -30,6 +31,13 @@ export function openDatabase(database: DatabaseConfig): OpenedDatabase {
   const knex = knexFactory({
     // A database that cannot be reached answers 503 within 5 s instead of hanging (CONTRACT 1).
     acquireConnectionTimeout: 5000,
+    // Knex's own warnings go through the host's logger, not straight to the console.
+    log: {
+      warn: (message: unknown) => logger.warn(`knex: ${String(message)}`),
+      error: (message: unknown) => logger.error(`knex: ${String(message)}`),
+      deprecate: (method: string, alternative: string) => logger.warn(`knex: ${method} is deprecated; use ${alternative}`),
+      debug: (message: unknown) => logger.debug?.(`knex: ${String(message)}`),
+    },
     ...(isSqlite ? { useNullAsDefault: true } : {}),
     ...knexConfig,
     pool: {
