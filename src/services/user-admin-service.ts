@@ -1,10 +1,166 @@
-import type { ServiceContext } from './context.js';
+import { keyedHash } from '../crypto/keyed-hash.js';
+import { errors } from '../errors.js';
+import type { UserRecord } from '../store/user-repository.js';
+import { resolveAuthority } from './authority.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+import { userStatus } from './identity-service.js';
 import type { PermissionCatalog } from './permission-catalog.js';
+import type { Principal } from './principal.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
-/** User administration and the account lifecycle (spec 4.4; filled in by the users work). */
+/** Spec 4.4: the user body. */
+export interface UserView {
+  id: string;
+  email: string;
+  display_name: string | null;
+  status: 'active' | 'disabled' | 'locked';
+}
+
+export interface UserProfileChanges {
+  /** `null` (or an empty string) clears it. */
+  displayName?: string | null | undefined;
+  /** users.manage only (CONTRACT 5). */
+  mfaEnforced?: boolean | undefined;
+}
+
+/** The reserved domain of tombstone addresses (RFC 2606 `.invalid` never resolves). */
+export const TOMBSTONE_EMAIL_DOMAIN = 'deleted.invalid';
+
+const DISPLAY_NAME_MAX_LENGTH = 120;
+
+type UserPermission = 'users.read' | 'users.manage';
+
+/** User administration and the account lifecycle (spec 4.4, spec 3 user status). */
 export class UserAdminService {
   constructor(
     protected readonly context: ServiceContext,
     protected readonly catalog: PermissionCatalog,
   ) {}
+
+  async read(principal: Principal, userId: string): Promise<UserView> {
+    await this.assertAllowed(principal, userId, 'users.read', { self: true });
+    const user = await this.context.store.repos.users.findById(userId);
+    if (!user) throw errors.notFound('User');
+    return this.view(user, this.context.clock.now());
+  }
+
+  async updateProfile(principal: Principal, userId: string, changes: UserProfileChanges, meta: RequestMeta): Promise<UserView> {
+    // The per-user MFA flag is an administrative control: holding it over yourself would let
+    // a user switch off a policy an administrator set.
+    await this.assertAllowed(principal, userId, 'users.manage', { self: changes.mfaEnforced === undefined });
+    const displayName = changes.displayName === undefined ? undefined : normaliseDisplayName(changes.displayName);
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await this.lockLiveUser(uow, userId);
+      if (displayName !== undefined) await uow.repos.users.setDisplayName(user.id, displayName, uow.now);
+      if (changes.mfaEnforced !== undefined) await uow.repos.users.setMfaEnforced(user.id, changes.mfaEnforced, uow.now);
+      return this.view((await uow.repos.users.findById(user.id))!, uow.now);
+    });
+  }
+
+  /** active (or locked) → disabled: every session ends and login answers account_disabled. */
+  async disable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
+    await this.assertAllowed(principal, userId, 'users.manage', { self: false });
+    // An administrator who locks themselves out leaves nobody to undo it.
+    if (userId === principal.userId) throw errors.conflict('You cannot disable your own account.');
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await this.lockLiveUser(uow, userId);
+      if (user.status !== 'disabled') {
+        await uow.repos.users.setStatus(user.id, 'disabled', uow.now);
+        const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_disabled');
+        await uow.emit({ type: 'user.disabled', actorId: principal.userId, userId: user.id, data: { sessions_revoked: revoked } });
+      }
+      return this.view((await uow.repos.users.findById(user.id))!, uow.now);
+    });
+  }
+
+  /** disabled or locked → active, with the lockout counters cleared; a tombstone stays one (409). */
+  async enable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
+    await this.assertAllowed(principal, userId, 'users.manage', { self: false });
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByIdForUpdate(userId);
+      if (!user) throw errors.notFound('User');
+      if (user.deletedAt !== null) throw errors.conflict('A deleted account cannot be enabled.');
+      const previousStatus = userStatus(user, uow.now);
+      if (user.status !== 'active') await uow.repos.users.setStatus(user.id, 'active', uow.now);
+      await uow.repos.users.clearFailedLogins(user.id);
+      if (previousStatus !== 'active') {
+        await uow.emit({ type: 'user.enabled', actorId: principal.userId, userId: user.id, data: { previous_status: previousStatus } });
+      }
+      return this.view((await uow.repos.users.findById(user.id))!, uow.now);
+    });
+  }
+
+  /**
+   * Any state → disabled tombstone. The row stays (audit events keep resolving to an id) but
+   * nothing in it identifies the person: the address becomes a keyed hash at a reserved
+   * domain, so the address itself is free to register again.
+   */
+  async deleteAccount(principal: Principal, userId: string, meta: RequestMeta): Promise<void> {
+    await this.assertAllowed(principal, userId, 'users.manage', { self: true });
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByIdForUpdate(userId);
+      if (!user) throw errors.notFound('User');
+      // Already a tombstone: nothing is left to remove.
+      if (user.deletedAt !== null) return;
+      const ownerless = await uow.repos.users.organizationsWhereLastActiveOwner(user.id);
+      if (ownerless.length > 0) {
+        throw errors.conflict('This account is the last active owner of an organization; transfer ownership first.');
+      }
+      await uow.repos.users.anonymize(user.id, this.tombstoneEmail(user.id), uow.now);
+      await uow.repos.users.deleteSecondFactorData(user.id);
+      await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
+      const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
+      const endedMemberships = await uow.repos.users.endMemberships(user.id);
+      const invitesRevoked = await uow.repos.users.revokePendingInvitesTo(user.email, uow.now);
+      // Each organization's own audit trail learns that the member left.
+      for (const membership of endedMemberships) {
+        await uow.emit({
+          type: 'member.removed',
+          actorId: principal.userId,
+          userId: user.id,
+          organizationId: membership.organizationId,
+          data: { reason: 'user_deleted', previous_status: membership.status },
+        });
+      }
+      await uow.emit({
+        type: 'user.deleted',
+        actorId: principal.userId,
+        userId: user.id,
+        data: { self: principal.userId === user.id, sessions_revoked: revoked, memberships_ended: endedMemberships.length, invites_revoked: invitesRevoked },
+      });
+    });
+  }
+
+  /**
+   * Self, or the permission resolved from the database. It runs before the target is looked
+   * up, so a caller without the permission learns nothing about which ids exist.
+   */
+  private async assertAllowed(principal: Principal, userId: string, permission: UserPermission, allow: { self: boolean }): Promise<void> {
+    if (allow.self && userId === principal.userId) return;
+    const authority = await resolveAuthority(this.context.store.repos, this.catalog, principal.userId, null);
+    if (!authority.permissions.has(permission)) throw errors.forbidden();
+  }
+
+  /** The target row, locked; a tombstone cannot be changed any more (409). */
+  private async lockLiveUser(uow: UnitOfWork, userId: string): Promise<UserRecord> {
+    const user = await uow.repos.users.findByIdForUpdate(userId);
+    if (!user) throw errors.notFound('User');
+    if (user.deletedAt !== null) throw errors.conflict('The account has been deleted.');
+    return user;
+  }
+
+  private tombstoneEmail(userId: string): string {
+    return `${keyedHash(this.context.keys.identifierHash, userId)}@${TOMBSTONE_EMAIL_DOMAIN}`;
+  }
+
+  private view(user: UserRecord, now: number): UserView {
+    return { id: user.id, email: user.email, display_name: user.displayName, status: userStatus(user, now) };
+  }
+}
+
+function normaliseDisplayName(value: string | null): string | null {
+  const trimmed = value?.trim() ?? '';
+  if (trimmed === '') return null;
+  if ([...trimmed].length > DISPLAY_NAME_MAX_LENGTH) throw errors.validation([`"display_name" must be at most ${DISPLAY_NAME_MAX_LENGTH} characters long`]);
+  return trimmed;
 }

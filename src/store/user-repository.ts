@@ -138,4 +138,65 @@ export class UserRepository extends Repository {
       updated_at: now,
     });
   }
+
+  /**
+   * Organizations in which `userId` is the only active owner (spec 4.3 invariant 3: the
+   * account cannot go while an organization would be left without one). On PostgreSQL the
+   * organization rows are locked first, in id order, so two owners of one organization
+   * deleting their accounts at once are serialised and the second sees the first's removal.
+   */
+  async organizationsWhereLastActiveOwner(userId: string): Promise<string[]> {
+    const owned = await this.activeOwnerships()
+      .where({ 'm.user_id': userId })
+      .distinct('m.organization_id as organization_id');
+    const organizationIds = owned.map((row: Record<string, unknown>) => String(row.organization_id)).sort();
+    if (organizationIds.length === 0) return [];
+    await this.lockForUpdate(this.db(this.table.organizations).whereIn('id', organizationIds).orderBy('id').select('id'));
+    const counts = await this.activeOwnerships()
+      .whereIn('m.organization_id', organizationIds)
+      .groupBy('m.organization_id')
+      .select('m.organization_id as organization_id')
+      .countDistinct({ owners: 'm.user_id' });
+    const ownersByOrganization = new Map(counts.map((row: Record<string, unknown>) => [String(row.organization_id), toNumber(row.owners)]));
+    return organizationIds.filter((id) => (ownersByOrganization.get(id) ?? 0) <= 1);
+  }
+
+  /** Active memberships holding the organization's owner role, in active organizations. */
+  private activeOwnerships() {
+    return this.db(`${this.table.memberships} as m`)
+      .join(`${this.table.organizations} as o`, 'o.id', 'm.organization_id')
+      .join(`${this.table.memberRoles} as mr`, 'mr.membership_id', 'm.id')
+      .join(`${this.table.roles} as r`, 'r.id', 'mr.role_id')
+      .where({ 'm.status': 'active', 'o.status': 'active', 'r.slug': 'owner' })
+      .whereRaw('?? = ??', ['r.organization_id', 'm.organization_id']);
+  }
+
+  /** Every second-factor secret of a user: challenges, login tickets, recovery codes, factors. */
+  async deleteSecondFactorData(userId: string): Promise<void> {
+    await this.db(this.table.otpChallenges).where({ user_id: userId }).delete();
+    await this.db(this.table.mfaTickets).where({ user_id: userId }).delete();
+    await this.db(this.table.recoveryCodes).where({ user_id: userId }).delete();
+    await this.db(this.table.mfaFactors).where({ user_id: userId }).delete();
+  }
+
+  /**
+   * Ends every membership (with its role assignments) and every global role grant of a
+   * user; answers the organizations the user was a member of.
+   */
+  async endMemberships(userId: string): Promise<Array<{ organizationId: string; status: string }>> {
+    const memberships = await this.db(this.table.memberships).where({ user_id: userId }).select('organization_id', 'status').orderBy('organization_id');
+    await this.db(this.table.memberRoles)
+      .whereIn('membership_id', this.db(this.table.memberships).where({ user_id: userId }).select('id'))
+      .delete();
+    await this.db(this.table.memberships).where({ user_id: userId }).delete();
+    await this.db(this.table.globalRoleGrants).where({ user_id: userId }).delete();
+    return memberships.map((row: Record<string, unknown>) => ({ organizationId: String(row.organization_id), status: String(row.status) }));
+  }
+
+  /** Pending invitations addressed to `email` die with the account; answers how many. */
+  async revokePendingInvitesTo(email: string, now: number): Promise<number> {
+    return this.db(this.table.invites)
+      .where({ email, status: 'pending' })
+      .update({ status: 'revoked', pending_email: null, updated_at: now });
+  }
 }

@@ -1,7 +1,67 @@
+import Joi from 'joi';
 import type { IdentityServices } from '../../services/identity-services.js';
-import type { RouteDefinition } from '../route.js';
+import { ok, type RouteDefinition } from '../route.js';
+import { idSchema } from '../schemas.js';
 
-/** Spec 4.4. */
-export function userRoutes(_services: IdentityServices): RouteDefinition[] {
-  return [];
+const DISPLAY_NAME_MAX_LENGTH = 120;
+
+/** Spec 2.4 / 8: at most 120 characters once trimmed; null or '' clears it. */
+const profileDisplayNameSchema = Joi.string()
+  .allow(null, '')
+  .max(4 * DISPLAY_NAME_MAX_LENGTH)
+  .custom((value: string, helpers) => {
+    const trimmed = value.trim();
+    return [...trimmed].length > DISPLAY_NAME_MAX_LENGTH ? helpers.error('string.max', { limit: DISPLAY_NAME_MAX_LENGTH }) : trimmed;
+  });
+
+const userParams = Joi.object({ userId: idSchema.required() });
+
+/** Spec 4.4. Permission checks live in the service: they must run before the target is looked up. */
+export function userRoutes(services: IdentityServices): RouteDefinition[] {
+  return [
+    {
+      method: 'get',
+      path: '/users/:userId',
+      auth: 'bearer',
+      params: userParams,
+      handler: async ({ params, principal }) => ok(await services.users.read(principal, params.userId)),
+    },
+    {
+      method: 'patch',
+      path: '/users/:userId',
+      auth: 'bearer',
+      params: userParams,
+      body: Joi.object({ display_name: profileDisplayNameSchema, mfa_enforced: Joi.boolean() }).min(1),
+      handler: async ({ params, body, principal, meta }) =>
+        ok(await services.users.updateProfile(principal, params.userId, { displayName: body.display_name, mfaEnforced: body.mfa_enforced }, meta)),
+    },
+    {
+      method: 'post',
+      path: '/users/:userId/disable',
+      auth: 'bearer',
+      stepUp: true,
+      params: userParams,
+      body: Joi.object({}),
+      handler: async ({ params, principal, meta }) => ok(await services.users.disable(principal, params.userId, meta)),
+    },
+    {
+      method: 'post',
+      path: '/users/:userId/enable',
+      auth: 'bearer',
+      params: userParams,
+      body: Joi.object({}),
+      handler: async ({ params, principal, meta }) => ok(await services.users.enable(principal, params.userId, meta)),
+    },
+    {
+      method: 'delete',
+      path: '/users/:userId',
+      auth: 'bearer',
+      stepUp: true,
+      params: userParams,
+      handler: async ({ params, principal, meta }) => {
+        await services.users.deleteAccount(principal, params.userId, meta);
+        return ok({ status: 'deleted' });
+      },
+    },
+  ];
 }
