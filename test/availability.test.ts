@@ -102,7 +102,7 @@ test(
       const started = Date.now();
       const during = await register();
       assert.equal(during.status, 503);
-      assert.equal((await during.json()).error, 'unavailable');
+      assert.equal(((await during.json()) as { error: string }).error, 'unavailable');
       assert.ok(Date.now() - started < 6000, `took ${Date.now() - started} ms`);
 
       await relay.start();

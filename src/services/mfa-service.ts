@@ -1,7 +1,16 @@
+import { randomUUID } from 'node:crypto';
+import QRCode from 'qrcode';
+import { generateTotpSecret, totpProvisioningUri } from '../crypto/totp.js';
 import { errors, IdentityError } from '../errors.js';
-import type { MfaTicket } from './mfa-ticket.js';
+import type { FactorType, MfaFactorRecord } from '../store/mfa-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
+import { MfaCodes, maskedDestination } from './mfa-codes.js';
+import type { MfaTicket } from './mfa-ticket.js';
+import { normaliseEmail } from './password-policy.js';
+import type { Principal } from './principal.js';
+import type { AccessTokenResponse, SessionService, TokenResponse } from './session-service.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 /** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
 export interface LoginFactorView {
@@ -12,16 +21,60 @@ export interface LoginFactorView {
   destination?: string;
 }
 
-/** Multi-factor authentication (spec 4.2). */
+/** A factor in the management list (spec 2.6): pending ones too. */
+export interface FactorView extends LoginFactorView {
+  confirmed: boolean;
+}
+
+export interface TotpEnrollment {
+  factor_id: string;
+  secret: string;
+  otpauth_uri: string;
+  qr_svg?: string;
+  qr_png_base64?: string;
+}
+
+export interface CodeSent {
+  channel: 'sms' | 'email';
+  destination: string;
+}
+
+/** How failed second-factor codes reach the account lockout (AccountService owns the rule). */
+export interface SecondFactorLockout {
+  recordFailedSecondFactor(uow: UnitOfWork, userId: string): Promise<boolean>;
+}
+
+/** Spec 2.6: a factor never confirmed is pruned after this long. */
+const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
+const SECOND_FACTOR_AMR = ['pwd', 'otp'];
+
+type CodeMethod = FactorType | 'recovery';
+
+/** Multi-factor authentication (spec 4.2): enrollment, the login gate, step-up and factor management. */
 export class MfaService {
-  constructor(private readonly context: ServiceContext) {}
+  private readonly codes: MfaCodes;
+  private lockout: SecondFactorLockout | undefined;
+
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly sessions: SessionService,
+  ) {
+    this.codes = new MfaCodes(context);
+  }
+
+  /** Wired after construction because AccountService itself depends on this service. */
+  useLockout(lockout: SecondFactorLockout): void {
+    this.lockout = lockout;
+  }
+
+  // ---------------------------------------------------------------- login gate
 
   /**
    * Decides whether a password login needs a second factor. Answers a ticket and the
    * factors when it does, nothing when a session may open, and refuses the login in
    * 'block' mode when MFA is enforced and no factor is confirmed.
    */
-  async loginGate(user: UserRecord, _meta: RequestMeta): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
+  async loginGate(user: UserRecord, meta: RequestMeta): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
     const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.isEnforcedFor(user))) {
@@ -29,13 +82,228 @@ export class MfaService {
       }
       return undefined;
     }
-    throw new Error('MFA login gate is not implemented yet');
+    const ticketId = randomUUID();
+    const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
+    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent });
+    return { mfaToken: token, factors: confirmed.map(loginFactorView) };
   }
 
   /** An MFA ticket presented as a bearer value (spec 2.2); anything else is 401 unauthorized. */
-  async authenticateTicket(_token: string): Promise<MfaTicket> {
-    throw errors.unauthorized('The MFA ticket is invalid or expired.');
+  async authenticateTicket(token: string): Promise<MfaTicket> {
+    const invalid = () => errors.unauthorized('The MFA ticket is invalid or expired.');
+    const claims = await this.context.jwt.verifyMfaTicket(token);
+    if (!claims) throw invalid();
+    const ticket = await this.context.store.repos.mfaTickets.findById(claims.jti);
+    const now = this.context.clock.now();
+    if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
+    // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, it is dead.
+    if (ticket.failedAttempts >= this.context.config.otp.maxAttempts) throw invalid();
+    return { id: ticket.id, userId: ticket.userId };
   }
+
+  /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
+  async sendLoginCode(ticket: MfaTicket, factorId: string, meta: RequestMeta): Promise<CodeSent> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const factor = await this.confirmedFactor(uow, ticket.userId, factorId);
+      assertCodeCanBeSent(factor);
+      return this.codes.sendCode(uow, { factor, purpose: 'login_mfa', boundTo: ticket.id, cooldownCode: 'too_many_requests' });
+    });
+  }
+
+  /**
+   * POST /auth/mfa/verify: a TOTP code, the code of this ticket's live challenge, or a
+   * recovery code. Success consumes the ticket and opens the session; every failure
+   * counts against the challenge, the ticket, the verify window and the lockout.
+   */
+  async verifyLogin(ticket: MfaTicket, input: { code: string; factorId?: string; type?: string }, meta: RequestMeta): Promise<TokenResponse> {
+    const user = await this.context.store.repos.users.findById(ticket.userId);
+    const now = this.context.clock.now();
+    if (!user || user.status !== 'active' || user.deletedAt !== null || (user.lockedUntil !== null && user.lockedUntil > now)) {
+      throw errors.unauthorized('The MFA ticket is invalid or expired.');
+    }
+    await this.codes.assertVerifyBudget(this.context.store.repos, user.id, now);
+    const useRecovery = input.type === 'recovery' || input.factorId === undefined;
+    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+      const factor = useRecovery ? undefined : await this.confirmedFactor(uow, user.id, input.factorId!);
+      const method: CodeMethod = factor?.type ?? 'recovery';
+      const accepted = factor
+        ? await this.codes.checkFactorCode(uow, factor, input.code, 'login_mfa', ticket.id)
+        : await this.codes.spendRecoveryCode(uow, user.id, input.code);
+      if (!accepted) {
+        await uow.repos.mfaTickets.recordFailure(ticket.id);
+        await this.recordSecondFactorFailure(uow, user.id, { context: 'login', method, factorId: factor?.id ?? null });
+        return { failed: true as const };
+      }
+      // Single use: of concurrent verifies only the one whose update takes the ticket goes on.
+      if (!(await uow.repos.mfaTickets.consume(ticket.id, uow.now, this.context.config.otp.maxAttempts))) {
+        throw errors.unauthorized('The MFA ticket is invalid or expired.');
+      }
+      const tokens = await this.sessions.open(uow, user, { mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now }, meta);
+      await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
+      if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr: SECOND_FACTOR_AMR, method } });
+      return { tokens };
+    });
+    if ('failed' in outcome) throw errors.invalidCode();
+    return outcome.tokens;
+  }
+
+  // ---------------------------------------------------------------- step-up
+
+  async sendStepUpCode(principal: Principal, factorId: string, meta: RequestMeta): Promise<CodeSent> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const factor = await this.confirmedFactor(uow, principal.userId, factorId);
+      assertCodeCanBeSent(factor);
+      return this.codes.sendCode(uow, { factor, purpose: 'step_up', boundTo: principal.sessionId, cooldownCode: 'too_many_requests' });
+    });
+  }
+
+  /** POST /auth/mfa/step-up: re-stamps the session's auth_time; the refresh token is untouched. */
+  async stepUp(principal: Principal, input: { code: string; factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
+    await this.codes.assertVerifyBudget(this.context.store.repos, principal.userId, this.context.clock.now());
+    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+      const factor = input.factorId === undefined ? undefined : await this.confirmedFactor(uow, principal.userId, input.factorId);
+      const method: CodeMethod = factor?.type ?? 'recovery';
+      const accepted = factor
+        ? await this.codes.checkFactorCode(uow, factor, input.code, 'step_up', principal.sessionId)
+        : await this.codes.spendRecoveryCode(uow, principal.userId, input.code);
+      if (!accepted) {
+        await this.recordSecondFactorFailure(uow, principal.userId, { context: 'step_up', method, factorId: factor?.id ?? null });
+        return { failed: true as const };
+      }
+      const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
+      if (!session) throw errors.sessionEnded();
+      await uow.repos.sessions.recordStrongAuthentication(session.id, uow.now, SECOND_FACTOR_AMR);
+      const refreshed = { ...session, mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now };
+      const { access_token, token_type } = await this.sessions.accessTokenFor(uow.repos, refreshed, principal.user);
+      await uow.emit({ type: 'mfa.step_up_completed', actorId: principal.userId, userId: principal.userId, data: { method, factor_id: factor?.id ?? null, session_id: session.id } });
+      if (method === 'recovery') await this.emitRecoveryUsed(uow, principal.userId);
+      return { access: { access_token, token_type } };
+    });
+    if ('failed' in outcome) throw errors.invalidCode();
+    return outcome.access;
+  }
+
+  // ---------------------------------------------------------------- enrollment
+
+  async enrollTotp(principal: Principal, format: 'svg' | 'png', meta: RequestMeta): Promise<TotpEnrollment> {
+    const factorId = randomUUID();
+    const secret = generateTotpSecret();
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await this.prunePendingFactors(uow, principal.userId);
+      await uow.repos.mfaFactors.insert({ id: factorId, userId: principal.userId, type: 'totp', destination: null, secretSealed: this.codes.sealTotpSecret(factorId, secret), now: uow.now });
+    });
+    const otpauthUri = totpProvisioningUri(this.context.config.otp.totp.issuer, principal.user.email, secret);
+    const enrollment: TotpEnrollment = { factor_id: factorId, secret, otpauth_uri: otpauthUri };
+    if (format === 'png') enrollment.qr_png_base64 = (await QRCode.toBuffer(otpauthUri, { type: 'png', errorCorrectionLevel: 'M' })).toString('base64');
+    else enrollment.qr_svg = await QRCode.toString(otpauthUri, { type: 'svg', errorCorrectionLevel: 'M' });
+    return enrollment;
+  }
+
+  /** sms/enroll and email/enroll: an unconfirmed factor and a code sent to it. */
+  async enrollCodeFactor(principal: Principal, type: 'sms' | 'email', destinationInput: string | undefined, meta: RequestMeta): Promise<{ factor_id: string; destination: string }> {
+    const destination = type === 'email' ? normaliseEmail(destinationInput ?? principal.user.email) : (destinationInput ?? '');
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      await this.prunePendingFactors(uow, principal.userId);
+      const existing = await uow.repos.mfaFactors.findByDestination(principal.userId, type, destination);
+      if (existing.some((factor) => factor.confirmedAt !== null)) throw errors.conflict('This destination is already a confirmed factor.');
+      // Enrolling the same destination again resends to the pending factor, under its cooldown.
+      let factor = existing[0];
+      if (!factor) {
+        const id = randomUUID();
+        await uow.repos.mfaFactors.insert({ id, userId: principal.userId, type, destination, secretSealed: null, now: uow.now });
+        factor = (await uow.repos.mfaFactors.findOwned(id, principal.userId))!;
+      }
+      const sent = await this.codes.sendCode(uow, { factor, purpose: 'enroll', boundTo: null, cooldownCode: 'rate_limited' });
+      return { factor_id: factor.id, destination: sent.destination };
+    });
+  }
+
+  /**
+   * The confirm routes: a valid code confirms the factor. The first confirmed factor becomes the
+   * default, gets a batch of recovery codes and emits mfa.enrolled.
+   */
+  async confirmFactor(principal: Principal, type: FactorType, factorId: string, code: string, meta: RequestMeta): Promise<{ status: 'confirmed'; recovery_codes?: string[] }> {
+    await this.codes.assertVerifyBudget(this.context.store.repos, principal.userId, this.context.clock.now());
+    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+      // One MFA change per user at a time: "first confirmed factor" must mean exactly one.
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      await this.prunePendingFactors(uow, principal.userId);
+      const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
+      if (!factor || factor.type !== type) throw errors.notFound('Factor');
+      if (factor.confirmedAt !== null) throw new IdentityError(422, 'invalid_state', 'This factor is already confirmed.');
+      if (!(await this.codes.checkFactorCode(uow, factor, code, 'enroll', null))) {
+        await this.codes.recordVerifyFailure(uow, principal.userId);
+        return { failed: true as const };
+      }
+      const firstFactor = !(await uow.repos.mfaFactors.hasConfirmed(principal.userId));
+      if (!(await uow.repos.mfaFactors.markConfirmed(factor.id, uow.now))) return { failed: true as const };
+      if (!(await uow.repos.mfaFactors.hasDefault(principal.userId))) await uow.repos.mfaFactors.makeDefault(principal.userId, factor.id);
+      if (!firstFactor) return { result: { status: 'confirmed' as const } };
+      const recoveryCodes = await this.codes.issueRecoveryCodes(uow, principal.userId);
+      await uow.emit({ type: 'mfa.enrolled', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type } });
+      return { result: { status: 'confirmed' as const, recovery_codes: recoveryCodes } };
+    });
+    if ('failed' in outcome) throw errors.invalidCode();
+    return outcome.result;
+  }
+
+  // ---------------------------------------------------------------- management
+
+  async listFactors(principal: Principal, meta: RequestMeta): Promise<FactorView[]> {
+    await runUnitOfWork(this.context, meta, (uow) => this.prunePendingFactors(uow, principal.userId));
+    const factors = await this.context.store.repos.mfaFactors.listForUser(principal.userId);
+    return factors.map((factor) => ({ ...loginFactorView(factor), confirmed: factor.confirmedAt !== null }));
+  }
+
+  async updateFactor(principal: Principal, factorId: string, changes: { label?: string | null; default?: boolean }, meta: RequestMeta): Promise<FactorView> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
+      if (!factor) throw errors.notFound('Factor');
+      if (changes.default === true && factor.confirmedAt === null) throw new IdentityError(422, 'invalid_state', 'Only a confirmed factor can be the default.');
+      if (changes.label !== undefined) await uow.repos.mfaFactors.setLabel(factor.id, changes.label === null || changes.label === '' ? null : changes.label);
+      if (changes.default === true) await uow.repos.mfaFactors.makeDefault(principal.userId, factor.id);
+      if (changes.default === false) await uow.repos.mfaFactors.clearDefault(factor.id);
+      const updated = (await uow.repos.mfaFactors.findOwned(factor.id, principal.userId))!;
+      return { ...loginFactorView(updated), confirmed: updated.confirmedAt !== null };
+    });
+  }
+
+  /** Step-up guarded at the route. The last confirmed factor stays while MFA is enforced for the user. */
+  async removeFactor(principal: Principal, factorId: string, meta: RequestMeta): Promise<void> {
+    const enforced = await this.isEnforcedFor(principal.user);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
+      if (!factor) throw errors.notFound('Factor');
+      const confirmed = await uow.repos.mfaFactors.listConfirmed(principal.userId);
+      const lastConfirmed = factor.confirmedAt !== null && confirmed.length === 1;
+      if (lastConfirmed && enforced) {
+        throw new IdentityError(409, 'last_factor_protected', 'MFA is enforced for this account; the last confirmed factor cannot be removed.');
+      }
+      await uow.repos.mfaFactors.deleteOwned(factor.id, principal.userId);
+      const remaining = confirmed.filter((candidate) => candidate.id !== factor.id);
+      if (factor.isDefault && remaining[0]) await uow.repos.mfaFactors.makeDefault(principal.userId, remaining[0].id);
+      // Without a confirmed factor there is no MFA to recover; a later first factor issues a new batch.
+      if (factor.confirmedAt !== null && remaining.length === 0) await uow.repos.recoveryCodes.retireAll(principal.userId, uow.now);
+      await uow.emit({ type: 'mfa.factor_removed', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type, confirmed: factor.confirmedAt !== null } });
+    });
+  }
+
+  async regenerateRecoveryCodes(principal: Principal, meta: RequestMeta): Promise<string[]> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      if (!(await uow.repos.mfaFactors.hasConfirmed(principal.userId))) {
+        throw new IdentityError(422, 'invalid_state', 'Recovery codes need a confirmed factor first.');
+      }
+      const codes = await this.codes.issueRecoveryCodes(uow, principal.userId);
+      await uow.emit({ type: 'mfa.recovery_regenerated', actorId: principal.userId, userId: principal.userId, data: { count: codes.length } });
+      return codes;
+    });
+  }
+
+  // ---------------------------------------------------------------- queries used elsewhere
 
   async hasConfirmedFactor(userId: string): Promise<boolean> {
     return this.context.store.repos.mfaFactors.hasConfirmed(userId);
@@ -50,4 +318,53 @@ export class MfaService {
   async recoveryCodesRemaining(userId: string): Promise<number> {
     return this.context.store.repos.recoveryCodes.countUnused(userId);
   }
+
+  /** The per-user enforcement flag (CONTRACT 5: `service.setMfaEnforced`). */
+  async setMfaEnforced(userId: string, on: boolean): Promise<void> {
+    const user = await this.context.store.repos.users.findById(userId);
+    if (!user) throw errors.notFound('User');
+    await this.context.store.repos.users.setMfaEnforced(userId, on, this.context.clock.now());
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  /** A confirmed factor of the user; unknown, foreign and pending factors are 404 alike. */
+  private async confirmedFactor(uow: UnitOfWork, userId: string, factorId: string): Promise<MfaFactorRecord> {
+    const factor = await uow.repos.mfaFactors.findOwned(factorId, userId);
+    if (!factor || factor.confirmedAt === null) throw errors.notFound('Factor');
+    return factor;
+  }
+
+  /** Pruned opportunistically on this user's own requests, so no scheduler is needed. */
+  private async prunePendingFactors(uow: UnitOfWork, userId: string): Promise<void> {
+    await uow.repos.mfaFactors.pruneUnconfirmed(userId, uow.now - PENDING_FACTOR_LIFETIME_MS);
+  }
+
+  private async recordSecondFactorFailure(uow: UnitOfWork, userId: string, failure: { context: 'login' | 'step_up'; method: CodeMethod; factorId: string | null }): Promise<void> {
+    await this.codes.recordVerifyFailure(uow, userId);
+    await uow.emit({ type: 'mfa.verify_failed', actorId: userId, userId, data: { context: failure.context, method: failure.method, factor_id: failure.factorId } });
+    const lockedNow = (await this.lockout?.recordFailedSecondFactor(uow, userId)) ?? false;
+    if (lockedNow) {
+      const until = uow.now + this.context.config.auth.lockout.duration * 1000;
+      await uow.emit({ type: 'user.locked', userId, data: { until: new Date(until).toISOString(), reason: 'second_factor' } });
+    }
+  }
+
+  private async emitRecoveryUsed(uow: UnitOfWork, userId: string): Promise<void> {
+    const remaining = await uow.repos.recoveryCodes.countUnused(userId);
+    await uow.emit({ type: 'mfa.recovery_used', actorId: userId, userId, data: { remaining } });
+  }
+
+}
+
+function loginFactorView(factor: MfaFactorRecord): LoginFactorView {
+  const view: LoginFactorView = { id: factor.id, type: factor.type, default: factor.isDefault };
+  if (factor.label) view.label = factor.label;
+  const destination = maskedDestination(factor);
+  if (destination) view.destination = destination;
+  return view;
+}
+
+function assertCodeCanBeSent(factor: MfaFactorRecord): void {
+  if (factor.type === 'totp') throw new IdentityError(422, 'unsupported_factor', 'TOTP factors need no challenge; submit the code from the authenticator app.');
 }

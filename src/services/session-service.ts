@@ -67,7 +67,7 @@ export class SessionService {
     });
     const refreshToken = await this.issueRefreshToken(uow.repos, sessionId, uow.now);
     const session = await uow.repos.sessions.findById(sessionId);
-    const access = await this.accessTokenFor(uow.repos, session!, user);
+    const { claims: _claims, ...access } = await this.accessTokenFor(uow.repos, session!, user);
     return { ...access, refresh_token: refreshToken };
   }
 
@@ -218,6 +218,7 @@ function decodeSessionCursor(cursor: string | undefined): { afterCreatedAt?: num
   const parts = decodeCursor(cursor);
   if (!parts) return {};
   const [createdAt, id] = parts;
-  if (typeof createdAt !== 'number' || typeof id !== 'string') throw errors.validation(['"cursor" is not a valid cursor']);
-  return { afterCreatedAt: createdAt, afterId: id };
+  // Only values we could have issued reach SQL: PostgreSQL refuses a fractional bigint or a NUL byte with an error.
+  if (!Number.isSafeInteger(createdAt) || typeof id !== 'string' || !/^[0-9a-f-]{36}$/.test(id)) throw errors.validation(['"cursor" is not a valid cursor']);
+  return { afterCreatedAt: createdAt as number, afterId: id };
 }

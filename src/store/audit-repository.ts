@@ -71,4 +71,9 @@ export class RateEventRepository extends Repository {
   async pruneBefore(before: number): Promise<void> {
     await this.db(this.table.rateEvents).where('occurred_at', '<=', before).delete();
   }
+
+  /** Drops one bucket's events that have left its window, so budgets do not grow without bound. */
+  async pruneBucketBefore(bucket: string, before: number): Promise<void> {
+    await this.db(this.table.rateEvents).where({ bucket }).andWhere('occurred_at', '<=', before).delete();
+  }
 }

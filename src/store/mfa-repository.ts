@@ -2,6 +2,8 @@ import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
 
 export type FactorType = 'totp' | 'sms' | 'email';
+export type OtpPurpose = 'enroll' | 'login_mfa' | 'step_up';
+export type OtpChannel = 'sms' | 'email';
 
 export interface MfaFactorRecord {
   id: string;
@@ -31,23 +33,260 @@ export function mapFactor(row: Record<string, unknown>): MfaFactorRecord {
   };
 }
 
+const FACTOR_ORDER = [{ column: 'created_at', order: 'asc' as const }, { column: 'id', order: 'asc' as const }];
+
 export class MfaFactorRepository extends Repository {
   async listConfirmed(userId: string): Promise<MfaFactorRecord[]> {
-    const rows = await this.db(this.table.mfaFactors).where({ user_id: userId }).whereNotNull('confirmed_at').orderBy([{ column: 'created_at', order: 'asc' }, { column: 'id', order: 'asc' }]);
+    const rows = await this.db(this.table.mfaFactors).where({ user_id: userId }).whereNotNull('confirmed_at').orderBy(FACTOR_ORDER);
     return rows.map(mapFactor);
   }
 
   async hasConfirmed(userId: string): Promise<boolean> {
     return (await this.db(this.table.mfaFactors).where({ user_id: userId }).whereNotNull('confirmed_at').first('id')) !== undefined;
   }
+
+  /** Confirmed and pending factors, oldest first. */
+  async listForUser(userId: string): Promise<MfaFactorRecord[]> {
+    return (await this.db(this.table.mfaFactors).where({ user_id: userId }).orderBy(FACTOR_ORDER)).map(mapFactor);
+  }
+
+  /** The factor when it belongs to the user; a foreign factor reads as absent. */
+  async findOwned(id: string, userId: string): Promise<MfaFactorRecord | undefined> {
+    const row = await this.db(this.table.mfaFactors).where({ id, user_id: userId }).first();
+    return row ? mapFactor(row) : undefined;
+  }
+
+  /** Row lock on PostgreSQL: serialises sends for one factor so the resend cooldown holds under concurrency. */
+  async findOwnedForUpdate(id: string, userId: string): Promise<MfaFactorRecord | undefined> {
+    const row = await this.lockForUpdate(this.db(this.table.mfaFactors).where({ id, user_id: userId })).first();
+    return row ? mapFactor(row) : undefined;
+  }
+
+  async findByDestination(userId: string, type: FactorType, destination: string): Promise<MfaFactorRecord[]> {
+    return (await this.db(this.table.mfaFactors).where({ user_id: userId, type, destination }).orderBy(FACTOR_ORDER)).map(mapFactor);
+  }
+
+  async insert(factor: { id: string; userId: string; type: FactorType; destination: string | null; secretSealed: string | null; now: number }): Promise<void> {
+    await this.db(this.table.mfaFactors).insert({
+      id: factor.id,
+      user_id: factor.userId,
+      type: factor.type,
+      label: null,
+      destination: factor.destination,
+      secret_sealed: factor.secretSealed,
+      is_default: false,
+      last_used_step: null,
+      confirmed_at: null,
+      created_at: factor.now,
+    });
+  }
+
+  /** Spec 2.6: a factor never confirmed is pruned (here: once it is older than `createdBefore`). */
+  async pruneUnconfirmed(userId: string, createdBefore: number): Promise<number> {
+    return this.db(this.table.mfaFactors).where({ user_id: userId }).whereNull('confirmed_at').andWhere('created_at', '<=', createdBefore).delete();
+  }
+
+  /**
+   * Remembers the accepted TOTP time-step. Conditional, so of two concurrent uses of one
+   * code only one moves the step forward; a code at or before the stored step is a replay.
+   */
+  async advanceTotpStep(id: string, step: number): Promise<boolean> {
+    const changed = await this.db(this.table.mfaFactors)
+      .where({ id })
+      .andWhere((query) => query.whereNull('last_used_step').orWhere('last_used_step', '<', step))
+      .update({ last_used_step: step });
+    return changed === 1;
+  }
+
+  async markConfirmed(id: string, now: number): Promise<boolean> {
+    return (await this.db(this.table.mfaFactors).where({ id }).whereNull('confirmed_at').update({ confirmed_at: now })) === 1;
+  }
+
+  async hasDefault(userId: string): Promise<boolean> {
+    return (await this.db(this.table.mfaFactors).where({ user_id: userId, is_default: true }).whereNotNull('confirmed_at').first('id')) !== undefined;
+  }
+
+  /** One default at a time: clears every other flag of the user in the same statement pair. */
+  async makeDefault(userId: string, id: string): Promise<void> {
+    await this.db(this.table.mfaFactors).where({ user_id: userId, is_default: true }).whereNot({ id }).update({ is_default: false });
+    await this.db(this.table.mfaFactors).where({ id, user_id: userId }).whereNotNull('confirmed_at').update({ is_default: true });
+  }
+
+  async clearDefault(id: string): Promise<void> {
+    await this.db(this.table.mfaFactors).where({ id }).update({ is_default: false });
+  }
+
+  async setLabel(id: string, label: string | null): Promise<void> {
+    await this.db(this.table.mfaFactors).where({ id }).update({ label });
+  }
+
+  async deleteOwned(id: string, userId: string): Promise<boolean> {
+    return (await this.db(this.table.mfaFactors).where({ id, user_id: userId }).delete()) === 1;
+  }
 }
 
-export class OtpChallengeRepository extends Repository {}
-export class MfaTicketRepository extends Repository {}
+export interface OtpChallengeRecord {
+  id: string;
+  userId: string;
+  factorId: string;
+  purpose: OtpPurpose;
+  channel: OtpChannel;
+  codeHash: string;
+  boundTo: string | null;
+  attempts: number;
+  createdAt: number;
+  expiresAt: number;
+  consumedAt: number | null;
+}
+
+function mapChallenge(row: Record<string, unknown>): OtpChallengeRecord {
+  return {
+    id: String(row.id),
+    userId: String(row.user_id),
+    factorId: String(row.factor_id),
+    purpose: row.purpose as OtpPurpose,
+    channel: row.channel as OtpChannel,
+    codeHash: String(row.code_hash),
+    boundTo: (row.bound_to as string | null) ?? null,
+    attempts: toNumber(row.attempts),
+    createdAt: toNumber(row.created_at),
+    expiresAt: toNumber(row.expires_at),
+    consumedAt: toNullableNumber(row.consumed_at),
+  };
+}
+
+export class OtpChallengeRepository extends Repository {
+  async insert(challenge: Omit<OtpChallengeRecord, 'attempts' | 'consumedAt' | 'createdAt'> & { now: number }): Promise<void> {
+    await this.db(this.table.otpChallenges).insert({
+      id: challenge.id,
+      user_id: challenge.userId,
+      factor_id: challenge.factorId,
+      purpose: challenge.purpose,
+      channel: challenge.channel,
+      code_hash: challenge.codeHash,
+      bound_to: challenge.boundTo,
+      attempts: 0,
+      created_at: challenge.now,
+      expires_at: challenge.expiresAt,
+      consumed_at: null,
+    });
+  }
+
+  /** When the factor last had a code sent (the resend cooldown, CONTRACT 5: per factor). */
+  async lastSentAt(factorId: string): Promise<number | undefined> {
+    const row = await this.db(this.table.otpChallenges).where({ factor_id: factorId }).max({ latest: 'created_at' }).first();
+    return row?.latest === null || row?.latest === undefined ? undefined : toNumber(row.latest);
+  }
+
+  /** A new code replaces the factor's outstanding ones. */
+  async expireOutstanding(factorId: string, now: number): Promise<void> {
+    await this.db(this.table.otpChallenges).where({ factor_id: factorId }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ expires_at: now });
+  }
+
+  /** The newest unconsumed, unexpired challenge of a factor for this purpose and binding. */
+  async findLive(factorId: string, purpose: OtpPurpose, boundTo: string | null, now: number): Promise<OtpChallengeRecord | undefined> {
+    const query = this.db(this.table.otpChallenges).where({ factor_id: factorId, purpose }).whereNull('consumed_at').andWhere('expires_at', '>', now);
+    if (boundTo === null) query.whereNull('bound_to');
+    else query.andWhere({ bound_to: boundTo });
+    const row = await query.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).first();
+    return row ? mapChallenge(row) : undefined;
+  }
+
+  /**
+   * Takes one attempt before the code is compared. The guard in the WHERE means that of
+   * any number of concurrent guesses at most `maxAttempts` get an attempt, and only a
+   * caller that got one may compare.
+   */
+  async claimAttempt(id: string, maxAttempts: number, now: number): Promise<boolean> {
+    const changed = await this.db(this.table.otpChallenges)
+      .where({ id })
+      .whereNull('consumed_at')
+      .andWhere('expires_at', '>', now)
+      .andWhere('attempts', '<', maxAttempts)
+      .increment('attempts', 1);
+    return changed === 1;
+  }
+
+  async consume(id: string, now: number): Promise<boolean> {
+    return (await this.db(this.table.otpChallenges).where({ id }).whereNull('consumed_at').update({ consumed_at: now })) === 1;
+  }
+}
+
+export interface MfaTicketRecord {
+  id: string;
+  userId: string;
+  failedAttempts: number;
+  createdAt: number;
+  expiresAt: number;
+  consumedAt: number | null;
+}
+
+function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
+  return {
+    id: String(row.id),
+    userId: String(row.user_id),
+    failedAttempts: toNumber(row.failed_attempts),
+    createdAt: toNumber(row.created_at),
+    expiresAt: toNumber(row.expires_at),
+    consumedAt: toNullableNumber(row.consumed_at),
+  };
+}
+
+export class MfaTicketRepository extends Repository {
+  async insert(ticket: { id: string; userId: string; now: number; expiresAt: number; ip: string | null; userAgent: string | null }): Promise<void> {
+    await this.db(this.table.mfaTickets).insert({
+      id: ticket.id,
+      user_id: ticket.userId,
+      failed_attempts: 0,
+      created_at: ticket.now,
+      expires_at: ticket.expiresAt,
+      consumed_at: null,
+      ip: ticket.ip,
+      user_agent: ticket.userAgent?.slice(0, 512) ?? null,
+    });
+  }
+
+  async findById(id: string): Promise<MfaTicketRecord | undefined> {
+    const row = await this.db(this.table.mfaTickets).where({ id }).first();
+    return row ? mapTicket(row) : undefined;
+  }
+
+  async recordFailure(id: string): Promise<void> {
+    await this.db(this.table.mfaTickets).where({ id }).increment('failed_attempts', 1);
+  }
+
+  /** Single use: one conditional update, and only while the ticket is alive. */
+  async consume(id: string, now: number, maxAttempts: number): Promise<boolean> {
+    const changed = await this.db(this.table.mfaTickets)
+      .where({ id })
+      .whereNull('consumed_at')
+      .andWhere('expires_at', '>', now)
+      .andWhere('failed_attempts', '<', maxAttempts)
+      .update({ consumed_at: now });
+    return changed === 1;
+  }
+}
 
 export class RecoveryCodeRepository extends Repository {
+  /** Unused codes of the current batch (older batches are retired when a new one is issued). */
   async countUnused(userId: string): Promise<number> {
     const row = await this.db(this.table.recoveryCodes).where({ user_id: userId }).whereNull('used_at').whereNull('retired_at').count({ count: '*' }).first();
     return toNumber(row?.count ?? 0);
+  }
+
+  async retireAll(userId: string, now: number): Promise<void> {
+    await this.db(this.table.recoveryCodes).where({ user_id: userId }).whereNull('retired_at').update({ retired_at: now });
+  }
+
+  async insertBatch(batch: { userId: string; batchId: string; codes: Array<{ id: string; codeHash: string }>; now: number }): Promise<void> {
+    await this.db(this.table.recoveryCodes).insert(
+      batch.codes.map((code) => ({ id: code.id, user_id: batch.userId, batch_id: batch.batchId, code_hash: code.codeHash, created_at: batch.now, used_at: null, retired_at: null })),
+    );
+  }
+
+  /** Single use: one conditional update; false when the code is unknown, used or retired. */
+  async consume(userId: string, codeHash: string, now: number): Promise<boolean> {
+    const changed = await this.db(this.table.recoveryCodes).where({ user_id: userId, code_hash: codeHash }).whereNull('used_at').whereNull('retired_at').update({ used_at: now });
+    return changed >= 1;
   }
 }

@@ -1,7 +1,149 @@
+import Joi from 'joi';
 import type { IdentityServices } from '../../services/identity-services.js';
-import type { RouteDefinition } from '../route.js';
+import { ok, type RouteDefinition } from '../route.js';
+import { emailSchema, idSchema } from '../schemas.js';
 
-/** Spec 4.2. */
-export function mfaRoutes(_services: IdentityServices): RouteDefinition[] {
-  return [];
+/** Codes are checked strictly by the service; the schema only bounds what reaches it. */
+const codeSchema = Joi.string().min(1).max(64);
+/** E.164: a plus, a non-zero country digit, 7 to 15 digits in all. */
+const phoneSchema = Joi.string().pattern(/^\+[1-9][0-9]{6,14}$/).messages({ 'string.pattern.base': '{{#label}} must be an E.164 phone number such as +15551234567' });
+const confirmBody = Joi.object({ factor_id: idSchema.required(), code: codeSchema.required() });
+const factorParams = Joi.object({ factorId: idSchema.required() });
+
+/** Spec 4.2: multi-factor authentication. */
+export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
+  const mfa = services.mfa;
+  return [
+    // ------------------------------------------------------------ enrollment
+    {
+      method: 'post',
+      path: '/auth/mfa/totp/enroll',
+      auth: 'bearer',
+      rateLimit: 'mfa_enroll',
+      allowedDuringEnrollment: true,
+      body: Joi.object({}),
+      query: Joi.object({ format: Joi.string().valid('svg', 'png').default('svg') }),
+      handler: async ({ query, principal, meta }) => ok(await mfa.enrollTotp(principal, query.format, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/mfa/totp/confirm',
+      auth: 'bearer',
+      rateLimit: 'mfa_confirm',
+      allowedDuringEnrollment: true,
+      body: confirmBody,
+      handler: async ({ body, principal, meta }) => ok(await mfa.confirmFactor(principal, 'totp', body.factor_id, body.code, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/mfa/sms/enroll',
+      auth: 'bearer',
+      rateLimit: 'mfa_send',
+      allowedDuringEnrollment: true,
+      body: Joi.object({ phone_e164: phoneSchema.required() }),
+      handler: async ({ body, principal, meta }) => ok(await mfa.enrollCodeFactor(principal, 'sms', body.phone_e164, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/mfa/sms/confirm',
+      auth: 'bearer',
+      rateLimit: 'mfa_confirm',
+      allowedDuringEnrollment: true,
+      body: confirmBody,
+      handler: async ({ body, principal, meta }) => ok(await mfa.confirmFactor(principal, 'sms', body.factor_id, body.code, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/mfa/email/enroll',
+      auth: 'bearer',
+      rateLimit: 'mfa_send',
+      allowedDuringEnrollment: true,
+      body: Joi.object({ email: emailSchema }),
+      handler: async ({ body, principal, meta }) => ok(await mfa.enrollCodeFactor(principal, 'email', body.email, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/mfa/email/confirm',
+      auth: 'bearer',
+      rateLimit: 'mfa_confirm',
+      allowedDuringEnrollment: true,
+      body: confirmBody,
+      handler: async ({ body, principal, meta }) => ok(await mfa.confirmFactor(principal, 'email', body.factor_id, body.code, meta)),
+    },
+
+    // ------------------------------------------------------------ login gate (MFA ticket)
+    {
+      method: 'post',
+      path: '/auth/mfa/challenge',
+      auth: 'ticket',
+      rateLimit: 'mfa_send',
+      body: Joi.object({ factor_id: idSchema.required() }),
+      handler: async ({ body, ticket, meta }) => ok(await mfa.sendLoginCode(ticket, body.factor_id, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/mfa/verify',
+      auth: 'ticket',
+      rateLimit: 'mfa_confirm',
+      body: Joi.object({ code: codeSchema.required(), factor_id: idSchema, type: Joi.string().valid('totp', 'sms', 'email', 'recovery') }),
+      handler: async ({ body, ticket, meta }) => ok(await mfa.verifyLogin(ticket, { code: body.code, factorId: body.factor_id, type: body.type }, meta)),
+    },
+
+    // ------------------------------------------------------------ step-up
+    {
+      method: 'post',
+      path: '/auth/mfa/step-up/challenge',
+      auth: 'bearer',
+      rateLimit: 'mfa_send',
+      body: Joi.object({ factor_id: idSchema.required() }),
+      handler: async ({ body, principal, meta }) => ok(await mfa.sendStepUpCode(principal, body.factor_id, meta)),
+    },
+    {
+      method: 'post',
+      path: '/auth/mfa/step-up',
+      auth: 'bearer',
+      rateLimit: 'mfa_confirm',
+      body: Joi.object({ code: codeSchema.required(), factor_id: idSchema }),
+      handler: async ({ body, principal, meta }) => ok(await mfa.stepUp(principal, { code: body.code, factorId: body.factor_id }, meta)),
+    },
+
+    // ------------------------------------------------------------ management
+    {
+      method: 'post',
+      path: '/auth/mfa/recovery-codes/regenerate',
+      auth: 'bearer',
+      stepUp: true,
+      body: Joi.object({}),
+      handler: async ({ principal, meta }) => ok({ recovery_codes: await mfa.regenerateRecoveryCodes(principal, meta) }),
+    },
+    {
+      method: 'get',
+      path: '/auth/mfa/factors',
+      auth: 'bearer',
+      rateLimit: 'mfa_enroll',
+      allowedDuringEnrollment: true,
+      handler: async ({ principal, meta }) => ok({ factors: await mfa.listFactors(principal, meta) }),
+    },
+    {
+      method: 'patch',
+      path: '/auth/mfa/factors/:factorId',
+      auth: 'bearer',
+      rateLimit: 'mfa_enroll',
+      params: factorParams,
+      body: Joi.object({ label: Joi.string().trim().max(100).allow(null, ''), default: Joi.boolean() }).or('label', 'default'),
+      handler: async ({ params, body, principal, meta }) => ok(await mfa.updateFactor(principal, params.factorId, { label: body.label, default: body.default }, meta)),
+    },
+    {
+      method: 'delete',
+      path: '/auth/mfa/factors/:factorId',
+      auth: 'bearer',
+      rateLimit: 'mfa_enroll',
+      stepUp: true,
+      params: factorParams,
+      handler: async ({ params, principal, meta }) => {
+        await mfa.removeFactor(principal, params.factorId, meta);
+        return ok({ status: 'removed' });
+      },
+    },
+  ];
 }
