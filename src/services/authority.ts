@@ -1,5 +1,6 @@
+import { errors } from '../errors.js';
 import type { PermissionCatalog } from './permission-catalog.js';
-import { SUPERADMIN_ROLE_SLUG } from './permission-catalog.js';
+import { OWNER_ROLE_SLUG, SUPERADMIN_ROLE_SLUG } from './permission-catalog.js';
 import type { Repositories } from '../store/store.js';
 
 /** What a user may do in one organization, resolved from the database (claims are never the authority). */
@@ -24,4 +25,22 @@ export async function resolveAuthority(repos: Repositories, catalog: PermissionC
     return { superadmin, member, roles: [...roles, SUPERADMIN_ROLE_SLUG], permissions: new Set(catalog.entries.map((entry) => entry.key)) };
   }
   return { superadmin, member, roles, permissions: new Set(member ? membership!.permissionKeys : []) };
+}
+
+/** No escalation (spec 4.3 invariant 1): an actor grants only what they hold; a superadmin holds everything. */
+export function assertHoldsEveryKey(actor: ResolvedAuthority, keys: Iterable<string>): void {
+  if (actor.superadmin) return;
+  for (const key of keys) {
+    if (!actor.permissions.has(key)) throw errors.forbidden(`You cannot grant "${key}", which you do not hold.`);
+  }
+}
+
+/** Re-checks the route permission inside the transaction, after the organization row is locked. */
+export function assertHolds(actor: ResolvedAuthority, permission: string): void {
+  if (!actor.permissions.has(permission)) throw errors.forbidden();
+}
+
+/** Whether the actor may touch a member holding the owner role (spec 4.3 invariant 2). */
+export function isOwnerOrSuperadmin(actor: ResolvedAuthority): boolean {
+  return actor.superadmin || (actor.member && actor.roles.includes(OWNER_ROLE_SLUG));
 }

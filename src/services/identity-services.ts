@@ -1,4 +1,5 @@
 import { KeyRing } from '../crypto/key-ring.js';
+import { errors } from '../errors.js';
 import { AccountService } from './account-service.js';
 import { AuthenticationService } from './authentication-service.js';
 import type { ServiceContext } from './context.js';
@@ -34,13 +35,14 @@ export class IdentityServices {
     this.catalog = buildPermissionCatalog(context.config.permissions);
     this.keyRing = context.keyRing;
     this.sessions = new SessionService(context, this.catalog);
-    this.mfa = new MfaService(context);
+    this.mfa = new MfaService(context, this.sessions);
     this.accounts = new AccountService(context, this.sessions, this.mfa);
+    this.mfa.useLockout(this.accounts);
     this.authentication = new AuthenticationService(context, this.mfa);
     this.identity = new IdentityService(context, this.mfa);
     this.organizations = new OrganizationService(context, this.catalog);
-    this.members = new MemberService(context, this.catalog);
-    this.invites = new InviteService(context, this.catalog);
+    this.members = new MemberService(context, this.catalog, this.authentication);
+    this.invites = new InviteService(context, this.catalog, this.authentication);
     this.roles = new RoleService(context, this.catalog);
     this.users = new UserAdminService(context, this.catalog);
   }
@@ -48,6 +50,25 @@ export class IdentityServices {
   /** Start-up work that needs the schema (called once `ready` has migrated). */
   async initialise(): Promise<void> {
     // Later areas add their start-up work here (e.g. the global superadmin role row).
+    // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
+    await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
+  }
+
+  /** Grants the global superadmin role (every permission in every organization); idempotent. */
+  async grantSuperadmin(userId: string): Promise<void> {
+    const user = await this.context.store.repos.users.findById(userId);
+    if (!user) throw errors.notFound('User');
+    await this.context.store.repos.roles.grantSuperadmin(userId, this.context.clock.now());
+  }
+
+  /** Revokes the global superadmin role; idempotent. */
+  async revokeSuperadmin(userId: string): Promise<void> {
+    await this.context.store.repos.roles.revokeSuperadmin(userId);
+  }
+
+  /** The per-user MFA enforcement flag (CONTRACT 5). */
+  setMfaEnforced(userId: string, on: boolean): Promise<void> {
+    return this.mfa.setMfaEnforced(userId, on);
   }
 
   /** A new active signing key; the retiring one stays in the JWKS for one access-token lifetime. */

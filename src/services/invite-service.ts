@@ -1,10 +1,202 @@
-import type { ServiceContext } from './context.js';
-import type { PermissionCatalog } from './permission-catalog.js';
+import { randomUUID } from 'node:crypto';
+import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
+import { errors, IdentityError } from '../errors.js';
+import { isUniqueViolation } from '../store/database.js';
+import type { InviteRecord } from '../store/organization-repository.js';
+import type { AuthenticationService } from './authentication-service.js';
+import { assertHolds, assertHoldsEveryKey, resolveAuthority } from './authority.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import type { Principal } from './principal.js';
+import { decodeCursor, encodeCursor } from './session-service.js';
+import { runUnitOfWork } from './unit-of-work.js';
 
-/** Spec 4.3 (filled in by the organizations work). */
+export interface InviteView {
+  id: string;
+  email: string;
+  role_slugs: string[];
+  expires_at: string;
+}
+
+export interface PendingInviteView extends InviteView {
+  created_at: string;
+  invited_by: string | null;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+function pendingInviteView(invite: InviteRecord): PendingInviteView {
+  return { id: invite.id, email: invite.email, role_slugs: invite.roleSlugs, expires_at: iso(invite.expiresAt), created_at: iso(invite.createdAt), invited_by: invite.invitedBy };
+}
+
+/**
+ * E-mail invitations (spec 2.11, 4.3). The token is 256 random bits, stored only as a
+ * keyed hash and handed only to the mailer after commit. States: pending, accepted,
+ * revoked, expired.
+ *
+ * An invite to an address that already has an account also creates an `invited`
+ * membership row (CONTRACT 5: the member list shows it, addressable by user id); the row
+ * turns active on acceptance and is deleted when the invite is revoked.
+ */
 export class InviteService {
   constructor(
     protected readonly context: ServiceContext,
     protected readonly catalog: PermissionCatalog,
+    private readonly authentication: AuthenticationService,
   ) {}
+
+  /** POST /orgs/{id}/invites. Re-inviting a pending address rotates its token and extends the expiry. */
+  async create(principal: Principal, organizationId: string, input: { email: string; roleSlugs: string[] }, meta: RequestMeta): Promise<InviteView> {
+    const email = input.email.trim().toLowerCase();
+    const roleSlugs = [...new Set(input.roleSlugs)];
+    // Inviting someone as owner is an ownership transfer (spec 5): step-up, like PATCH roles.
+    if (roleSlugs.includes(OWNER_ROLE_SLUG)) await this.authentication.assertRecentStrongAuthentication(principal);
+    try {
+      return await this.createOnce(principal, organizationId, email, roleSlugs, meta);
+    } catch (error) {
+      // Two invites to one address at once: the loser of the pending_email slot retries as a rotation.
+      if (!isUniqueViolation(error)) throw error;
+      return this.createOnce(principal, organizationId, email, roleSlugs, meta);
+    }
+  }
+
+  private async createOnce(principal: Principal, organizationId: string, email: string, roleSlugs: string[], meta: RequestMeta): Promise<InviteView> {
+    const token = randomToken();
+    const tokenHash = keyedHash(this.context.keys.tokenHash, token);
+    const result = await runUnitOfWork(this.context, meta, async (uow) => {
+      const organization = await uow.repos.organizations.findActive(organizationId);
+      if (!organization) throw errors.notFound('Organization');
+      const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
+      assertHolds(actor, 'members.invite');
+      const roles = await uow.repos.roles.findBySlugs(organizationId, roleSlugs);
+      const unknown = roleSlugs.filter((slug) => !roles.some((role) => role.slug === slug));
+      if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
+      for (const role of roles) assertHoldsEveryKey(actor, role.permissionKeys);
+
+      const invitee = await uow.repos.users.findByEmail(email);
+      const membership = invitee ? await uow.repos.memberships.find(organizationId, invitee.id) : undefined;
+      if (membership?.status === 'active') throw errors.conflict('That address already belongs to an active member.');
+      if (membership?.status === 'suspended') {
+        throw new IdentityError(422, 'invalid_state', 'That address belongs to a suspended member; reactivate the member instead of inviting.');
+      }
+
+      const expiresAt = uow.now + this.context.config.tokens.inviteTtl * 1000;
+      const existing = await uow.repos.invites.findPendingForEmail(organizationId, email);
+      let inviteId: string;
+      let createdAt: number;
+      if (existing && (await uow.repos.invites.rotate(existing.id, { tokenHash, roleSlugs, invitedBy: principal.userId, now: uow.now, expiresAt }))) {
+        inviteId = existing.id;
+        createdAt = existing.createdAt;
+      } else {
+        inviteId = randomUUID();
+        createdAt = uow.now;
+        await uow.repos.invites.insert({ id: inviteId, organizationId, email, roleSlugs, tokenHash, invitedBy: principal.userId, now: uow.now, expiresAt });
+      }
+      if (invitee) {
+        let membershipId = membership?.id;
+        if (!membershipId) {
+          membershipId = randomUUID();
+          await uow.repos.memberships.insert({ id: membershipId, organizationId, userId: invitee.id, status: 'invited', now: uow.now });
+        }
+        // The invited row shows the roles the member will get on acceptance.
+        await uow.repos.memberships.replaceRoles(membershipId, roles.map((role) => role.id));
+      }
+      await uow.emit({
+        type: 'member.invited',
+        actorId: principal.userId,
+        userId: invitee?.id ?? null,
+        organizationId,
+        data: { invite_id: inviteId, email, role_slugs: roleSlugs, reinvite: existing !== undefined },
+      });
+      const acceptInvite = this.context.config.links.acceptInvite;
+      uow.afterCommit(() =>
+        this.context.mailer.send({
+          to: email,
+          template: 'invite',
+          context: {
+            app_name: this.context.config.appName,
+            token,
+            ...(acceptInvite ? { url: acceptInvite.replaceAll('{token}', encodeURIComponent(token)) } : {}),
+            organization_name: organization.name,
+            inviter_email: principal.user.email,
+            expires_at: iso(expiresAt),
+          },
+        }),
+      );
+      return { id: inviteId, email, role_slugs: roleSlugs, expires_at: iso(expiresAt), createdAt };
+    });
+    const { createdAt: _createdAt, ...view } = result;
+    return view;
+  }
+
+  /** GET /orgs/{id}/invites: pending and unexpired only, keyset by id. */
+  async listPending(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ invites: PendingInviteView[]; nextCursor: string | null }> {
+    const parts = decodeCursor(page.cursor);
+    let afterId: string | undefined;
+    if (parts) {
+      const [id] = parts;
+      if (typeof id !== 'string') throw errors.validation(['"cursor" is not a valid cursor']);
+      afterId = id;
+    }
+    const rows = await this.context.store.repos.invites.listPending(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(afterId !== undefined ? { afterId } : {}) });
+    const pageRows = rows.slice(0, page.limit);
+    const last = pageRows[pageRows.length - 1];
+    return { invites: pageRows.map(pendingInviteView), nextCursor: rows.length > page.limit && last ? encodeCursor([last.id]) : null };
+  }
+
+  /** DELETE /orgs/{id}/invites/{inviteId}: 404 unless it is pending in this organization. */
+  async revoke(organizationId: string, inviteId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const invite = await uow.repos.invites.findInOrganization(organizationId, inviteId);
+      if (!invite || !(await uow.repos.invites.revoke(organizationId, inviteId, uow.now))) throw errors.notFound('Invite');
+      const invitee = await uow.repos.users.findByEmail(invite.email);
+      if (invitee) await uow.repos.memberships.deleteInvited(organizationId, invitee.id);
+    });
+  }
+
+  /**
+   * POST /auth/invites/accept. The e-mail must be the caller's (403, checked before the
+   * token is spent so a wrong account cannot burn it); the token is consumed by one
+   * conditional update, so concurrent accepts yield one membership.
+   */
+  async accept(principal: Principal, token: string, meta: RequestMeta): Promise<{ organization_id: string }> {
+    const tokenHash = keyedHash(this.context.keys.tokenHash, token);
+    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+      const invite = await uow.repos.invites.findByTokenHash(tokenHash);
+      if (!invite) return { failure: 'invalid' as const };
+      if (invite.email !== principal.user.email.toLowerCase()) throw errors.forbidden('This invitation was sent to another e-mail address.');
+      if (invite.status === 'pending' && invite.expiresAt <= uow.now) {
+        await uow.repos.invites.markExpired(invite.id, uow.now);
+        await uow.repos.memberships.deleteInvited(invite.organizationId, principal.userId);
+        return { failure: 'invalid' as const };
+      }
+      const organization = await uow.repos.organizations.findActive(invite.organizationId);
+      if (!organization || !(await uow.repos.invites.consume(invite.id, uow.now))) return { failure: 'invalid' as const };
+
+      const membership = await uow.repos.memberships.find(invite.organizationId, principal.userId);
+      let membershipId: string;
+      if (!membership) {
+        membershipId = randomUUID();
+        await uow.repos.memberships.insert({ id: membershipId, organizationId: invite.organizationId, userId: principal.userId, status: 'active', now: uow.now });
+      } else if (membership.status === 'suspended') {
+        throw errors.conflict('Your membership of this organization is suspended.');
+      } else {
+        membershipId = membership.id;
+        if (membership.status !== 'active') await uow.repos.memberships.setStatus(membershipId, 'active', uow.now);
+      }
+      // Exactly the invited roles (a role deleted since the invitation is simply gone).
+      const roles = await uow.repos.roles.findBySlugs(invite.organizationId, invite.roleSlugs);
+      await uow.repos.memberships.replaceRoles(membershipId, roles.map((role) => role.id));
+      await uow.emit({
+        type: 'member.joined',
+        actorId: principal.userId,
+        userId: principal.userId,
+        organizationId: invite.organizationId,
+        data: { invite_id: invite.id, role_slugs: roles.map((role) => role.slug).sort() },
+      });
+      return { organizationId: invite.organizationId };
+    });
+    if ('failure' in outcome) throw errors.invalidToken(400);
+    return { organization_id: outcome.organizationId };
+  }
 }

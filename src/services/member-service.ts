@@ -1,10 +1,156 @@
-import type { ServiceContext } from './context.js';
-import type { PermissionCatalog } from './permission-catalog.js';
+import { errors } from '../errors.js';
+import type { MemberRow, MembershipRecord, RoleRecord } from '../store/organization-repository.js';
+import type { AuthenticationService } from './authentication-service.js';
+import { assertHolds, assertHoldsEveryKey, isOwnerOrSuperadmin, resolveAuthority, type ResolvedAuthority } from './authority.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import type { Principal } from './principal.js';
+import { decodeCursor, encodeCursor } from './session-service.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
-/** Spec 4.3 (filled in by the organizations work). */
+/** Spec 2.10. */
+export interface MemberView {
+  user_id: string;
+  email: string | null;
+  display_name: string | null;
+  status: 'active' | 'invited' | 'suspended';
+  roles: string[];
+}
+
+/** Spec 2.10: invited and suspended members' e-mails only for holders of members.invite. */
+export function memberView(member: MemberRow, viewer: ResolvedAuthority): MemberView {
+  const showEmail = member.status === 'active' || viewer.permissions.has('members.invite');
+  return { user_id: member.userId, email: showEmail ? member.email : null, display_name: member.displayName, status: member.status, roles: member.roleSlugs };
+}
+
+const isOwnerRole = (role: RoleRecord) => role.slug === OWNER_ROLE_SLUG && role.isSystem;
+
+interface MemberMutationTarget {
+  actor: ResolvedAuthority;
+  membership: MembershipRecord;
+  roles: RoleRecord[];
+  isOwner: boolean;
+}
+
+/** Members of an organization (spec 4.3) and the owner invariants. */
 export class MemberService {
   constructor(
     protected readonly context: ServiceContext,
     protected readonly catalog: PermissionCatalog,
+    private readonly authentication: AuthenticationService,
   ) {}
+
+  /** One page, keyset by user id; `nextCursor` goes to the X-Next-Cursor header. */
+  async list(principal: Principal, organizationId: string, page: { limit: number; cursor?: string }): Promise<{ members: MemberView[]; nextCursor: string | null }> {
+    const repos = this.context.store.repos;
+    const parts = decodeCursor(page.cursor);
+    let afterUserId: string | undefined;
+    if (parts) {
+      const [userId] = parts;
+      if (typeof userId !== 'string') throw errors.validation(['"cursor" is not a valid cursor']);
+      afterUserId = userId;
+    }
+    const viewer = await resolveAuthority(repos, this.catalog, principal.userId, organizationId);
+    const rows = await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(afterUserId !== undefined ? { afterUserId } : {}) });
+    const pageRows = rows.slice(0, page.limit);
+    const last = pageRows[pageRows.length - 1];
+    return {
+      members: pageRows.map((row) => memberView(row, viewer)),
+      nextCursor: rows.length > page.limit && last ? encodeCursor([last.userId]) : null,
+    };
+  }
+
+  /**
+   * PATCH members/{userId}/roles: replaces the member's roles. Granting `owner` needs
+   * step-up (CONTRACT 5: ownership transfer); added roles must be within the actor's own
+   * permissions; the last active owner keeps the owner role.
+   */
+  async changeRoles(principal: Principal, organizationId: string, userId: string, roleSlugs: string[], meta: RequestMeta): Promise<MemberView> {
+    const wantedSlugs = [...new Set(roleSlugs)];
+    if (wantedSlugs.includes(OWNER_ROLE_SLUG)) {
+      const current = await this.context.store.repos.memberships.find(organizationId, userId);
+      const currentRoles = current ? await this.context.store.repos.memberships.rolesOf(current.id) : [];
+      if (!currentRoles.some(isOwnerRole)) await this.authentication.assertRecentStrongAuthentication(principal);
+    }
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.update');
+      if (target.membership.status === 'invited') throw errors.conflict('The member has not accepted the invitation yet; re-invite with the roles instead.');
+      const wanted = await uow.repos.roles.findBySlugs(organizationId, wantedSlugs);
+      const unknown = wantedSlugs.filter((slug) => !wanted.some((role) => role.slug === slug));
+      if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
+      const currentIds = new Set(target.roles.map((role) => role.id));
+      for (const role of wanted) if (!currentIds.has(role.id)) assertHoldsEveryKey(target.actor, role.permissionKeys);
+      if (target.isOwner && !wanted.some(isOwnerRole)) await this.assertNotLastOwner(uow, organizationId, target.membership);
+      await uow.repos.memberships.replaceRoles(target.membership.id, wanted.map((role) => role.id));
+      await uow.emit({
+        type: 'member.roles_changed',
+        actorId: principal.userId,
+        userId,
+        organizationId,
+        data: { from: target.roles.map((role) => role.slug).sort(), to: wanted.map((role) => role.slug).sort() },
+      });
+      return this.view(uow, organizationId, userId, target.actor);
+    });
+  }
+
+  /** PATCH members/{userId}: suspend or reactivate (spec 3, member status). */
+  async changeStatus(principal: Principal, organizationId: string, userId: string, status: 'active' | 'suspended', meta: RequestMeta): Promise<MemberView> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.update');
+      const from = target.membership.status;
+      if (from === 'invited') throw errors.conflict('An invited member cannot be suspended or activated; revoke the invitation instead.');
+      if (from !== status) {
+        if (status === 'suspended') {
+          if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership);
+          await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_suspended', userId);
+        }
+        await uow.repos.memberships.setStatus(target.membership.id, status, uow.now);
+        await uow.emit({ type: 'member.status_changed', actorId: principal.userId, userId, organizationId, data: { from, to: status } });
+      }
+      return this.view(uow, organizationId, userId, target.actor);
+    });
+  }
+
+  /** DELETE members/{userId}: the membership row goes; an invited member's pending invite is revoked with it. */
+  async remove(principal: Principal, organizationId: string, userId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.remove');
+      if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership);
+      await uow.repos.memberships.delete(target.membership.id);
+      const user = await uow.repos.users.findById(userId);
+      if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
+      await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_removed', userId);
+      await uow.emit({ type: 'member.removed', actorId: principal.userId, userId, organizationId, data: { from: target.membership.status, roles: target.roles.map((role) => role.slug).sort() } });
+    });
+  }
+
+  /**
+   * Locks the organization row first, so owner counts read afterwards in this transaction
+   * cannot be invalidated by a concurrent demotion (two owners demoting each other), then
+   * re-resolves the actor's authority from the database under that lock.
+   */
+  private async lockTarget(uow: UnitOfWork, principal: Principal, organizationId: string, userId: string, permission: string): Promise<MemberMutationTarget> {
+    const organization = await uow.repos.organizations.lockActive(organizationId);
+    if (!organization) throw errors.notFound('Organization');
+    const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
+    assertHolds(actor, permission);
+    const membership = await uow.repos.memberships.find(organizationId, userId);
+    if (!membership) throw errors.notFound('Member');
+    const roles = await uow.repos.memberships.rolesOf(membership.id);
+    const isOwner = roles.some(isOwnerRole);
+    if (isOwner && !isOwnerOrSuperadmin(actor)) throw errors.forbidden('Only an owner can change, suspend or remove an owner.');
+    return { actor, membership, roles, isOwner };
+  }
+
+  /** Last-owner protection (spec 4.3 invariant 3), even for a superadmin. */
+  private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord): Promise<void> {
+    if (membership.status !== 'active') return;
+    if ((await uow.repos.memberships.countActiveOwners(organizationId)) <= 1) throw errors.conflict('The last active owner cannot be demoted, suspended or removed.');
+  }
+
+  private async view(uow: UnitOfWork, organizationId: string, userId: string, viewer: ResolvedAuthority): Promise<MemberView> {
+    const member = await uow.repos.memberships.findMember(organizationId, userId);
+    if (!member) throw errors.notFound('Member');
+    return memberView(member, viewer);
+  }
 }

@@ -1,10 +1,71 @@
-import { errors } from '../errors.js';
-import { resolveAuthority } from './authority.js';
-import type { ServiceContext } from './context.js';
-import type { PermissionCatalog } from './permission-catalog.js';
+import { randomUUID } from 'node:crypto';
+import type { PermissionDefinition } from '../config/types.js';
+import { errors, IdentityError } from '../errors.js';
+import { isUniqueViolation } from '../store/database.js';
+import type { OrganizationRecord } from '../store/organization-repository.js';
+import { assertHolds, resolveAuthority } from './authority.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+import { OWNER_ROLE_SLUG, SYSTEM_ROLE_SLUGS, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
+import { decodeCursor, encodeCursor } from './session-service.js';
+import { runUnitOfWork } from './unit-of-work.js';
 
-/** Organizations, members, invitations and roles (spec 4.3). */
+export interface OrganizationView {
+  id: string;
+  name: string;
+  slug: string;
+  status: 'active' | 'suspended';
+  settings: { require_mfa: boolean };
+}
+
+export interface AuditEventView {
+  id: string;
+  type: string;
+  occurred_at: string;
+  actor_id: string | null;
+  user_id: string | null;
+  organization_id: string | null;
+  ip: string | null;
+  data: Record<string, unknown>;
+}
+
+const SLUG_MAX = 160;
+/** Attempts at a derived slug before giving up (each retry follows a concurrent insert of the same slug). */
+const DERIVED_SLUG_ATTEMPTS = 5;
+
+export function organizationView(organization: OrganizationRecord): OrganizationView {
+  return {
+    id: organization.id,
+    name: organization.name,
+    slug: organization.slug,
+    status: organization.status,
+    settings: { require_mfa: organization.requireMfa },
+  };
+}
+
+/** `Acme Corp.` → `acme-corp`; an empty result (only symbols) becomes `org`. */
+export function slugFromName(name: string): string {
+  const slug = name
+    .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, SLUG_MAX - 8)
+    .replace(/-+$/g, '');
+  return slug || 'org';
+}
+
+/** The first of base, base-2, base-3 ... not in `taken`. */
+function firstFreeSlug(base: string, taken: ReadonlySet<string>): string {
+  if (!taken.has(base)) return base;
+  for (let n = 2; ; n += 1) {
+    const candidate = `${base}-${n}`;
+    if (!taken.has(candidate)) return candidate;
+  }
+}
+
+/** Organizations (spec 2.9, 4.3) and the authority chain of every `/orgs/{id}` route. */
 export class OrganizationService {
   constructor(
     private readonly context: ServiceContext,
@@ -24,5 +85,120 @@ export class OrganizationService {
     if (!organization) throw errors.notFound('Organization');
     const authority = await resolveAuthority(repos, this.catalog, principal.userId, organizationId);
     if (!authority.permissions.has(permission)) throw errors.forbidden();
+  }
+
+  /** GET /permissions: the core catalog plus the host's keys. */
+  permissions(): PermissionDefinition[] {
+    return this.catalog.entries.map(({ key, description }) => ({ key, description }));
+  }
+
+  /**
+   * POST /orgs: the system templates are cloned into the new organization and the caller
+   * becomes its sole owner. An explicit slug that is taken is a 409; a derived one moves
+   * on to `-2`, `-3`, ... (retrying when a concurrent creation took the same candidate).
+   */
+  async create(principal: Principal, input: { name: string; slug?: string }, meta: RequestMeta): Promise<{ id: string; name: string; slug: string; role: 'owner' }> {
+    if (!principal.user.emailVerified) throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before creating an organization.');
+    const explicitSlug = input.slug;
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await runUnitOfWork(this.context, meta, async (uow) => {
+          let slug: string;
+          if (explicitSlug !== undefined) {
+            if (await uow.repos.organizations.slugTaken(explicitSlug)) throw errors.conflict('That slug is already taken.');
+            slug = explicitSlug;
+          } else {
+            const base = slugFromName(input.name);
+            slug = firstFreeSlug(base, new Set(await uow.repos.organizations.slugsLike(base)));
+          }
+          const organizationId = randomUUID();
+          await uow.repos.organizations.insert({ id: organizationId, name: input.name, slug, now: uow.now });
+          const roles = SYSTEM_ROLE_SLUGS.map((roleSlug) => {
+            const template = this.catalog.templates[roleSlug];
+            return { id: randomUUID(), organizationId, slug: roleSlug, name: template.name, description: template.description, isSystem: true, permissionKeys: [...template.keys], now: uow.now };
+          });
+          await uow.repos.roles.insertMany(roles);
+          const membershipId = randomUUID();
+          await uow.repos.memberships.insert({ id: membershipId, organizationId, userId: principal.userId, status: 'active', now: uow.now });
+          await uow.repos.memberships.replaceRoles(membershipId, [roles.find((role) => role.slug === OWNER_ROLE_SLUG)!.id]);
+          await uow.emit({ type: 'org.created', actorId: principal.userId, userId: principal.userId, organizationId, data: { name: input.name, slug } });
+          return { id: organizationId, name: input.name, slug, role: 'owner' as const };
+        });
+      } catch (error) {
+        if (!isUniqueViolation(error)) throw error;
+        if (explicitSlug !== undefined) throw errors.conflict('That slug is already taken.');
+        if (attempt >= DERIVED_SLUG_ATTEMPTS) throw errors.conflict('Could not derive a free slug; pass one explicitly.');
+      }
+    }
+  }
+
+  /** GET /orgs: active organizations where the caller is an active member. */
+  async listForUser(principal: Principal): Promise<Array<{ id: string; name: string; slug: string }>> {
+    const memberships = await this.context.store.repos.organizations.listActiveMembershipsOfUser(principal.userId);
+    return memberships.map(({ organization }) => ({ id: organization.id, name: organization.name, slug: organization.slug }));
+  }
+
+  async get(organizationId: string): Promise<OrganizationView> {
+    const organization = await this.context.store.repos.organizations.findActive(organizationId);
+    if (!organization) throw errors.notFound('Organization');
+    return organizationView(organization);
+  }
+
+  async update(principal: Principal, organizationId: string, changes: { name?: string; requireMfa?: boolean }, meta: RequestMeta): Promise<OrganizationView> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const organization = await uow.repos.organizations.lockActive(organizationId);
+      if (!organization) throw errors.notFound('Organization');
+      assertHolds(await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId), 'org.update');
+      await uow.repos.organizations.update(organizationId, changes, uow.now);
+      const changed: Record<string, unknown> = {};
+      if (changes.name !== undefined) changed.name = changes.name;
+      if (changes.requireMfa !== undefined) changed.require_mfa = changes.requireMfa;
+      await uow.emit({ type: 'org.updated', actorId: principal.userId, organizationId, data: { changes: changed } });
+      return organizationView({ ...organization, ...(changes.name !== undefined ? { name: changes.name } : {}), ...(changes.requireMfa !== undefined ? { requireMfa: changes.requireMfa } : {}) });
+    });
+  }
+
+  /**
+   * Soft delete (spec 3): the organization reads as 404 from now on, so every member's
+   * authority there ends at the next resolution; sessions scoped to it are revoked and
+   * pending invites die.
+   */
+  async delete(principal: Principal, organizationId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const organization = await uow.repos.organizations.lockActive(organizationId);
+      if (!organization) throw errors.notFound('Organization');
+      assertHolds(await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId), 'org.delete');
+      if (!(await uow.repos.organizations.suspend(organizationId, uow.now))) throw errors.notFound('Organization');
+      const sessionsRevoked = await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
+      const invitesRevoked = await uow.repos.invites.revokeAllPending(organizationId, uow.now);
+      await uow.emit({ type: 'org.deleted', actorId: principal.userId, organizationId, data: { sessions_revoked: sessionsRevoked, invites_revoked: invitesRevoked } });
+    });
+  }
+
+  /** GET /orgs/{id}/audit-log (CONTRACT 5): newest first, keyset on the audit sequence. */
+  async auditLog(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ events: AuditEventView[]; next_cursor: string | null }> {
+    const parts = decodeCursor(page.cursor);
+    let beforeSeq: number | undefined;
+    if (parts) {
+      const [seq] = parts;
+      if (typeof seq !== 'number') throw errors.validation(['"cursor" is not a valid cursor']);
+      beforeSeq = seq;
+    }
+    const rows = await this.context.store.repos.audit.listForOrganization(organizationId, { limit: page.limit + 1, ...(beforeSeq !== undefined ? { beforeSeq } : {}) });
+    const pageRows = rows.slice(0, page.limit);
+    const last = pageRows[pageRows.length - 1];
+    return {
+      events: pageRows.map((event) => ({
+        id: event.id,
+        type: event.type,
+        occurred_at: new Date(event.occurredAt).toISOString(),
+        actor_id: event.actorId,
+        user_id: event.userId,
+        organization_id: event.organizationId,
+        ip: event.ip,
+        data: event.data,
+      })),
+      next_cursor: rows.length > page.limit && last ? encodeCursor([last.seq]) : null,
+    };
   }
 }

@@ -24,6 +24,7 @@ export const GLOBAL_ONLY_PERMISSIONS: ReadonlySet<string> = new Set(['users.read
 export const SYSTEM_ROLE_SLUGS = ['owner', 'admin', 'member'] as const;
 export type SystemRoleSlug = (typeof SYSTEM_ROLE_SLUGS)[number];
 export const SUPERADMIN_ROLE_SLUG = 'superadmin';
+export const OWNER_ROLE_SLUG = 'owner';
 
 export interface PermissionCatalog {
   /** Every key, core and host. */
