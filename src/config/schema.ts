@@ -73,6 +73,8 @@ function resolveRateLimits(input: NonNullable<IdentityConfig['auth']>['rateLimit
 }
 
 export function resolveConfig(input: IdentityConfig): ResolvedConfig {
+  // A JavaScript host can call without one; answer like any other config problem, not with a TypeError.
+  if (typeof input !== 'object' || input === null) throw new IdentityConfigError(['a config object is required']);
   const { error } = configSchema.validate(input, { abortEarly: false, convert: false });
   const problems = error ? error.details.map((detail) => detail.message) : [];
   const password = { ...DEFAULTS.password, ...input?.password };

@@ -70,12 +70,17 @@ export class KeyRing {
       await repos.signingKeys.retireActive(now, now + this.accessTtlSeconds * 1000);
       await repos.signingKeys.insertActive(fresh);
     });
+    // A re-read started before the commit would still see the old key; wait it out, then read again.
+    await this.loading?.catch(() => undefined);
     await this.reload();
     return { kid: fresh.kid };
   }
 
   async signingKey(): Promise<{ kid: string; privateKey: KeyObject }> {
-    await this.refreshIfStale();
+    // Tokens are signed inside transactions, and a SQLite pool has one connection: waiting
+    // here for a re-read of the key table would deadlock. A stale view is refreshed in the
+    // background instead and the cached active key signs meanwhile.
+    if (this.isStale()) this.reload().catch(() => undefined);
     let active = this.keys.find((key) => key.active);
     if (!active?.privateKey) {
       await this.reload();
@@ -107,8 +112,12 @@ export class KeyRing {
     return this.keys.find((key) => key.kid === kid && (key.active || (key.publishedUntil ?? 0) > now));
   }
 
+  private isStale(): boolean {
+    return this.clock.now() - this.loadedAt > CACHE_MS || this.clock.now() < this.loadedAt;
+  }
+
   private async refreshIfStale(): Promise<void> {
-    if (this.clock.now() - this.loadedAt > CACHE_MS || this.clock.now() < this.loadedAt) await this.reload();
+    if (this.isStale()) await this.reload();
   }
 
   private reload(): Promise<void> {

@@ -27,7 +27,8 @@ export interface RouterParts {
 export function buildRouter({ services, routes, limiters, readiness, logger }: RouterParts): Router {
   const router = express.Router();
   const whenReady = readinessGate(readiness);
-  const json = express.json({ limit: '100kb' });
+  // Not strict: a JSON string or number is valid JSON and answers 422 from the schema, not 400 invalid_json.
+  const json = express.json({ limit: '100kb', strict: false });
 
   for (const route of routes) {
     const chain: RequestHandler[] = [whenReady];

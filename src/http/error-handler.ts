@@ -1,6 +1,6 @@
 import type { ErrorRequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
-import { IdentityError } from '../errors.js';
+import { errors, IdentityError } from '../errors.js';
 import { isConnectionError } from '../store/database.js';
 import { describeError } from '../services/unit-of-work.js';
 
@@ -30,11 +30,20 @@ function fromBodyParser(error: BodyParserError): IdentityError | undefined {
   }
 }
 
+/**
+ * Express's router fails to decode a path parameter such as `%FF` before any route code
+ * runs; such a path names nothing that exists.
+ */
+function fromRouting(error: unknown): IdentityError | undefined {
+  if (error instanceof URIError && (error as URIError & { status?: number }).status === 400) return errors.notFound();
+  return undefined;
+}
+
 /** The single place an error becomes an HTTP response (STYLE 1). Unknown errors never leak. */
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   return (error: unknown, _req, res, next) => {
     if (res.headersSent) return next(error);
-    let identityError = error instanceof IdentityError ? error : fromBodyParser(error as BodyParserError);
+    let identityError = error instanceof IdentityError ? error : (fromBodyParser(error as BodyParserError) ?? fromRouting(error));
     if (!identityError && isConnectionError(error)) {
       logger.error('database unavailable', { error: describeError(error) });
       identityError = new IdentityError(503, 'unavailable', 'The identity service is unavailable; try again shortly.');

@@ -1,7 +1,12 @@
 import Joi from 'joi';
 
-/** Spec 2.4: RFC 5321 address, at most 320 octets. */
+/**
+ * Spec 2.4: RFC 5321 address, at most 320 octets. Bodies are validated without type
+ * conversion, but an address is trimmed (convert on for this schema only), so ` A@x.io `
+ * signs in like `a@x.io`.
+ */
 export const emailSchema = Joi.string()
+  .prefs({ convert: true })
   .trim()
   .email({ tlds: { allow: false }, ignoreLength: true })
   .custom((value: string, helpers) => (Buffer.byteLength(value, 'utf8') > 320 ? helpers.error('string.maxBytes') : value))
@@ -13,9 +18,19 @@ export const passwordSchema = Joi.string().min(1).max(1024);
 /** Opaque tokens we issued are 43 base64url characters; anything far longer is not one of ours. */
 export const opaqueTokenSchema = Joi.string().min(1).max(512);
 
-export const idSchema = Joi.string().min(1).max(64);
+/** PostgreSQL refuses a NUL byte in text with an error; control characters have no place in names or ids anyway. */
+const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f\u007f]*$/;
+const noControlCharacters = { 'string.pattern.name': '{{#label}} must not contain control characters' };
 
-export const displayNameSchema = Joi.string().trim().max(120).allow(null, '');
+export const idSchema = Joi.string().min(1).max(64).pattern(NO_CONTROL_CHARACTERS, 'no control characters').messages(noControlCharacters);
+
+export const displayNameSchema = Joi.string()
+  .prefs({ convert: true })
+  .trim()
+  .max(120)
+  .pattern(NO_CONTROL_CHARACTERS, 'no control characters')
+  .messages(noControlCharacters)
+  .allow(null, '');
 
 export const paginationQuery = {
   limit: Joi.number().integer().min(1).max(100).default(50),
