@@ -240,6 +240,7 @@ describe('DELETE /users/{id}: memberships and ownership', () => {
     const invite = await h.knex(tableOf(h, 'invites')).where({ id: inviteId }).first();
     assert.equal(invite.status, 'revoked');
     assert.equal(invite.pending_email, null);
+    assert.match(invite.email, /@deleted\.invalid$/, 'no copy of the old address stays on the invite');
     const unrelated = await h.knex(tableOf(h, 'invites')).where({ id: unrelatedInviteId }).first();
     assert.equal(unrelated.status, 'pending');
     assert.equal(h.eventsOfType('user.deleted').find((event) => event.user_id === member.userId)?.data.invites_revoked, 1);

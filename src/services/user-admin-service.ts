@@ -106,12 +106,13 @@ export class UserAdminService {
       if (ownerless.length > 0) {
         throw errors.conflict('This account is the last active owner of an organization; transfer ownership first.');
       }
-      await uow.repos.users.anonymize(user.id, this.tombstoneEmail(user.id), uow.now);
+      const tombstoneEmail = this.tombstoneEmail(user.id);
+      await uow.repos.users.anonymize(user.id, tombstoneEmail, uow.now);
       await uow.repos.users.deleteSecondFactorData(user.id);
       await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
       const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
-      const invitesRevoked = await uow.repos.users.revokePendingInvitesTo(user.email, uow.now);
+      const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
       // Each organization's own audit trail learns that the member left.
       for (const membership of endedMemberships) {
         await uow.emit({

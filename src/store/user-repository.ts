@@ -194,9 +194,16 @@ export class UserRepository extends Repository {
   }
 
   /** Pending invitations addressed to `email` die with the account; answers how many. */
-  async revokePendingInvitesTo(email: string, now: number): Promise<number> {
-    return this.db(this.table.invites)
+  /**
+   * Revokes the pending invites to a deleted account's address and replaces the address on
+   * every invite row (pending or not) with the tombstone, so no copy of it is left behind.
+   * Answers how many pending invites were revoked.
+   */
+  async revokeAndAnonymizeInvitesTo(email: string, tombstoneEmail: string, now: number): Promise<number> {
+    const revoked = await this.db(this.table.invites)
       .where({ email, status: 'pending' })
       .update({ status: 'revoked', pending_email: null, updated_at: now });
+    await this.db(this.table.invites).where({ email }).update({ email: tombstoneEmail, updated_at: now });
+    return revoked;
   }
 }
