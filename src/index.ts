@@ -4,7 +4,22 @@ export { createDevSmsSender, noopSender } from './adapters/dev-sms.js';
 export { createNodemailerMailer } from './adapters/nodemailer-mailer.js';
 export { consoleLogger } from './adapters/console-logger.js';
 export { renderMail, renderSms } from './adapters/templates.js';
-export type { Clock, Logger, MailMessage, Mailer, SmsMessage, SmsSender, TemplateName } from './adapters/types.js';
+export type {
+  Clock,
+  Logger,
+  MailMessage,
+  Mailer,
+  SmsMessage,
+  SmsSender,
+  TemplateName,
+  TemplateContexts,
+  VerifyEmailContext,
+  PasswordResetContext,
+  InviteContext,
+  OtpCodeContext,
+} from './adapters/types.js';
+export type { NodemailerTransportLike, NodemailerTransportOptions, NodemailerMailerOptions } from './adapters/nodemailer-mailer.js';
+export { migrateIdentityDatabase } from './store/migration-source.js';
 export type { IdentityConfig, RateLimitGroup, PermissionDefinition } from './config/types.js';
 export { IdentityConfigError } from './config/schema.js';
 export { IdentityError, type IdentityErrorCode } from './errors.js';

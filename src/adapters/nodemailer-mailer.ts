@@ -1,11 +1,4 @@
 import nodemailer from 'nodemailer';
-import type { Transport, Transporter } from 'nodemailer';
-import type JSONTransport from 'nodemailer/lib/json-transport/index.js';
-import type SendmailTransport from 'nodemailer/lib/sendmail-transport/index.js';
-import type SESTransport from 'nodemailer/lib/ses-transport/index.js';
-import type SMTPPool from 'nodemailer/lib/smtp-pool/index.js';
-import type SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
-import type StreamTransport from 'nodemailer/lib/stream-transport/index.js';
 import { renderMail } from './templates.js';
 import type { Mailer } from './types.js';
 
@@ -14,16 +7,12 @@ export interface NodemailerTransportLike {
   sendMail(mail: { from: string; to: string; subject: string; text: string; html: string }): Promise<unknown>;
 }
 
-/** What `nodemailer.createTransport` accepts: a connection URL, transport options, or a transport plugin. */
-export type NodemailerTransportOptions =
-  | string
-  | SMTPTransport.Options
-  | SMTPPool.Options
-  | SendmailTransport.Options
-  | StreamTransport.Options
-  | JSONTransport.Options
-  | SESTransport.Options
-  | Transport;
+/**
+ * What `nodemailer.createTransport` accepts: a connection URL, transport options or a
+ * transport plugin. Typed structurally so the published declarations do not depend on
+ * @types/nodemailer; nodemailer itself validates the shape.
+ */
+export type NodemailerTransportOptions = string | Record<string, unknown>;
 
 export interface NodemailerMailerOptions {
   /** The From header, e.g. `"Acme <no-reply@acme.test>"`. */
@@ -39,7 +28,7 @@ function isTransportLike(value: unknown): value is NodemailerTransportLike {
 }
 
 function resolveTransport(
-  transport: NodemailerTransportLike | Transporter | NodemailerTransportOptions,
+  transport: NodemailerTransportLike | NodemailerTransportOptions,
 ): NodemailerTransportLike {
   if (isTransportLike(transport)) return transport;
   if (typeof transport !== 'string' && (typeof transport !== 'object' || transport === null)) {
@@ -47,7 +36,7 @@ function resolveTransport(
   }
   // createTransport's overloads each take one option shape and TypeScript does not resolve overloads against a
   // union; at run time nodemailer itself dispatches on the shape, so this one signature is accurate.
-  const createTransport = nodemailer.createTransport as (options: NodemailerTransportOptions) => Transporter;
+  const createTransport = nodemailer.createTransport as unknown as (options: NodemailerTransportOptions) => NodemailerTransportLike;
   return createTransport(transport);
 }
 
@@ -57,7 +46,7 @@ function resolveTransport(
  * (`{ host, port, auth }`, `'smtps://user:pass@smtp.example.com'`, `{ jsonTransport: true }`, ...).
  */
 export function createNodemailerMailer(
-  transport: NodemailerTransportLike | Transporter | NodemailerTransportOptions,
+  transport: NodemailerTransportLike | NodemailerTransportOptions,
   options: NodemailerMailerOptions,
 ): Mailer {
   const from: unknown = options?.from;

@@ -1,6 +1,9 @@
 import type { Knex } from 'knex';
 import * as initialSchema from './migrations/001-initial-schema.js';
-import type { TableNames } from './table-names.js';
+import { tableNames, type TableNames } from './table-names.js';
+import { DEFAULTS } from '../config/defaults.js';
+
+const DEFAULT_TABLE_PREFIX = DEFAULTS.tablePrefix;
 
 interface Migration {
   name: string;
@@ -34,4 +37,13 @@ export function migrationConfig(table: TableNames, prefix: string): Knex.Migrato
     migrationSource: new BundledMigrationSource(table),
     tableName: `${prefix}migrations`,
   };
+}
+
+/**
+ * Applies the bundled migrations to a host's Knex, for hosts that run migrations from their
+ * own deploy pipeline and pass `migrate: false` to the router.
+ */
+export async function migrateIdentityDatabase(knex: Knex, options: { tablePrefix?: string } = {}): Promise<void> {
+  const prefix = options.tablePrefix ?? DEFAULT_TABLE_PREFIX;
+  await knex.migrate.latest(migrationConfig(tableNames(prefix), prefix));
 }

@@ -1,3 +1,4 @@
+import { AssertionError } from 'node:assert';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
@@ -5,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express from 'express';
 import knexFactory, { type Knex } from 'knex';
+import { openApiValidationEnabled, recordResponse } from './openapi.js';
 import { createIdentityRouter, type IdentityConfig, type IdentityEvent, type IdentityRouter, type Logger, type MailMessage, type SmsMessage } from '../../src/index.js';
 
 export const TEST_DB = (process.env.IDENTITY_TEST_DB ?? 'sqlite') as 'sqlite' | 'pg';
@@ -168,6 +170,9 @@ export class Harness {
     } catch {
       parsed = undefined;
     }
+    // Every response is checked against docs/openapi.yaml (IDENTITY_OPENAPI_VALIDATION=off to skip).
+    const violations = recordResponse(method, path, response.status, parsed, response.headers);
+    if (violations.length > 0 && openApiValidationEnabled()) throw new AssertionError({ message: `response does not match docs/openapi.yaml:\n  ${violations.join('\n  ')}` });
     return { status: response.status, body: parsed as T, headers: response.headers, text };
   }
 
