@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import knexFactory, { type Knex } from 'knex';
 import { createIdentityRouter } from '../src/index.js';
 import type { Principal } from '../src/services/principal.js';
-import { encodeCursor } from '../src/services/session-service.js';
+import { encodeCursor } from '../src/services/pagination.js';
 
 const SIZES = [100, 10_000];
 const PAGE_SIZE = 50;

@@ -8,7 +8,7 @@ import { assertHolds, assertHoldsEveryKey, resolveAuthority } from './authority.
 import type { RequestMeta, ServiceContext } from './context.js';
 import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
-import { decodeCursor, encodeCursor } from './session-service.js';
+import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork } from './unit-of-work.js';
 
 export interface InviteView {
@@ -131,17 +131,10 @@ export class InviteService {
 
   /** GET /orgs/{id}/invites: pending and unexpired only, keyset by id. */
   async listPending(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ invites: PendingInviteView[]; nextCursor: string | null }> {
-    const parts = decodeCursor(page.cursor);
-    let afterId: string | undefined;
-    if (parts) {
-      const [id] = parts;
-      if (typeof id !== 'string') throw errors.validation(['"cursor" is not a valid cursor']);
-      afterId = id;
-    }
-    const rows = await this.context.store.repos.invites.listPending(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(afterId !== undefined ? { afterId } : {}) });
-    const pageRows = rows.slice(0, page.limit);
-    const last = pageRows[pageRows.length - 1];
-    return { invites: pageRows.map(pendingInviteView), nextCursor: rows.length > page.limit && last ? encodeCursor([last.id]) : null };
+    const after = decodeCursor(page.cursor, ['id']);
+    const rows = await this.context.store.repos.invites.listPending(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(after ? { afterId: after[0] } : {}) });
+    const { items, nextCursor } = keysetPage(rows, page.limit, (invite) => [invite.id]);
+    return { invites: items.map(pendingInviteView), nextCursor };
   }
 
   /** DELETE /orgs/{id}/invites/{inviteId}: 404 unless it is pending in this organization. */

@@ -5,7 +5,7 @@ import { assertHolds, assertHoldsEveryKey, isOwnerOrSuperadmin, resolveAuthority
 import type { RequestMeta, ServiceContext } from './context.js';
 import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
-import { decodeCursor, encodeCursor } from './session-service.js';
+import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 /** Spec 2.10. */
@@ -43,21 +43,11 @@ export class MemberService {
   /** One page, keyset by user id; `nextCursor` goes to the X-Next-Cursor header. */
   async list(principal: Principal, organizationId: string, page: { limit: number; cursor?: string }): Promise<{ members: MemberView[]; nextCursor: string | null }> {
     const repos = this.context.store.repos;
-    const parts = decodeCursor(page.cursor);
-    let afterUserId: string | undefined;
-    if (parts) {
-      const [userId] = parts;
-      if (typeof userId !== 'string') throw errors.validation(['"cursor" is not a valid cursor']);
-      afterUserId = userId;
-    }
+    const after = decodeCursor(page.cursor, ['id']);
     const viewer = await resolveAuthority(repos, this.catalog, principal.userId, organizationId);
-    const rows = await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(afterUserId !== undefined ? { afterUserId } : {}) });
-    const pageRows = rows.slice(0, page.limit);
-    const last = pageRows[pageRows.length - 1];
-    return {
-      members: pageRows.map((row) => memberView(row, viewer)),
-      nextCursor: rows.length > page.limit && last ? encodeCursor([last.userId]) : null,
-    };
+    const rows = await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(after ? { afterUserId: after[0] } : {}) });
+    const { items, nextCursor } = keysetPage(rows, page.limit, (row) => [row.userId]);
+    return { members: items.map((row) => memberView(row, viewer)), nextCursor };
   }
 
   /**

@@ -7,7 +7,7 @@ import { assertHolds, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { OWNER_ROLE_SLUG, SYSTEM_ROLE_SLUGS, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
-import { decodeCursor, encodeCursor } from './session-service.js';
+import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork } from './unit-of-work.js';
 
 export interface OrganizationView {
@@ -177,18 +177,11 @@ export class OrganizationService {
 
   /** GET /orgs/{id}/audit-log (CONTRACT 5): newest first, keyset on the audit sequence. */
   async auditLog(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ events: AuditEventView[]; next_cursor: string | null }> {
-    const parts = decodeCursor(page.cursor);
-    let beforeSeq: number | undefined;
-    if (parts) {
-      const [seq] = parts;
-      if (typeof seq !== 'number') throw errors.validation(['"cursor" is not a valid cursor']);
-      beforeSeq = seq;
-    }
-    const rows = await this.context.store.repos.audit.listForOrganization(organizationId, { limit: page.limit + 1, ...(beforeSeq !== undefined ? { beforeSeq } : {}) });
-    const pageRows = rows.slice(0, page.limit);
-    const last = pageRows[pageRows.length - 1];
+    const before = decodeCursor(page.cursor, ['integer']);
+    const rows = await this.context.store.repos.audit.listForOrganization(organizationId, { limit: page.limit + 1, ...(before ? { beforeSeq: before[0] } : {}) });
+    const { items, nextCursor } = keysetPage(rows, page.limit, (event) => [event.seq]);
     return {
-      events: pageRows.map((event) => ({
+      events: items.map((event) => ({
         id: event.id,
         type: event.type,
         occurred_at: new Date(event.occurredAt).toISOString(),
@@ -198,7 +191,7 @@ export class OrganizationService {
         ip: event.ip,
         data: event.data,
       })),
-      next_cursor: rows.length > page.limit && last ? encodeCursor([last.seq]) : null,
+      next_cursor: nextCursor,
     };
   }
 }

@@ -9,6 +9,7 @@ import { resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
+import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export interface TokenResponse {
@@ -138,12 +139,14 @@ export class SessionService {
   }
 
   async list(principal: Principal, page: { limit: number; cursor?: string }): Promise<{ sessions: SessionView[]; nextCursor: string | null }> {
-    const after = decodeSessionCursor(page.cursor);
-    const rows = await this.context.store.repos.sessions.listLiveForUser(principal.userId, this.context.clock.now(), { limit: page.limit + 1, ...after });
-    const pageRows = rows.slice(0, page.limit);
-    const last = pageRows[pageRows.length - 1];
+    const after = decodeCursor(page.cursor, ['integer', 'id']);
+    const rows = await this.context.store.repos.sessions.listLiveForUser(principal.userId, this.context.clock.now(), {
+      limit: page.limit + 1,
+      ...(after ? { afterCreatedAt: after[0], afterId: after[1] } : {}),
+    });
+    const { items, nextCursor } = keysetPage(rows, page.limit, (session) => [session.createdAt, session.id]);
     return {
-      sessions: pageRows.map((session) => ({
+      sessions: items.map((session) => ({
         id: session.id,
         current: session.id === principal.sessionId,
         ip: session.ip,
@@ -151,7 +154,7 @@ export class SessionService {
         created_at: new Date(session.createdAt).toISOString(),
         last_used_at: new Date(session.lastUsedAt).toISOString(),
       })),
-      nextCursor: rows.length > page.limit && last ? encodeCursor([last.createdAt, last.id]) : null,
+      nextCursor,
     };
   }
 
@@ -197,28 +200,4 @@ export class SessionService {
     });
     return refreshToken;
   }
-}
-
-export function encodeCursor(parts: Array<string | number>): string {
-  return Buffer.from(JSON.stringify(parts), 'utf8').toString('base64url');
-}
-
-export function decodeCursor(cursor: string | undefined): unknown[] | undefined {
-  if (!cursor) return undefined;
-  try {
-    const parts: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (Array.isArray(parts)) return parts;
-  } catch {
-    // fall through: a cursor we did not make
-  }
-  throw errors.validation(['"cursor" is not a valid cursor']);
-}
-
-function decodeSessionCursor(cursor: string | undefined): { afterCreatedAt?: number; afterId?: string } {
-  const parts = decodeCursor(cursor);
-  if (!parts) return {};
-  const [createdAt, id] = parts;
-  // Only values we could have issued reach SQL: PostgreSQL refuses a fractional bigint or a NUL byte with an error.
-  if (!Number.isSafeInteger(createdAt) || typeof id !== 'string' || !/^[0-9a-f-]{36}$/.test(id)) throw errors.validation(['"cursor" is not a valid cursor']);
-  return { afterCreatedAt: createdAt as number, afterId: id };
 }
