@@ -4,10 +4,11 @@
  * bigint or text comparison with an error, which would surface as a 500. Every list that
  * pages must answer 422 instead.
  */
+import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Harness } from './helpers/harness.js';
 import { assertValidationErrors } from './helpers/account.js';
-import { createOrg } from './helpers/orgs.js';
+import { createOrg, superadmin } from './helpers/orgs.js';
 
 let h: Harness;
 before(async () => {
@@ -31,5 +32,13 @@ test('forged cursors on members, invites and the audit log are 422, never a 500'
       const response = await h.get(`/orgs/${org.id}/${path}?cursor=${encode(forged)}`, { token: org.owner.token });
       assertValidationErrors(response, /cursor/, `${path} ${JSON.stringify(forged)}`);
     }
+  }
+});
+
+test('a superadmin naming an impossible organization id gets 404, not a database error', async () => {
+  const admin = await superadmin(h);
+  for (const orgId of ['%00', 'a%00b', 'x'.repeat(200)]) {
+    const response = await h.get(`/orgs/${orgId}/members`, { token: admin.accessToken });
+    assert.equal(response.status, 404, `${orgId}: ${response.text}`);
   }
 });

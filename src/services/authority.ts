@@ -14,9 +14,16 @@ export interface ResolvedAuthority {
 
 export const NO_AUTHORITY: ResolvedAuthority = { superadmin: false, member: false, roles: [], permissions: new Set() };
 
-export async function resolveAuthority(repos: Repositories, catalog: PermissionCatalog, userId: string, organizationId: string | null): Promise<ResolvedAuthority> {
+/** `knownSuperadmin` saves the query when the caller has just resolved it. */
+export async function resolveAuthority(
+  repos: Repositories,
+  catalog: PermissionCatalog,
+  userId: string,
+  organizationId: string | null,
+  knownSuperadmin?: boolean,
+): Promise<ResolvedAuthority> {
   const [superadmin, membership] = await Promise.all([
-    repos.roles.isSuperadmin(userId),
+    knownSuperadmin ?? repos.roles.isSuperadmin(userId),
     organizationId ? repos.roles.resolveMembershipAuthority(userId, organizationId) : Promise.resolve(undefined),
   ]);
   const member = membership?.membershipStatus === 'active';

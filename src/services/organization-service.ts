@@ -7,6 +7,7 @@ import { assertHolds, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { OWNER_ROLE_SLUG, SYSTEM_ROLE_SLUGS, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
+import { isWellFormedId } from './ids.js';
 import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork } from './unit-of-work.js';
 
@@ -81,9 +82,13 @@ export class OrganizationService {
     const repos = this.context.store.repos;
     const superadmin = await repos.roles.isSuperadmin(principal.userId);
     if (!superadmin && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
-    const organization = await repos.organizations.findActive(organizationId);
+    // Only a superadmin reaches here with a path value that did not come from our own token.
+    if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
+    const [organization, authority] = await Promise.all([
+      repos.organizations.findActive(organizationId),
+      resolveAuthority(repos, this.catalog, principal.userId, organizationId, superadmin),
+    ]);
     if (!organization) throw errors.notFound('Organization');
-    const authority = await resolveAuthority(repos, this.catalog, principal.userId, organizationId);
     if (!authority.permissions.has(permission)) throw errors.forbidden();
   }
 

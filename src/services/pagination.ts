@@ -1,11 +1,10 @@
 import { errors } from '../errors.js';
+import { isWellFormedId } from './ids.js';
 
 /** What one part of a cursor may be: a safe integer (a time, a sequence) or an id. */
 export type CursorPartKind = 'integer' | 'id';
 
 type CursorParts<Shape extends readonly CursorPartKind[]> = { [K in keyof Shape]: Shape[K] extends 'integer' ? number : string };
-
-const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
 export function encodeCursor(parts: Array<string | number>): string {
   return Buffer.from(JSON.stringify(parts), 'utf8').toString('base64url');
@@ -27,7 +26,7 @@ export function decodeCursor<const Shape extends readonly CursorPartKind[]>(curs
   const valid =
     Array.isArray(parts) &&
     parts.length === shape.length &&
-    shape.every((kind, index) => (kind === 'integer' ? Number.isSafeInteger(parts[index]) : typeof parts[index] === 'string' && ID_PATTERN.test(parts[index])));
+    shape.every((kind, index) => (kind === 'integer' ? Number.isSafeInteger(parts[index]) : isWellFormedId(parts[index])));
   if (!valid) throw errors.validation(['"cursor" is not a valid cursor']);
   return parts as CursorParts<Shape>;
 }
