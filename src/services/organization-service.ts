@@ -7,9 +7,10 @@ import { assertHolds, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { OWNER_ROLE_SLUG, SYSTEM_ROLE_SLUGS, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
+import type { IdentityEvent } from '../events.js';
 import { isWellFormedId } from './ids.js';
 import { decodeCursor, keysetPage } from './pagination.js';
-import { runUnitOfWork } from './unit-of-work.js';
+import { eventFromAuditRecord, runUnitOfWork } from './unit-of-work.js';
 
 export interface OrganizationView {
   id: string;
@@ -17,17 +18,6 @@ export interface OrganizationView {
   slug: string;
   status: 'active' | 'suspended';
   settings: { require_mfa: boolean };
-}
-
-export interface AuditEventView {
-  id: string;
-  type: string;
-  occurred_at: string;
-  actor_id: string | null;
-  user_id: string | null;
-  organization_id: string | null;
-  ip: string | null;
-  data: Record<string, unknown>;
 }
 
 const SLUG_MAX = 160;
@@ -181,21 +171,12 @@ export class OrganizationService {
   }
 
   /** GET /orgs/{id}/audit-log (CONTRACT 5): newest first, keyset on the audit sequence. */
-  async auditLog(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ events: AuditEventView[]; next_cursor: string | null }> {
+  async auditLog(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ events: IdentityEvent[]; next_cursor: string | null }> {
     const before = decodeCursor(page.cursor, ['integer']);
     const rows = await this.context.store.repos.audit.listForOrganization(organizationId, { limit: page.limit + 1, ...(before ? { beforeSeq: before[0] } : {}) });
     const { items, nextCursor } = keysetPage(rows, page.limit, (event) => [event.seq]);
     return {
-      events: items.map((event) => ({
-        id: event.id,
-        type: event.type,
-        occurred_at: new Date(event.occurredAt).toISOString(),
-        actor_id: event.actorId,
-        user_id: event.userId,
-        organization_id: event.organizationId,
-        ip: event.ip,
-        data: event.data,
-      })),
+      events: items.map(eventFromAuditRecord),
       next_cursor: nextCursor,
     };
   }

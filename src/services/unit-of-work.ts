@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { EventInput, IdentityEvent } from '../events.js';
+import type { EventInput, IdentityEvent, IdentityEventType } from '../events.js';
+import type { AuditEventRecord } from '../store/audit-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 
@@ -51,6 +52,20 @@ export class UnitOfWork {
   drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void> } {
     return { events: this.committedEvents, tasks: this.afterCommitTasks };
   }
+}
+
+/** An audit row read back is the same event `onEvent` received (the audit log answers in this shape). */
+export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
+  return {
+    id: record.id,
+    type: record.type as IdentityEventType,
+    occurred_at: new Date(record.occurredAt).toISOString(),
+    actor_id: record.actorId,
+    user_id: record.userId,
+    organization_id: record.organizationId,
+    ip: record.ip,
+    data: record.data,
+  };
 }
 
 export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
