@@ -8,6 +8,7 @@ import type { MfaService, LoginFactorView } from './mfa-service.js';
 import { assertPasswordAcceptable, normaliseEmail } from './password-policy.js';
 import type { Principal } from './principal.js';
 import type { SessionService, TokenResponse } from './session-service.js';
+import { countFailedAuthentication } from './lockout.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export type LoginResult =
@@ -80,7 +81,7 @@ export class AccountService {
       throw errors.invalidCredentials();
     }
     if (user.status === 'disabled') {
-      await this.recordLoginFailure(user, 'account_disabled', meta, false);
+      await this.recordLoginFailure(user, 'account_disabled', meta);
       throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
     }
     if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
@@ -145,28 +146,12 @@ export class AccountService {
     });
   }
 
-  private async recordLoginFailure(user: UserRecord | undefined, reason: string, meta: RequestMeta, countsTowardLockout = true): Promise<void> {
-    const { lockout } = this.context.config.auth;
+  /** Only a wrong password counts toward the lockout; unknown, locked and disabled accounts are only recorded. */
+  private async recordLoginFailure(user: UserRecord | undefined, reason: 'unknown_account' | 'locked' | 'wrong_password' | 'account_disabled', meta: RequestMeta): Promise<void> {
     await runUnitOfWork(this.context, meta, async (uow) => {
-      let lockedNow = false;
-      if (user && countsTowardLockout && reason === 'wrong_password') {
-        lockedNow = await uow.repos.users.recordFailedLogin(user.id, uow.now, {
-          threshold: lockout.threshold,
-          windowMs: lockout.window * 1000,
-          durationMs: lockout.duration * 1000,
-        });
-      }
       await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data: { reason } });
-      if (lockedNow) {
-        await uow.emit({ type: 'user.locked', userId: user!.id, data: { until: new Date(uow.now + lockout.duration * 1000).toISOString() } });
-      }
+      if (user && reason === 'wrong_password') await countFailedAuthentication(uow, this.context.config.auth.lockout, user.id, 'password');
     });
-  }
-
-  /** Counts a failed second-factor attempt toward the account lockout (MFA issue). */
-  async recordFailedSecondFactor(uow: UnitOfWork, userId: string): Promise<boolean> {
-    const { lockout } = this.context.config.auth;
-    return uow.repos.users.recordFailedLogin(userId, uow.now, { threshold: lockout.threshold, windowMs: lockout.window * 1000, durationMs: lockout.duration * 1000 });
   }
 
   private async sendOneTimeToken(uow: UnitOfWork, user: { id: string; email: string }, purpose: OneTimeTokenPurpose): Promise<void> {

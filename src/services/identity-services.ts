@@ -37,7 +37,6 @@ export class IdentityServices {
     this.sessions = new SessionService(context, this.catalog);
     this.mfa = new MfaService(context, this.sessions);
     this.accounts = new AccountService(context, this.sessions, this.mfa);
-    this.mfa.useLockout(this.accounts);
     this.authentication = new AuthenticationService(context, this.mfa);
     this.identity = new IdentityService(context, this.mfa);
     this.organizations = new OrganizationService(context, this.catalog);

@@ -10,6 +10,7 @@ import type { MfaTicket } from './mfa-ticket.js';
 import { normaliseEmail } from './password-policy.js';
 import type { Principal } from './principal.js';
 import type { AccessTokenResponse, SessionService, TokenResponse } from './session-service.js';
+import { countFailedAuthentication } from './lockout.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 /** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
@@ -39,11 +40,6 @@ export interface CodeSent {
   destination: string;
 }
 
-/** How failed second-factor codes reach the account lockout (AccountService owns the rule). */
-export interface SecondFactorLockout {
-  recordFailedSecondFactor(uow: UnitOfWork, userId: string): Promise<boolean>;
-}
-
 /** Spec 2.6: a factor never confirmed is pruned after this long. */
 const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
 const SECOND_FACTOR_AMR = ['pwd', 'otp'];
@@ -53,18 +49,12 @@ type CodeMethod = FactorType | 'recovery';
 /** Multi-factor authentication (spec 4.2): enrollment, the login gate, step-up and factor management. */
 export class MfaService {
   private readonly codes: MfaCodes;
-  private lockout: SecondFactorLockout | undefined;
 
   constructor(
     private readonly context: ServiceContext,
     private readonly sessions: SessionService,
   ) {
     this.codes = new MfaCodes(context);
-  }
-
-  /** Wired after construction because AccountService itself depends on this service. */
-  useLockout(lockout: SecondFactorLockout): void {
-    this.lockout = lockout;
   }
 
   // ---------------------------------------------------------------- login gate
@@ -122,13 +112,9 @@ export class MfaService {
       throw errors.unauthorized('The MFA ticket is invalid or expired.');
     }
     await this.codes.assertVerifyBudget(this.context.store.repos, user.id, now);
-    const useRecovery = input.type === 'recovery' || input.factorId === undefined;
+    const factorId = input.type === 'recovery' ? undefined : input.factorId;
     const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      const factor = useRecovery ? undefined : await this.confirmedFactor(uow, user.id, input.factorId!);
-      const method: CodeMethod = factor?.type ?? 'recovery';
-      const accepted = factor
-        ? await this.codes.checkFactorCode(uow, factor, input.code, 'login_mfa', ticket.id)
-        : await this.codes.spendRecoveryCode(uow, user.id, input.code);
+      const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input.code, 'login_mfa', ticket.id);
       if (!accepted) {
         await uow.repos.mfaTickets.recordFailure(ticket.id);
         await this.recordSecondFactorFailure(uow, user.id, { context: 'login', method, factorId: factor?.id ?? null });
@@ -162,11 +148,7 @@ export class MfaService {
   async stepUp(principal: Principal, input: { code: string; factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
     await this.codes.assertVerifyBudget(this.context.store.repos, principal.userId, this.context.clock.now());
     const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      const factor = input.factorId === undefined ? undefined : await this.confirmedFactor(uow, principal.userId, input.factorId);
-      const method: CodeMethod = factor?.type ?? 'recovery';
-      const accepted = factor
-        ? await this.codes.checkFactorCode(uow, factor, input.code, 'step_up', principal.sessionId)
-        : await this.codes.spendRecoveryCode(uow, principal.userId, input.code);
+      const { accepted, method, factor } = await this.checkSecondFactor(uow, principal.userId, input.factorId, input.code, 'step_up', principal.sessionId);
       if (!accepted) {
         await this.recordSecondFactorFailure(uow, principal.userId, { context: 'step_up', method, factorId: factor?.id ?? null });
         return { failed: true as const };
@@ -335,6 +317,20 @@ export class MfaService {
     return factor;
   }
 
+  /** A code of the named confirmed factor (bound to the ticket or session), or, with no factor, a recovery code. */
+  private async checkSecondFactor(
+    uow: UnitOfWork,
+    userId: string,
+    factorId: string | undefined,
+    code: string,
+    purpose: 'login_mfa' | 'step_up',
+    boundTo: string,
+  ): Promise<{ accepted: boolean; method: CodeMethod; factor: MfaFactorRecord | undefined }> {
+    if (factorId === undefined) return { accepted: await this.codes.spendRecoveryCode(uow, userId, code), method: 'recovery', factor: undefined };
+    const factor = await this.confirmedFactor(uow, userId, factorId);
+    return { accepted: await this.codes.checkFactorCode(uow, factor, code, purpose, boundTo), method: factor.type, factor };
+  }
+
   /** Pruned opportunistically on this user's own requests, so no scheduler is needed. */
   private async prunePendingFactors(uow: UnitOfWork, userId: string): Promise<void> {
     await uow.repos.mfaFactors.pruneUnconfirmed(userId, uow.now - PENDING_FACTOR_LIFETIME_MS);
@@ -343,11 +339,7 @@ export class MfaService {
   private async recordSecondFactorFailure(uow: UnitOfWork, userId: string, failure: { context: 'login' | 'step_up'; method: CodeMethod; factorId: string | null }): Promise<void> {
     await this.codes.recordVerifyFailure(uow, userId);
     await uow.emit({ type: 'mfa.verify_failed', actorId: userId, userId, data: { context: failure.context, method: failure.method, factor_id: failure.factorId } });
-    const lockedNow = (await this.lockout?.recordFailedSecondFactor(uow, userId)) ?? false;
-    if (lockedNow) {
-      const until = uow.now + this.context.config.auth.lockout.duration * 1000;
-      await uow.emit({ type: 'user.locked', userId, data: { until: new Date(until).toISOString(), reason: 'second_factor' } });
-    }
+    await countFailedAuthentication(uow, this.context.config.auth.lockout, userId, 'second_factor');
   }
 
   private async emitRecoveryUsed(uow: UnitOfWork, userId: string): Promise<void> {
