@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { errors, IdentityError } from '../errors.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
-import type { AccessTokenClaims } from '../crypto/jwt.js';
 import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
@@ -54,7 +53,7 @@ export class SessionService {
   async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<TokenResponse> {
     const sessionId = randomUUID();
     const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
-    await uow.repos.sessions.insert({
+    const session: SessionRecord = {
       id: sessionId,
       userId: user.id,
       organizationId: null,
@@ -63,20 +62,22 @@ export class SessionService {
       authTime: authentication.authTime,
       ip: meta.ip,
       userAgent: meta.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
-      now: uow.now,
+      createdAt: uow.now,
+      lastUsedAt: uow.now,
       expiresAt,
-    });
+      revokedAt: null,
+    };
+    await uow.repos.sessions.insert({ ...session, now: uow.now });
     const refreshToken = await this.issueRefreshToken(uow.repos, sessionId, uow.now);
-    const session = await uow.repos.sessions.findById(sessionId);
-    const { claims: _claims, ...access } = await this.accessTokenFor(uow.repos, session!, user);
+    const access = await this.accessTokenFor(uow.repos, session, user);
     return { ...access, refresh_token: refreshToken };
   }
 
   /** A new access token for a session, with roles and scope re-resolved from the database. */
-  async accessTokenFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenResponse & { claims: AccessTokenClaims }> {
+  async accessTokenFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenResponse> {
     const authority = await resolveAuthority(repos, this.catalog, user.id, session.organizationId);
     const organizationId = authority.member || authority.superadmin ? session.organizationId : null;
-    const { token, claims } = await this.context.jwt.signAccessToken({
+    const { token } = await this.context.jwt.signAccessToken({
       sub: user.id,
       sid: session.id,
       org: organizationId,
@@ -87,7 +88,7 @@ export class SessionService {
       amr: session.amr,
       auth_time: Math.floor(session.authTime / 1000),
     });
-    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl, claims };
+    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl };
   }
 
   /**
@@ -116,7 +117,7 @@ export class SessionService {
       const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
       await uow.repos.sessions.touch(session.id, uow.now, rotation ? expiresAt : Math.max(session.expiresAt, stored.expiresAt));
       const nextRefreshToken = rotation ? await this.issueRefreshToken(uow.repos, session.id, uow.now) : refreshToken;
-      const { claims: _claims, ...access } = await this.accessTokenFor(uow.repos, session, user);
+      const access = await this.accessTokenFor(uow.repos, session, user);
       await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
       return { tokens: { ...access, refresh_token: nextRefreshToken } };
     });
@@ -177,7 +178,7 @@ export class SessionService {
       }
       if (!(await uow.repos.sessions.setOrganization(session.id, organizationId))) throw errors.sessionEnded();
       const user = await uow.repos.users.findById(principal.userId);
-      const { claims: _claims, ...access } = await this.accessTokenFor(uow.repos, { ...session, organizationId }, user!);
+      const access = await this.accessTokenFor(uow.repos, { ...session, organizationId }, user!);
       await uow.emit({
         type: 'auth.org_switched',
         actorId: principal.userId,
