@@ -15,10 +15,10 @@ export class AuthenticationService {
     const claims = await this.context.jwt.verifyAccessToken(token);
     if (!claims) throw errors.unauthorized('The access token is invalid or expired.');
     const now = this.context.clock.now();
-    const session = await this.context.store.repos.sessions.findLive(claims.sid, now);
-    if (!session || session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
-    const user = await this.context.store.repos.users.findById(claims.sub);
-    if (!user || user.status !== 'active' || user.deletedAt !== null) throw errors.unauthorized('The account is not active.');
+    const found = await this.context.store.repos.sessions.findLiveWithUser(claims.sid, now);
+    if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
+    const { session, user } = found;
+    if (user.status !== 'active' || user.deletedAt !== null) throw errors.unauthorized('The account is not active.');
     return { userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, claims, session, user };
   }
 

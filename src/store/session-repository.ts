@@ -1,5 +1,6 @@
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
+import { mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
 
 export interface SessionRecord {
   id: string;
@@ -86,6 +87,18 @@ export class SessionRepository extends Repository {
   async findLive(id: string, now: number): Promise<SessionRecord | undefined> {
     const row = await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').andWhere('expires_at', '>', now).first();
     return row ? mapSession(row) : undefined;
+  }
+
+  /** A live session and its user in one query: what every authenticated request needs. */
+  async findLiveWithUser(id: string, now: number): Promise<{ session: SessionRecord; user: UserRecord } | undefined> {
+    const row = await this.db(`${this.table.sessions} as s`)
+      .join(`${this.table.users} as u`, 'u.id', 's.user_id')
+      .where('s.id', id)
+      .whereNull('s.revoked_at')
+      .andWhere('s.expires_at', '>', now)
+      .first(['s.*', ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`)]);
+    if (!row) return undefined;
+    return { session: mapSession(row), user: mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]]))) };
   }
 
   async listLiveForUser(userId: string, now: number, page: { limit: number; afterCreatedAt?: number; afterId?: string }): Promise<SessionRecord[]> {

@@ -21,6 +21,23 @@ export interface UserRecord {
 
 type UserRow = Record<string, unknown>;
 
+/** Every column of the users table, for queries that select a user beside another row. */
+export const USER_COLUMNS = [
+  'id',
+  'email',
+  'email_verified',
+  'display_name',
+  'status',
+  'password_hash',
+  'mfa_enforced',
+  'failed_login_count',
+  'failed_login_window_start',
+  'locked_until',
+  'deleted_at',
+  'created_at',
+  'updated_at',
+] as const;
+
 export function mapUser(row: UserRow): UserRecord {
   return {
     id: String(row.id),
