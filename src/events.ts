@@ -18,6 +18,8 @@ export const EVENT_TYPES = [
   'mfa.step_up_completed',
   'mfa.factor_removed',
   'mfa.recovery_regenerated',
+  'mfa.factor_added',
+  'mfa.passkey_counter_regressed',
   'org.created',
   'org.updated',
   'org.deleted',

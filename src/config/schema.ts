@@ -57,6 +57,11 @@ const configSchema = Joi.object<IdentityConfig>({
     }),
   ).unique('key'),
   links: Joi.object({ verifyEmail: urlTemplate, resetPassword: urlTemplate, acceptInvite: urlTemplate }),
+  webauthn: Joi.object({
+    rpId: Joi.string().min(1).max(253).required(),
+    rpName: Joi.string().min(1).max(200),
+    origins: Joi.array().items(Joi.string().min(1)).min(1).required(),
+  }),
 });
 
 /** Thrown by `createIdentityRouter` when the config is wrong; lists every problem at once. */
@@ -79,6 +84,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   const problems = error ? error.details.map((detail) => detail.message) : [];
   const password = { ...DEFAULTS.password, ...input?.password };
   if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
+  if (input.webauthn && !error?.details.some((detail) => detail.path[0] === 'webauthn')) problems.push(...webauthnProblems(input.webauthn));
   if (problems.length > 0) throw new IdentityConfigError(problems);
 
   const databaseObject = typeof input.database === 'function' ? undefined : input.database;
@@ -112,5 +118,41 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
     security: { stepUp: { maxAge: input.security?.stepUp?.maxAge ?? DEFAULTS.stepUpMaxAge } },
     permissions: input.permissions ?? [],
     links: input.links ?? {},
+    webauthn: input.webauthn
+      ? { rpId: input.webauthn.rpId, rpName: input.webauthn.rpName ?? input.appName ?? input.issuer, origins: [...input.webauthn.origins] }
+      : undefined,
   };
+}
+
+const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+const HOST_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
+/**
+ * The browser's own rules, checked up front so a typo fails at start-up instead of at the
+ * first ceremony: the RP id is a bare host name, and every origin is HTTPS (plain HTTP only on
+ * localhost, which browsers treat as a secure context) on the RP id or a subdomain of it.
+ */
+function webauthnProblems(webauthn: NonNullable<IdentityConfig['webauthn']>): string[] {
+  const problems: string[] = [];
+  if (!HOST_NAME.test(webauthn.rpId)) problems.push('"webauthn.rpId" must be a lower-case host name such as example.com (no scheme, port or path)');
+  for (const origin of webauthn.origins) {
+    let url: URL;
+    try {
+      url = new URL(origin);
+    } catch {
+      problems.push(`"webauthn.origins" entry "${origin}" is not an absolute URL`);
+      continue;
+    }
+    if (url.origin !== origin) {
+      problems.push(`"webauthn.origins" entry "${origin}" must be a bare origin such as https://app.example.com (no path, query or trailing slash)`);
+      continue;
+    }
+    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname))) {
+      problems.push(`"webauthn.origins" entry "${origin}" must use https (http is accepted only for localhost)`);
+    }
+    if (url.hostname !== webauthn.rpId && !url.hostname.endsWith(`.${webauthn.rpId}`)) {
+      problems.push(`"webauthn.origins" entry "${origin}" is not on "webauthn.rpId" (${webauthn.rpId}) or a subdomain of it`);
+    }
+  }
+  return problems;
 }

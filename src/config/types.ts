@@ -91,6 +91,17 @@ export interface IdentityConfig {
   permissions?: PermissionDefinition[];
   /** URL templates with `{token}`; when set, the mail context also carries `url`. */
   links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+  /** Passkeys (CONTRACT 8). Without it the passkey routes answer 404 and passkeys are not offered as factors. */
+  webauthn?: WebauthnConfig;
+}
+
+export interface WebauthnConfig {
+  /** The relying-party id: the host name passkeys are bound to (`example.com`), no scheme or port. */
+  rpId: string;
+  /** Shown by the browser and authenticator. Default: `appName`. */
+  rpName?: string;
+  /** Every origin the pages that run the ceremony are served from (`https://app.example.com`); each must be on `rpId` or a subdomain of it. */
+  origins: string[];
 }
 
 /** The configuration with every default applied; what services read. */
@@ -131,4 +142,5 @@ export interface ResolvedConfig {
   security: { stepUp: { maxAge: number } };
   permissions: PermissionDefinition[];
   links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+  webauthn: { rpId: string; rpName: string; origins: string[] } | undefined;
 }

@@ -8,6 +8,7 @@ import { InviteService } from './invite-service.js';
 import { MemberService } from './member-service.js';
 import { MfaService } from './mfa-service.js';
 import { OrganizationService } from './organization-service.js';
+import { PasskeyService } from './passkey-service.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
@@ -22,6 +23,7 @@ export class IdentityServices {
   readonly keyRing: KeyRing;
   readonly sessions: SessionService;
   readonly mfa: MfaService;
+  readonly passkeys: PasskeyService;
   readonly accounts: AccountService;
   readonly authentication: AuthenticationService;
   readonly identity: IdentityService;
@@ -35,7 +37,8 @@ export class IdentityServices {
     this.catalog = buildPermissionCatalog(context.config.permissions);
     this.keyRing = context.keyRing;
     this.sessions = new SessionService(context, this.catalog);
-    this.mfa = new MfaService(context, this.sessions);
+    this.passkeys = new PasskeyService(context, this.sessions);
+    this.mfa = new MfaService(context, this.sessions, this.passkeys);
     this.accounts = new AccountService(context, this.sessions, this.mfa);
     this.authentication = new AuthenticationService(context, this.mfa);
     this.identity = new IdentityService(context, this.mfa);

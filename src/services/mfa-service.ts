@@ -7,6 +7,8 @@ import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { MfaCodes, maskedDestination } from './mfa-codes.js';
 import type { MfaTicket } from './mfa-ticket.js';
+import type { PasskeyChallenge, PasskeyService } from './passkey-service.js';
+import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import { normaliseEmail } from './password-policy.js';
 import type { Principal } from './principal.js';
 import type { AccessTokenResponse, SessionService, TokenResponse } from './session-service.js';
@@ -16,7 +18,7 @@ import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 /** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
 export interface LoginFactorView {
   id: string;
-  type: 'totp' | 'sms' | 'email';
+  type: FactorType;
   default: boolean;
   label?: string;
   destination?: string;
@@ -43,8 +45,13 @@ export interface CodeSent {
 /** Spec 2.6: a factor never confirmed is pruned after this long. */
 const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
 const SECOND_FACTOR_AMR = ['pwd', 'otp'];
+/** A passkey after a password (RFC 8176 `hwk`: proof of a hardware-bound key). */
+const PASSKEY_SECOND_FACTOR_AMR = ['pwd', 'hwk'];
 
 type CodeMethod = FactorType | 'recovery';
+
+/** What answers the gate or step-up: a code (TOTP, SMS, e-mail, recovery) or a passkey assertion. */
+export type SecondFactorProof = { code: string; response?: undefined } | { code?: undefined; response: AuthenticationResponseJSON };
 
 /** Multi-factor authentication (spec 4.2): enrollment, the login gate, step-up and factor management. */
 export class MfaService {
@@ -53,6 +60,7 @@ export class MfaService {
   constructor(
     private readonly context: ServiceContext,
     private readonly sessions: SessionService,
+    private readonly passkeys: PasskeyService,
   ) {
     this.codes = new MfaCodes(context);
   }
@@ -75,7 +83,7 @@ export class MfaService {
     const ticketId = randomUUID();
     const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
     await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent });
-    return { mfaToken: token, factors: confirmed.map(loginFactorView) };
+    return { mfaToken: token, factors: confirmed.filter((factor) => factor.type !== 'webauthn' || this.passkeys.enabled).map(loginFactorView) };
   }
 
   /** An MFA ticket presented as a bearer value (spec 2.2); anything else is 401 unauthorized. */
@@ -92,9 +100,10 @@ export class MfaService {
   }
 
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
-  async sendLoginCode(ticket: MfaTicket, factorId: string, meta: RequestMeta): Promise<CodeSent> {
+  async sendLoginCode(ticket: MfaTicket, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, ticket.userId, factorId);
+      if (factor.type === 'webauthn') return this.passkeys.assertionOptions(uow, factor, 'login_mfa', ticket.id);
       assertCodeCanBeSent(factor);
       return this.codes.sendCode(uow, { factor, purpose: 'login_mfa', boundTo: ticket.id, cooldownCode: 'too_many_requests' });
     });
@@ -105,7 +114,7 @@ export class MfaService {
    * recovery code. Success consumes the ticket and opens the session; every failure
    * counts against the challenge, the ticket, the verify window and the lockout.
    */
-  async verifyLogin(ticket: MfaTicket, input: { code: string; factorId?: string; type?: string }, meta: RequestMeta): Promise<TokenResponse> {
+  async verifyLogin(ticket: MfaTicket, input: SecondFactorProof & { factorId?: string; type?: string }, meta: RequestMeta): Promise<TokenResponse> {
     const user = await this.context.store.repos.users.findById(ticket.userId);
     const now = this.context.clock.now();
     if (!user || user.status !== 'active' || user.deletedAt !== null || (user.lockedUntil !== null && user.lockedUntil > now)) {
@@ -114,7 +123,7 @@ export class MfaService {
     await this.codes.assertVerifyBudget(this.context.store.repos, user.id, now);
     const factorId = input.type === 'recovery' ? undefined : input.factorId;
     const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input.code, 'login_mfa', ticket.id);
+      const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input, 'login_mfa', ticket.id);
       if (!accepted) {
         await uow.repos.mfaTickets.recordFailure(ticket.id);
         await this.recordSecondFactorFailure(uow, user.id, { context: 'login', method, factorId: factor?.id ?? null });
@@ -124,10 +133,11 @@ export class MfaService {
       if (!(await uow.repos.mfaTickets.consume(ticket.id, uow.now, this.context.config.otp.maxAttempts))) {
         throw errors.unauthorized('The MFA ticket is invalid or expired.');
       }
-      const tokens = await this.sessions.open(uow, user, { mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now }, meta);
+      const amr = secondFactorAmr(method);
+      const tokens = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr: SECOND_FACTOR_AMR, method } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, method } });
       return { tokens };
     });
     if ('failed' in outcome) throw errors.invalidCode();
@@ -136,27 +146,29 @@ export class MfaService {
 
   // ---------------------------------------------------------------- step-up
 
-  async sendStepUpCode(principal: Principal, factorId: string, meta: RequestMeta): Promise<CodeSent> {
+  async sendStepUpCode(principal: Principal, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, principal.userId, factorId);
+      if (factor.type === 'webauthn') return this.passkeys.assertionOptions(uow, factor, 'step_up', principal.sessionId);
       assertCodeCanBeSent(factor);
       return this.codes.sendCode(uow, { factor, purpose: 'step_up', boundTo: principal.sessionId, cooldownCode: 'too_many_requests' });
     });
   }
 
   /** POST /auth/mfa/step-up: re-stamps the session's auth_time; the refresh token is untouched. */
-  async stepUp(principal: Principal, input: { code: string; factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
+  async stepUp(principal: Principal, input: SecondFactorProof & { factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
     await this.codes.assertVerifyBudget(this.context.store.repos, principal.userId, this.context.clock.now());
     const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      const { accepted, method, factor } = await this.checkSecondFactor(uow, principal.userId, input.factorId, input.code, 'step_up', principal.sessionId);
+      const { accepted, method, factor } = await this.checkSecondFactor(uow, principal.userId, input.factorId, input, 'step_up', principal.sessionId);
       if (!accepted) {
         await this.recordSecondFactorFailure(uow, principal.userId, { context: 'step_up', method, factorId: factor?.id ?? null });
         return { failed: true as const };
       }
       const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();
-      await uow.repos.sessions.recordStrongAuthentication(session.id, uow.now, SECOND_FACTOR_AMR);
-      const refreshed = { ...session, mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now };
+      const amr = secondFactorAmr(method);
+      await uow.repos.sessions.recordStrongAuthentication(session.id, uow.now, amr);
+      const refreshed = { ...session, mfa: true, amr, authTime: uow.now };
       const { access_token, token_type } = await this.sessions.accessTokenFor(uow.repos, refreshed, principal.user);
       await uow.emit({ type: 'mfa.step_up_completed', actorId: principal.userId, userId: principal.userId, data: { method, factor_id: factor?.id ?? null, session_id: session.id } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, principal.userId);
@@ -314,21 +326,32 @@ export class MfaService {
   private async confirmedFactor(uow: UnitOfWork, userId: string, factorId: string): Promise<MfaFactorRecord> {
     const factor = await uow.repos.mfaFactors.findOwned(factorId, userId);
     if (!factor || factor.confirmedAt === null) throw errors.notFound('Factor');
+    // Without `webauthn` config a passkey is not offered (CONTRACT 8).
+    if (factor.type === 'webauthn' && !this.passkeys.enabled) throw errors.notFound('Factor');
     return factor;
   }
 
-  /** A code of the named confirmed factor (bound to the ticket or session), or, with no factor, a recovery code. */
+  /**
+   * A code of the named confirmed factor (bound to the ticket or session), a passkey
+   * assertion for a `webauthn` factor, or, with no factor, a recovery code. A proof of the
+   * wrong kind for the factor is a failed attempt like a wrong code.
+   */
   private async checkSecondFactor(
     uow: UnitOfWork,
     userId: string,
     factorId: string | undefined,
-    code: string,
+    proof: SecondFactorProof,
     purpose: 'login_mfa' | 'step_up',
     boundTo: string,
   ): Promise<{ accepted: boolean; method: CodeMethod; factor: MfaFactorRecord | undefined }> {
-    if (factorId === undefined) return { accepted: await this.codes.spendRecoveryCode(uow, userId, code), method: 'recovery', factor: undefined };
+    if (factorId === undefined) {
+      return { accepted: proof.code !== undefined && (await this.codes.spendRecoveryCode(uow, userId, proof.code)), method: 'recovery', factor: undefined };
+    }
     const factor = await this.confirmedFactor(uow, userId, factorId);
-    return { accepted: await this.codes.checkFactorCode(uow, factor, code, purpose, boundTo), method: factor.type, factor };
+    if (factor.type === 'webauthn') {
+      return { accepted: proof.response !== undefined && (await this.passkeys.checkFactorAssertion(uow, factor, proof.response, purpose, boundTo)), method: factor.type, factor };
+    }
+    return { accepted: proof.code !== undefined && (await this.codes.checkFactorCode(uow, factor, proof.code, purpose, boundTo)), method: factor.type, factor };
   }
 
   /** Pruned opportunistically on this user's own requests, so no scheduler is needed. */
@@ -355,6 +378,10 @@ function loginFactorView(factor: MfaFactorRecord): LoginFactorView {
   const destination = maskedDestination(factor);
   if (destination) view.destination = destination;
   return view;
+}
+
+function secondFactorAmr(method: CodeMethod): string[] {
+  return method === 'webauthn' ? PASSKEY_SECOND_FACTOR_AMR : SECOND_FACTOR_AMR;
 }
 
 function assertCodeCanBeSent(factor: MfaFactorRecord): void {

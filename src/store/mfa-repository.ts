@@ -1,7 +1,7 @@
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
 
-export type FactorType = 'totp' | 'sms' | 'email';
+export type FactorType = 'totp' | 'sms' | 'email' | 'webauthn';
 export type OtpPurpose = 'enroll' | 'login_mfa' | 'step_up';
 export type OtpChannel = 'sms' | 'email';
 

@@ -4,6 +4,7 @@ import type { Dialect } from './database.js';
 import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
+import { PasskeyRepository } from './passkey-repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
 import type { TableNames } from './table-names.js';
@@ -26,6 +27,7 @@ export interface Repositories {
   roles: RoleRepository;
   memberships: MembershipRepository;
   invites: InviteRepository;
+  passkeys: PasskeyRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -45,6 +47,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     roles: new RoleRepository(context),
     memberships: new MembershipRepository(context),
     invites: new InviteRepository(context),
+    passkeys: new PasskeyRepository(context),
   };
 }
 

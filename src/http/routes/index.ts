@@ -3,9 +3,10 @@ import type { RouteDefinition } from '../route.js';
 import { accountRoutes } from './account.js';
 import { mfaRoutes } from './mfa.js';
 import { organizationRoutes } from './orgs.js';
+import { passkeyRoutes } from './passkeys.js';
 import { userRoutes } from './users.js';
 
 /** Every route of the spec, by section. */
 export function allRoutes(services: IdentityServices): RouteDefinition[] {
-  return [...accountRoutes(services), ...mfaRoutes(services), ...organizationRoutes(services), ...userRoutes(services)];
+  return [...accountRoutes(services), ...mfaRoutes(services), ...passkeyRoutes(services), ...organizationRoutes(services), ...userRoutes(services)];
 }

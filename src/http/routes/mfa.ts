@@ -2,6 +2,7 @@ import Joi from 'joi';
 import type { IdentityServices } from '../../services/identity-services.js';
 import { ok, type RouteDefinition } from '../route.js';
 import { emailSchema, idSchema } from '../schemas.js';
+import { assertionResponseSchema } from './passkeys.js';
 
 /** Codes are checked strictly by the service; the schema only bounds what reaches it. */
 const codeSchema = Joi.string().min(1).max(64);
@@ -85,8 +86,9 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/mfa/verify',
       auth: 'ticket',
       rateLimit: 'mfa_confirm',
-      body: Joi.object({ code: codeSchema.required(), factor_id: idSchema, type: Joi.string().valid('totp', 'sms', 'email', 'recovery') }),
-      handler: async ({ body, ticket, meta }) => ok(await mfa.verifyLogin(ticket, { code: body.code, factorId: body.factor_id, type: body.type }, meta)),
+      // A code, or for a passkey factor the assertion (CONTRACT 8).
+      body: Joi.object({ code: codeSchema, response: assertionResponseSchema, factor_id: idSchema, type: Joi.string().valid('totp', 'sms', 'email', 'webauthn', 'recovery') }).xor('code', 'response').with('response', 'factor_id'),
+      handler: async ({ body, ticket, meta }) => ok(await mfa.verifyLogin(ticket, { code: body.code, response: body.response, factorId: body.factor_id, type: body.type }, meta)),
     },
 
     // ------------------------------------------------------------ step-up
@@ -103,8 +105,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/mfa/step-up',
       auth: 'bearer',
       rateLimit: 'mfa_confirm',
-      body: Joi.object({ code: codeSchema.required(), factor_id: idSchema }),
-      handler: async ({ body, principal, meta }) => ok(await mfa.stepUp(principal, { code: body.code, factorId: body.factor_id }, meta)),
+      body: Joi.object({ code: codeSchema, response: assertionResponseSchema, factor_id: idSchema }).xor('code', 'response').with('response', 'factor_id'),
+      handler: async ({ body, principal, meta }) => ok(await mfa.stepUp(principal, { code: body.code, response: body.response, factorId: body.factor_id }, meta)),
     },
 
     // ------------------------------------------------------------ management
