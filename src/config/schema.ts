@@ -147,7 +147,9 @@ function webauthnProblems(webauthn: NonNullable<IdentityConfig['webauthn']>): st
       problems.push(`"webauthn.origins" entry "${origin}" must be a bare origin such as https://app.example.com (no path, query or trailing slash)`);
       continue;
     }
-    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname))) {
+    // Browsers treat localhost and *.localhost (RFC 6761) as secure contexts, so WebAuthn runs there over http.
+    const loopback = LOOPBACK_HOSTS.has(url.hostname) || url.hostname.endsWith('.localhost');
+    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) {
       problems.push(`"webauthn.origins" entry "${origin}" must use https (http is accepted only for localhost)`);
     }
     if (url.hostname !== webauthn.rpId && !url.hostname.endsWith(`.${webauthn.rpId}`)) {
