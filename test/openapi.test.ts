@@ -34,7 +34,8 @@ const document = loadOpenApiDocument();
 const operations = documentedOperations();
 
 before(async () => {
-  h = await Harness.start();
+  // With passkeys configured, so their real route definitions (not the 404 stand-ins) are compared.
+  h = await Harness.start({ config: { webauthn: { rpId: 'localhost', origins: ['http://localhost:3000'] } } });
   routes = allRoutes(h.identity.service);
 });
 after(async () => {
