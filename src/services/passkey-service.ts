@@ -134,7 +134,7 @@ export class PasskeyService {
       if (await uow.repos.passkeys.credentialIdTaken(credential.id)) throw errors.conflict('This passkey is already registered.');
       const factorId = randomUUID();
       const firstFactor = !(await uow.repos.mfaFactors.hasConfirmed(principal.userId));
-      await uow.repos.passkeys.insert({
+      const inserted = await uow.repos.passkeys.insert({
         id: factorId,
         userId: principal.userId,
         label: input.label ? input.label : null,
@@ -145,6 +145,8 @@ export class PasskeyService {
         userHandle: consumed.userHandle,
         now: uow.now,
       });
+      // A concurrent registration of the same credential won the unique index.
+      if (!inserted) throw errors.conflict('This passkey is already registered.');
       if (!(await uow.repos.mfaFactors.hasDefault(principal.userId))) await uow.repos.mfaFactors.makeDefault(principal.userId, factorId);
       const eventData = { factor_id: factorId, type: 'webauthn' };
       if (!firstFactor) {

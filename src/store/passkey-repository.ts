@@ -45,6 +45,12 @@ export interface PasskeyChallengeRecord {
   consumedAt: number | null;
 }
 
+/** PostgreSQL 23505, SQLite SQLITE_CONSTRAINT_UNIQUE. */
+function isUniqueViolation(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE';
+}
+
 /** Rows this much past their expiry are pruned when new challenges are issued. */
 const CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
 
@@ -73,7 +79,10 @@ export class PasskeyRepository extends Repository {
     return (await this.db(this.table.mfaFactors).where({ credential_id: credentialId }).first('id')) !== undefined;
   }
 
-  /** A passkey is confirmed the moment its attestation verifies; there is no pending state. */
+  /**
+   * A passkey is confirmed the moment its attestation verifies; there is no pending state.
+   * False when the credential id is already registered (the unique index decides a race).
+   */
   async insert(passkey: {
     id: string;
     userId: string;
@@ -84,7 +93,17 @@ export class PasskeyRepository extends Repository {
     transports: string[];
     userHandle: string;
     now: number;
-  }): Promise<void> {
+  }): Promise<boolean> {
+    try {
+      await this.insertRow(passkey);
+      return true;
+    } catch (error) {
+      if (isUniqueViolation(error)) return false;
+      throw error;
+    }
+  }
+
+  private async insertRow(passkey: Parameters<PasskeyRepository['insert']>[0]): Promise<void> {
     await this.db(this.table.mfaFactors).insert({
       id: passkey.id,
       user_id: passkey.userId,
