@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { BrowserSuite, browserSkipReason, checkAccessibility, expectHeading, finishFlow, STRONG_PASSWORD, uniqueEmail } from './browser-harness.js';
+import { BrowserSuite, browserSkipReason, checkAccessibility, expectHeading, finishFlow, navLink, STRONG_PASSWORD, uniqueEmail } from './browser-harness.js';
 import { followMailedLink, register, signedInPerson, signIn, verifyEmail } from './flows.js';
 
 const skip = browserSkipReason();
@@ -64,7 +64,7 @@ describe('example web app: account', { skip }, () => {
   test('forgot password: the reset link from the inbox sets a new password that signs in', async () => {
     const email = uniqueEmail('forgot');
     const { context, page } = await signedInPerson(suite, email);
-    await page.getByRole('link', { name: 'Sessions' }).click();
+    await navLink(page, 'Sessions').click();
     await page.getByRole('button', { name: 'Log out', exact: true }).click();
     await expectHeading(page, 'Sign in');
     await page.getByRole('link', { name: 'Forgot your password?' }).click();
@@ -88,7 +88,7 @@ describe('example web app: account', { skip }, () => {
   test('change password, then sign in with it', async () => {
     const email = uniqueEmail('change');
     const { context, page } = await signedInPerson(suite, email);
-    await page.getByRole('link', { name: 'Password' }).click();
+    await navLink(page, 'Password').click();
     await expectHeading(page, 'Change your password');
     await page.getByLabel('Current password').fill(STRONG_PASSWORD);
     await page.getByLabel('New password').fill('another long passphrase');
@@ -110,7 +110,7 @@ describe('example web app: account', { skip }, () => {
     const third = await suite.newPage();
     await signIn(suite, third.page, email);
 
-    await first.page.getByRole('link', { name: 'Sessions' }).click();
+    await navLink(first.page, 'Sessions').click();
     await expectHeading(first.page, 'Sessions');
     await first.page.getByText('(this session)').waitFor();
     const revokeButtons = first.page.getByRole('button', { name: /^Revoke the session/ });

@@ -204,3 +204,6 @@ export async function codeFromInbox(context: BrowserContext, suite: BrowserSuite
 
 let counter = 0;
 export const uniqueEmail = (name: string) => `${name}.${process.pid}.${++counter}@example.com`;
+
+/** A link of the main navigation. */
+export const navLink = (page: Page, name: string) => page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });

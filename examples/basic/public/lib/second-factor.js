@@ -1,5 +1,5 @@
 // Choosing a second factor and typing its code: the login gate and step-up share this.
-import { form, h } from './ui.js';
+import { field, form, h } from './ui.js';
 
 export function factorLabel(factor) {
   const name = factor.label ? ` (${factor.label})` : '';
@@ -45,7 +45,7 @@ export function secondFactorChooser({ factors, challenge, verify }) {
       name: 'Enter your code',
       submit: 'Verify',
       fields: [
-        h('label', { for: 'second-factor-code' }, label, h('input', { id: 'second-factor-code', name: 'code', required: true, autocomplete: 'one-time-code', inputmode: isRecovery ? 'text' : 'numeric' })),
+        field({ name: 'code', label, autocomplete: 'one-time-code', inputmode: isRecovery ? 'text' : 'numeric' }),
       ],
       extra: [h('button', { type: 'button', class: 'secondary', onclick: () => container.replaceChildren(chooser) }, 'Use another way')],
       onSubmit: ({ code }) => verify(isRecovery ? { code: code.trim() } : { factor_id: choice.factor.id, code: code.trim() }),

@@ -25,7 +25,10 @@ export function installStepUp(dialog) {
         chooser,
         h('button', { type: 'button', class: 'secondary', onclick: () => dialog.close() }, 'Cancel'),
       );
-      dialog.addEventListener('close', () => resolve(passed), { once: true });
+      dialog.addEventListener('close', () => {
+        dialog.replaceChildren();
+        resolve(passed);
+      }, { once: true });
       dialog.showModal();
     });
   });

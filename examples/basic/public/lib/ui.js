@@ -22,7 +22,8 @@ export function field({ name, label, type = 'text', value, hint, required = true
   const control = options
     ? h('select', { id, name, required }, ...options.map((option) => h('option', { value: option.value, selected: option.value === value }, option.label)))
     : h('input', { id, name, type, value, required, autocomplete, inputmode, pattern });
-  return h('label', { for: id }, label, hint ? h('span', { class: 'hint' }, hint) : null, control);
+  if (hint) control.setAttribute('aria-describedby', `${id}-hint`);
+  return h('div', { class: 'field' }, h('label', { for: id }, label), hint ? h('span', { class: 'hint', id: `${id}-hint` }, hint) : null, control);
 }
 
 /**

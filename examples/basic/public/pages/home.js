@@ -9,7 +9,7 @@ export default {
       ctx.me
         ? h('p', {}, 'Signed in as ', h('strong', {}, ctx.me.email), '. ', h('a', { href: '/account' }, 'Your account'))
         : h('p', {}, h('a', { href: '/register' }, 'Create an account'), ' or ', h('a', { href: '/login' }, 'sign in'), '.'),
-      ctx.development ? h('p', {}, 'Mail and text messages go to the ', h('a', { href: '/dev/inbox' }, 'development inbox'), '.') : null,
+      ...(ctx.development ? [h('p', {}, 'Mail and text messages go to the ', h('a', { href: '/dev/inbox' }, 'development inbox'), '.')] : []),
     );
   },
 };

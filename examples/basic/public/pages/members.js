@@ -53,8 +53,9 @@ export default {
         'Members',
         h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Member'), h('th', {}, 'Status'), h('th', {}, 'Roles'), h('th', {}, 'Actions'))), h('tbody', {}, members.map(memberRow))),
       ),
-      canInvite
-        ? section(
+      ...(!canInvite
+        ? []
+        : [section(
             'Invitations',
             form({
               submit: 'Send invitation',
@@ -73,8 +74,7 @@ export default {
                   h('tbody', {}, invites.map((invite) => h('tr', {}, h('td', {}, invite.email), h('td', {}, invite.role_slugs.join(', ')), h('td', {}, formatTime(invite.expires_at)),
                     h('td', {}, actionButton('Revoke', async () => { await api('DELETE', `/orgs/${orgId}/invites/${invite.id}`); await reload(); }, { className: 'secondary', ariaLabel: `Revoke the invitation to ${invite.email}` }))))),
                 ),
-          )
-        : null,
+          )]),
     );
   },
 };

@@ -84,7 +84,7 @@ export default {
               h(
                 'span',
                 { class: 'actions' },
-                factor.default ? null : actionButton('Make default', async () => { await api('PATCH', `/auth/mfa/factors/${factor.id}`, { default: true }); await reload(); }, { className: 'secondary', ariaLabel: `Make ${factorLabel(factor)} the default` }),
+                factor.default ? null : actionButton('Make default', async () => { await api('PATCH', `/auth/mfa/factors/${factor.id}`, { default: true }); await reload(); }, { className: 'secondary', ariaLabel: `Make default: ${factorLabel(factor)}` }),
                 actionButton('Remove', async () => { await api('DELETE', `/auth/mfa/factors/${factor.id}`); await reload(); }, { className: 'secondary', ariaLabel: `Remove ${factorLabel(factor)}` }),
               ),
             ),
@@ -93,13 +93,17 @@ export default {
       ),
       section(
         'Add a second factor',
-        h('div', { class: 'actions' }, actionButton('Set up an authenticator app', enrollTotp)),
+        h('h3', {}, 'Authenticator app'),
+        actionButton('Set up an authenticator app', enrollTotp),
+        h('h3', {}, 'Text message codes'),
         sendCodeForm('sms'),
+        h('h3', {}, 'E-mail codes'),
         sendCodeForm('email'),
       ),
       enrollArea,
-      confirmed.length > 0
-        ? section(
+      ...(confirmed.length === 0
+        ? []
+        : [section(
             'Recovery codes',
             h('p', {}, `${ctx.me.recovery_codes_remaining} left. New codes replace the old ones.`),
             actionButton('Generate new recovery codes', async () => {
@@ -107,8 +111,7 @@ export default {
               await ctx.reloadMe();
               enrollArea.replaceChildren(recoveryCodes(fresh.recovery_codes));
             }),
-          )
-        : null,
+          )]),
     );
   },
 };
