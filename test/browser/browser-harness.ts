@@ -52,7 +52,7 @@ export function browserSkipReason(): string | undefined {
 
 /** Accessibility totals of one test file, by impact. */
 const axeTotals: Record<string, number> = { minor: 0, moderate: 0, serious: 0, critical: 0 };
-const axePages: Array<{ page: string; violations: Record<string, number> }> = [];
+const axePages: Array<{ page: string; violations: Record<string, number>; rules: string[] }> = [];
 
 export class BrowserSuite {
   readonly clock = new TestClock(Date.UTC(2030, 0, 1, 12, 0, 0));
@@ -166,7 +166,7 @@ export async function checkAccessibility(page: Page, label: string): Promise<voi
     counts[violation.impact] = (counts[violation.impact] ?? 0) + 1;
     axeTotals[violation.impact] = (axeTotals[violation.impact] ?? 0) + 1;
   }
-  axePages.push({ page: label, violations: counts });
+  axePages.push({ page: label, violations: counts, rules: violations.map((violation) => `${violation.impact} ${violation.id}: ${violation.targets.slice(0, 5).join(' | ')}`) });
   const blocking = violations.filter((violation) => violation.impact === 'serious' || violation.impact === 'critical');
   assert.deepEqual(blocking, [], `axe-core found serious or critical violations on ${label}`);
 }
