@@ -38,8 +38,8 @@ describe('example web app: account', { skip }, () => {
     await page.reload();
     await page.waitForSelector('body[data-ready="true"]');
     await expectHeading(page, 'Your account');
-    assert.equal(await page.evaluate(() => localStorage.length + sessionStorage.length), 0);
-    assert.equal(await page.evaluate(() => document.cookie), '');
+    assert.equal(await page.evaluate('localStorage.length + sessionStorage.length'), 0);
+    assert.equal(await page.evaluate('document.cookie'), '');
     const cookies = await context.cookies();
     assert.equal(cookies.length, 1);
     assert.equal(cookies[0]!.httpOnly, true);
@@ -117,7 +117,7 @@ describe('example web app: account', { skip }, () => {
     assert.equal(await revokeButtons.count(), 2);
     await finishFlow(first.page, 'sessions');
     await revokeButtons.first().click();
-    await first.page.waitForFunction(() => document.querySelectorAll('button[aria-label^="Revoke the session"]').length === 1);
+    await first.page.getByRole('button', { name: /^Revoke the session/ }).nth(1).waitFor({ state: 'detached' });
 
     // One of the other two devices is now signed out: its reload lands on the sign-in page.
     const stillIn = [];

@@ -8,9 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import jsQR from 'jsqr';
 import { chromium, type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
-import { PNG } from 'pngjs';
 import speakeasy from 'speakeasy';
 import { startExampleServer, type RunningExample } from '../../examples/basic/app.js';
 import { STRONG_PASSWORD, TEST_DB, TestClock } from '../helpers/harness.js';
@@ -18,6 +16,9 @@ import { STRONG_PASSWORD, TEST_DB, TestClock } from '../helpers/harness.js';
 export { STRONG_PASSWORD };
 
 const require = createRequire(import.meta.url);
+// jsqr is CommonJS whose types declare a `default` export only, and pngjs ships no types: require gives both plainly.
+const jsQR = require('jsqr') as (data: Uint8ClampedArray, width: number, height: number) => { data: string } | null;
+const { PNG } = require('pngjs') as { PNG: { sync: { read(buffer: Buffer): { width: number; height: number; data: Buffer } } } };
 const RESULTS_DIR = resolve('test-results');
 const SCREENSHOT_DIR = join(RESULTS_DIR, 'screenshots');
 
@@ -33,8 +34,9 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 
+/** CHROMIUM_PATH, when set, is the only candidate (and lets a run pretend Chromium is missing). */
 function findChromium(): string | undefined {
-  const candidates = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter((path): path is string => Boolean(path));
+  const candidates = process.env.CHROMIUM_PATH ? [process.env.CHROMIUM_PATH] : ['/usr/bin/chromium', '/usr/bin/chromium-browser'];
   return candidates.find((path) => existsSync(path));
 }
 
@@ -45,7 +47,7 @@ function findChromium(): string | undefined {
 export function browserSkipReason(): string | undefined {
   if (TEST_DB !== 'sqlite') return 'the example app runs on SQLite; its browser tests run in the SQLite phase';
   if (findChromium() || process.env.CI === 'true') return undefined;
-  const reason = 'Chromium not found (/usr/bin/chromium): install it with `apt-get install chromium` to run the browser tests';
+  const reason = `Chromium not found (${process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'}): install it with "apt-get install chromium" to run the browser tests`;
   console.warn(`WARNING: ${reason}`);
   return reason;
 }
@@ -156,11 +158,14 @@ export async function checkAccessibility(page: Page, label: string): Promise<voi
     // A page whose CSP refuses inline scripts still lets the test inject through evaluate.
     await page.evaluate(axeSource);
   });
-  const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: Array<{ id: string; impact: string; help: string; nodes: Array<{ target: string[] }> }> }> } }).axe;
-    const result = await axe.run(document, { resultTypes: ['violations'] });
-    return result.violations.map((violation) => ({ id: violation.id, impact: violation.impact, help: violation.help, targets: violation.nodes.map((node) => node.target.join(' ')) }));
-  });
+  // A string, evaluated in the page: this project compiles without the DOM library.
+  const violations = (await page.evaluate(`axe.run(document, { resultTypes: ['violations'] }).then((result) =>
+    result.violations.map((violation) => ({ id: violation.id, impact: violation.impact, help: violation.help, targets: violation.nodes.map((node) => node.target.join(' ')) })))`)) as Array<{
+    id: string;
+    impact: string;
+    help: string;
+    targets: string[];
+  }>;
   const counts: Record<string, number> = {};
   for (const violation of violations) {
     counts[violation.impact] = (counts[violation.impact] ?? 0) + 1;

@@ -85,7 +85,7 @@ describe('example web app: organizations', { skip }, () => {
     await memberRow(owner.page, inviteeEmail).getByRole('button', { name: `Reactivate ${inviteeEmail}` }).click();
     await memberRow(owner.page, inviteeEmail).getByRole('cell', { name: 'active', exact: true }).waitFor();
     await memberRow(owner.page, inviteeEmail).getByRole('button', { name: `Remove ${inviteeEmail}` }).click();
-    await owner.page.waitForFunction((email) => ![...document.querySelectorAll('td')].some((cell) => cell.textContent === email), inviteeEmail);
+    await memberRow(owner.page, inviteeEmail).waitFor({ state: 'detached' });
 
     // The removed member's page no longer reaches the organization.
     await acceptPage.reload();
@@ -111,7 +111,7 @@ describe('example web app: organizations', { skip }, () => {
     await billing.getByText('invoices.read').waitFor();
     await finishFlow(page, 'org-roles');
     await billing.getByRole('button', { name: 'Delete role Billing' }).click();
-    await page.waitForFunction(() => !document.body.innerText.includes('(billing)'));
+    await billing.waitFor({ state: 'detached' });
 
     await navLink(page, 'Audit log').click();
     await expectHeading(page, 'Audit log');
