@@ -69,6 +69,7 @@ export default {
       });
 
     main.append(
+      enrollArea,
       section(
         'Your second factors',
         confirmed.length === 0 ? h('p', {}, 'None yet. Add one below: after that, signing in asks for it.') : null,
@@ -100,7 +101,6 @@ export default {
         h('h3', {}, 'E-mail codes'),
         sendCodeForm('email'),
       ),
-      enrollArea,
       ...(confirmed.length === 0
         ? []
         : [section(
