@@ -9,8 +9,7 @@ import express, { type RequestHandler, type Response } from 'express';
 
 export const REFRESH_COOKIE = 'example_refresh';
 
-/** The paths (relative to the mount) that answer a refresh token in their body. */
-const ISSUES_REFRESH_TOKEN = new Set(['/auth/login', '/auth/mfa/verify', '/auth/token/refresh']);
+const REFRESH_PATH = '/auth/token/refresh';
 const ENDS_SESSION = new Set(['/auth/logout', '/auth/logout-all']);
 
 export interface RefreshTokenCookieOptions {
@@ -37,9 +36,10 @@ export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestH
   const clearCookie = (res: Response) => res.append('Set-Cookie', [`${REFRESH_COOKIE}=`, 'Max-Age=0', ...attributes].join('; '));
 
   return (req, res, next) => {
-    if (req.method !== 'POST' || !(ISSUES_REFRESH_TOKEN.has(req.path) || ENDS_SESSION.has(req.path))) return next();
+    if (req.method !== 'POST') return next();
     const sendJson = res.json.bind(res);
-    // Move the refresh token out of the answer into the cookie; clear the cookie when the session ends or the token is refused.
+    // Any answer that carries a refresh token (login, MFA verify, refresh, and whatever sign-in route comes
+    // next) hands it to the cookie instead of the page; the cookie is cleared when the session ends or the token is refused.
     res.json = (body: { data?: { refresh_token?: string } } | undefined) => {
       const ok = res.statusCode >= 200 && res.statusCode < 300;
       if (ok && body?.data?.refresh_token) {
@@ -47,10 +47,10 @@ export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestH
         const { refresh_token: _moved, ...data } = body.data;
         return sendJson({ ...body, data });
       }
-      if (ENDS_SESSION.has(req.path) ? ok : req.path === '/auth/token/refresh' && !ok) clearCookie(res);
+      if (ENDS_SESSION.has(req.path) ? ok : req.path === REFRESH_PATH && !ok) clearCookie(res);
       return sendJson(body);
     };
-    if (req.path !== '/auth/token/refresh') return next();
+    if (req.path !== REFRESH_PATH) return next();
     parseJson(req, res, (error?: unknown) => {
       if (error) return next(error);
       const body = (req.body ?? {}) as { refresh_token?: unknown };

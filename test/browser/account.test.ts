@@ -30,7 +30,11 @@ describe('example web app: account', { skip }, () => {
 
     await suite.open(page, '/login');
     await checkAccessibility(page, 'login');
+    const loginAnswer = page.waitForResponse((response) => response.url().endsWith('/api/auth/login'));
     await signIn(suite, page, email);
+    const loginBody = (await (await loginAnswer).json()) as { data: Record<string, unknown> };
+    assert.equal(typeof loginBody.data.access_token, 'string');
+    assert.equal('refresh_token' in loginBody.data, false, 'the page never sees the refresh token');
     await page.getByText(`${email}`).first().waitFor();
     await page.getByText('(verified)').waitFor();
 

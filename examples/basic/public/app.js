@@ -5,6 +5,9 @@
 //   { path, title, render(main, ctx), auth?: true (signed-in only),
 //     nav?: 'public' | 'account' | 'org' (menu shown signed out / signed in), navLabel?, order? }
 // (see pages/sessions.js for a small one). Nothing else needs to change to add one.
+// A file may also (or only) export `signInOption(ctx, complete)`, an element the sign-in page shows under
+// "Other ways to sign in" (a passkey or a "Sign in with …" button); it hands the token or MFA-gate
+// answer it gets to complete(data).
 import { api, claims, refresh, signedIn } from './lib/api.js';
 import { installStepUp } from './lib/step-up.js';
 import { h } from './lib/ui.js';
@@ -12,13 +15,17 @@ import { h } from './lib/ui.js';
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 const { pages: pageFiles, development } = await (await fetch('/app/pages.json')).json();
-const pages = (await Promise.all(pageFiles.map((file) => import(file))))
+const modules = await Promise.all(pageFiles.map((file) => import(file)));
+const pages = modules
   .map((module) => module.default)
+  .filter(Boolean)
   .sort((a, b) => (a.order ?? 100) - (b.order ?? 100));
+const signInOptions = modules.map((module) => module.signInOption).filter(Boolean);
 let me = null;
 
 const ctx = {
   development,
+  signInOptions,
   get me() {
     return me;
   },
