@@ -97,6 +97,8 @@ describe('example web app: multi-factor authentication', { skip }, () => {
     await page.getByRole('button', { name: 'Confirm' }).click();
     await page.getByRole('status').filter({ hasText: 'Second factor confirmed.' }).waitFor();
     await page.getByText(/Text message to \+\*+/).first().waitFor();
+    await page.getByRole('button', { name: /^Make default: Text message/ }).click();
+    await page.getByText(/Text message to \+\*+\d{4} \(default\)/).waitFor();
     await finishFlow(page, 'mfa-sms-enroll');
 
     // Past security.stepUp.maxAge, new recovery codes answer step_up_required: the dialog asks, a texted code answers.

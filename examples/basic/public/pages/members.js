@@ -33,8 +33,8 @@ export default {
         h('td', {}, member.roles.join(', ')),
         h(
           'td',
-          { class: 'actions' },
-          member.status === 'invited' ? null : [
+          {},
+          member.status === 'invited' ? null : h('div', { class: 'actions' }, [
             roleSelect,
             actionButton('Set role', async () => { await api('PATCH', `/orgs/${orgId}/members/${member.user_id}/roles`, { role_slugs: [roleSelect.value] }); await reload(); }, { className: 'secondary', ariaLabel: `Set role of ${who}` }),
             actionButton(member.status === 'suspended' ? 'Reactivate' : 'Suspend', async () => {
@@ -42,7 +42,7 @@ export default {
               await reload();
             }, { className: 'secondary', ariaLabel: `${member.status === 'suspended' ? 'Reactivate' : 'Suspend'} ${who}` }),
             actionButton('Remove', async () => { await api('DELETE', `/orgs/${orgId}/members/${member.user_id}`); await reload(); }, { className: 'danger', ariaLabel: `Remove ${who}` }),
-          ],
+          ]),
         ),
       );
     };
