@@ -12,6 +12,7 @@ import type { RequestMeta, ServiceContext } from './context.js';
 export class UnitOfWork {
   private readonly committedEvents: IdentityEvent[] = [];
   private readonly afterCommitTasks: Array<() => Promise<void> | void> = [];
+  private failure: Error | undefined;
 
   constructor(
     readonly repos: Repositories,
@@ -48,6 +49,19 @@ export class UnitOfWork {
     this.afterCommitTasks.push(task);
   }
 
+  /**
+   * Commits what was written (audit rows, failure counters) and then answers `error`:
+   * a failed attempt must leave its trace even though the request fails.
+   */
+  failAfterCommit(error: Error): void {
+    this.failure = error;
+  }
+
+  /** @internal */
+  get pendingFailure(): Error | undefined {
+    return this.failure;
+  }
+
   /** @internal */
   drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void> } {
     return { events: this.committedEvents, tasks: this.afterCommitTasks };
@@ -68,6 +82,7 @@ export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
   };
 }
 
+/** Runs `work` in one transaction; throws the `failAfterCommit` error, if any, once committed. */
 export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
   const now = context.clock.now();
   let unit: UnitOfWork | undefined;
@@ -75,7 +90,10 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
     unit = new UnitOfWork(repos, now, meta);
     return work(unit);
   });
-  if (unit) dispatchAfterCommit(context, unit);
+  if (unit) {
+    dispatchAfterCommit(context, unit);
+    if (unit.pendingFailure) throw unit.pendingFailure;
+  }
   return result;
 }
 
