@@ -116,7 +116,9 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   router.service = services;
   router.authenticate = () => hostMiddleware(services, readiness, logger);
   router.requirePermission = (permission) => hostMiddleware(services, readiness, logger, permission);
-  router.caller = callerOf;
+  // `caller` is a restricted property of functions (Function.prototype.caller throws on
+  // assignment), so the accessor is defined as an own property instead.
+  Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();
