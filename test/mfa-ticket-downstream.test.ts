@@ -84,7 +84,7 @@ describe('the MFA ticket never passes as an access token downstream', () => {
     const header = decodeJwtHeader(ticket);
     assert.equal(header.alg, 'HS256');
     assert.equal(header.typ, 'mfa+jwt');
-    const jwks = await (await fetch(`${h.baseUrl}/auth/.well-known/jwks.json`)).json();
+    const jwks = (await (await fetch(`${h.baseUrl}/auth/.well-known/jwks.json`)).json()) as { keys: Array<{ kty: string }> };
     for (const key of jwks.keys) assert.notEqual(key.kty, 'oct', 'no symmetric key is ever published');
     // And the router itself still refuses a ticket as a bearer token.
     assert.equal((await h.get('/auth/me', { token: ticket })).status, 401);

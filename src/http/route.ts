@@ -36,7 +36,7 @@ export interface RouteDefinition extends AccessRequirement {
   query?: Joi.ObjectSchema;
   params?: Joi.ObjectSchema;
   // The schemas above guarantee the shapes the handler declares.
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  // biome-ignore lint/suspicious/noExplicitAny: each route's schemas fix its own request shape
   handler: (request: RouteRequest<any, any, any>) => Promise<RouteResponse>;
 }
 

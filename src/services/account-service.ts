@@ -10,6 +10,7 @@ import { normaliseDisplayName, normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
 import type { SessionService, TokenResponse } from './session-service.js';
 import { FailedAttemptSlot } from './lockout.js';
+import { mayAuthenticate } from './access-policy.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export type LoginResult =
@@ -59,7 +60,7 @@ export class AccountService {
     const email = normaliseEmail(emailInput);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const user = await uow.repos.users.findByEmail(email);
-      if (!user || user.emailVerified || user.status !== 'active' || user.deletedAt !== null) return;
+      if (!user || user.emailVerified || !mayAuthenticate(user)) return;
       await this.sendOneTimeToken(uow, user, 'verify_email');
     });
   }
@@ -112,7 +113,7 @@ export class AccountService {
     const email = normaliseEmail(emailInput);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const user = await uow.repos.users.findByEmail(email);
-      if (!user || user.status !== 'active' || user.deletedAt !== null) return;
+      if (!user || !mayAuthenticate(user)) return;
       await uow.emit({ type: 'user.password_reset_requested', userId: user.id });
       await this.sendOneTimeToken(uow, user, 'password_reset');
     });

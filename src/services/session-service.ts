@@ -4,6 +4,7 @@ import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
 import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
+import { mayAuthenticate } from './access-policy.js';
 import { resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
@@ -112,7 +113,7 @@ export class SessionService {
       }
       if (stored.expiresAt <= uow.now) return { failure: 'expired' as const };
       const user = await uow.repos.users.findById(session.userId);
-      if (!user || user.status !== 'active' || user.deletedAt !== null) return { failure: 'unknown' as const };
+      if (!user || !mayAuthenticate(user)) return { failure: 'unknown' as const };
 
       const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
       await uow.repos.sessions.touch(session.id, uow.now, rotation ? expiresAt : Math.max(session.expiresAt, stored.expiresAt));
