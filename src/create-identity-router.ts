@@ -8,7 +8,7 @@ import { resolveConfig } from './config/schema.js';
 import type { IdentityConfig } from './config/types.js';
 import { deriveKeys } from './crypto/derived-keys.js';
 import { JwtCodec } from './crypto/jwt.js';
-import { KeyRing } from './crypto/key-ring.js';
+import { KeyRing } from './services/key-ring.js';
 import { PasswordHasher } from './crypto/password-hasher.js';
 import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';

@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
 import type { Clock } from '../adapters/types.js';
-import type { KeyRing } from './key-ring.js';
+import type { KeyObject } from 'node:crypto';
+
+/** Where the codec gets its RS256 keys (the key ring in services implements it; crypto never reads the store). */
+export interface SigningKeySource {
+  signingKey(): Promise<{ kid: string; privateKey: KeyObject }>;
+  verificationKey(kid: string): Promise<KeyObject | undefined>;
+}
 
 export const ACCESS_TOKEN_TYP = 'at+jwt';
 export const MFA_TICKET_TYP = 'mfa+jwt';
@@ -53,7 +59,7 @@ export interface JwtSettings {
  */
 export class JwtCodec {
   constructor(
-    private readonly keyRing: KeyRing,
+    private readonly keyRing: SigningKeySource,
     private readonly clock: Clock,
     private readonly settings: JwtSettings,
   ) {}

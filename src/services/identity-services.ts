@@ -1,4 +1,4 @@
-import type { KeyRing } from '../crypto/key-ring.js';
+import type { KeyRing } from './key-ring.js';
 import { errors } from '../errors.js';
 import { AccountService } from './account-service.js';
 import { AccessPolicy } from './access-policy.js';

@@ -1,4 +1,4 @@
-import { isCommonPassword } from '../crypto/common-passwords.js';
+import { isCommonPassword } from './common-passwords.js';
 import { errors } from '../errors.js';
 import { normaliseEmail } from './identity-rules.js';
 
