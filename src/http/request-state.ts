@@ -31,10 +31,6 @@ export function principalOf(res: Response): Principal {
   return principal;
 }
 
-export function findPrincipal(res: Response): Principal | undefined {
-  return stateOf(res).principal;
-}
-
 export function setTicket(res: Response, ticket: MfaTicket): void {
   stateOf(res).ticket = ticket;
 }

@@ -73,6 +73,11 @@ export function isOwnerRole(role: { slug: string; isSystem: boolean }): boolean 
   return role.isSystem && role.slug === OWNER_ROLE_SLUG;
 }
 
+/** Whether an actor may change, suspend or remove a member holding the owner role (spec 4.3 invariant 2). */
+export function mayActOnOwner(actor: { superadmin: boolean; member: boolean; roles: readonly string[] }): boolean {
+  return actor.superadmin || (actor.member && actor.roles.includes(OWNER_ROLE_SLUG));
+}
+
 /** May-authenticate: an account that is active and not deleted. Locks are checked where a secret is compared. */
 export function mayAuthenticate(user: { status: string; deletedAt: number | null }): boolean {
   return user.status === 'active' && user.deletedAt === null;

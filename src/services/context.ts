@@ -27,5 +27,3 @@ export interface RequestMeta {
   ip: string | null;
   userAgent: string | null;
 }
-
-export const NO_REQUEST: RequestMeta = { ip: null, userAgent: null };

@@ -1,7 +1,7 @@
 import { errors } from '../errors.js';
 import type { MemberRow, MembershipRecord, RoleRecord } from '../store/organization-repository.js';
-import { isOwnerEquivalent, isOwnerRole, type AccessPolicy } from './access-policy.js';
-import { assertHolds, assertHoldsEveryKey, isOwnerOrSuperadmin, resolveAuthority, type ResolvedAuthority } from './authority.js';
+import { isOwnerEquivalent, isOwnerRole, mayActOnOwner, type AccessPolicy } from './access-policy.js';
+import { assertHolds, assertHoldsEveryKey, resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
@@ -66,7 +66,7 @@ export class MemberService {
       const added = wanted.filter((role) => !currentIds.has(role.id));
       for (const role of added) assertHoldsEveryKey(target.actor, role.permissionKeys);
       if (added.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
-      if (target.isOwner && !wanted.some(isOwnerRole)) await this.assertNotLastOwner(uow, organizationId, target.membership);
+      if (target.isOwner && !wanted.some(isOwnerRole)) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.replaceRoles(target.membership.id, wanted.map((role) => role.id));
       await uow.emit({
         type: 'member.roles_changed',
@@ -87,7 +87,7 @@ export class MemberService {
       if (from === 'invited') throw errors.conflict('An invited member cannot be suspended or activated; revoke the invitation instead.');
       if (from !== status) {
         if (status === 'suspended') {
-          if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership);
+          if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
           await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_suspended', userId);
         }
         await uow.repos.memberships.setStatus(target.membership.id, status, uow.now);
@@ -101,7 +101,7 @@ export class MemberService {
   async remove(principal: Principal, organizationId: string, userId: string, meta: RequestMeta): Promise<void> {
     await runUnitOfWork(this.context, meta, async (uow) => {
       const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.remove');
-      if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership);
+      if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.delete(target.membership.id);
       const user = await uow.repos.users.findById(userId);
       if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
@@ -124,14 +124,16 @@ export class MemberService {
     if (!membership) throw errors.notFound('Member');
     const roles = await uow.repos.memberships.rolesOf(membership.id);
     const isOwner = roles.some(isOwnerRole);
-    if (isOwner && !isOwnerOrSuperadmin(actor)) throw errors.forbidden('Only an owner can change, suspend or remove an owner.');
+    if (isOwner && !mayActOnOwner(actor)) throw errors.forbidden('Only an owner can change, suspend or remove an owner.');
     return { actor, membership, roles, isOwner };
   }
 
-  /** Last-owner protection (spec 4.3 invariant 3), even for a superadmin. */
-  private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord): Promise<void> {
+  /** Last-owner protection (spec 4.3 invariant 3), even for a superadmin. `roles` are the member's, the owner role among them. */
+  private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord, roles: RoleRecord[]): Promise<void> {
     if (membership.status !== 'active') return;
-    if ((await uow.repos.memberships.countActiveOwners(organizationId)) <= 1) throw errors.conflict('The last active owner cannot be demoted, suspended or removed.');
+    const ownerRole = roles.find(isOwnerRole);
+    if (!ownerRole) return;
+    if ((await uow.repos.memberships.countActiveHolders(organizationId, ownerRole.id)) <= 1) throw errors.conflict('The last active owner cannot be demoted, suspended or removed.');
   }
 
   private async view(uow: UnitOfWork, organizationId: string, userId: string, viewer: ResolvedAuthority): Promise<MemberView> {

@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { errors } from '../errors.js';
 import { isUniqueViolation } from '../store/database.js';
 import type { RoleRecord } from '../store/organization-repository.js';
-import { isOwnerEquivalent, type AccessPolicy } from './access-policy.js';
+import { isOwnerEquivalent, isOwnerRole, type AccessPolicy } from './access-policy.js';
 import { assertHolds, assertHoldsEveryKey, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
-import { GLOBAL_ONLY_PERMISSIONS, OWNER_ROLE_SLUG, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import { GLOBAL_ONLY_PERMISSIONS, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
@@ -79,7 +79,7 @@ export class RoleService {
       const actor = await this.actor(uow, principal, organizationId);
       const role = await uow.repos.roles.findInOrganization(organizationId, roleId);
       if (!role) throw errors.notFound('Role');
-      if (role.isSystem && role.slug === OWNER_ROLE_SLUG) throw errors.conflict('The owner role cannot be edited.');
+      if (isOwnerRole(role)) throw errors.conflict('The owner role cannot be edited.');
       if (permissionKeys) assertHoldsEveryKey(actor, permissionKeys.filter((key) => !role.permissionKeys.includes(key)));
       // Editing a role that is, or becomes, owner-equivalent (CONTRACT 5): step-up.
       if (isOwnerEquivalent(role) || (permissionKeys && isOwnerEquivalent({ ...role, permissionKeys }))) await this.policy.assertStepUp(uow.repos, principal);
