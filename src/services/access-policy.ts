@@ -97,7 +97,7 @@ export class AccessPolicy {
     if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
     const { session, user } = found;
     if (!mayAuthenticate(user)) throw errors.unauthorized('The account is not active.');
-    return { userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, claims, session, user };
+    return { kind: 'session', userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, mfa: session.mfa, amr: session.amr, authTime: session.authTime, user };
   }
 
   /**
@@ -132,8 +132,8 @@ export class AccessPolicy {
   }
 
   /** The step-up need, in one place: a strong authentication within `security.stepUp.maxAge`. */
-  stepUpFresh(principal: Pick<Principal, 'session'>): boolean {
-    return this.context.clock.now() - principal.session.authTime <= this.context.config.security.stepUp.maxAge * 1000;
+  stepUpFresh(principal: Pick<Principal, 'authTime'>): boolean {
+    return this.context.clock.now() - principal.authTime <= this.context.config.security.stepUp.maxAge * 1000;
   }
 
   /** CONTRACT 5: global enforcement, the per-user flag, or an organization that requires MFA. */
@@ -149,9 +149,9 @@ export class AccessPolicy {
       user_id: principal.userId,
       session_id: principal.sessionId,
       organization_id: principal.organizationId,
-      mfa: principal.session.mfa,
-      amr: [...principal.session.amr],
-      auth_time: Math.floor(principal.session.authTime / 1000),
+      mfa: principal.mfa,
+      amr: [...principal.amr],
+      auth_time: Math.floor(principal.authTime / 1000),
       email_verified: principal.user.emailVerified,
       superadmin: authority?.superadmin ?? false,
       permissions: authority ? [...authority.permissions].sort() : [],
@@ -165,7 +165,7 @@ export class AccessPolicy {
 
   /** Grace enrollment (CONTRACT 5): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */
   private async assertEnrollmentNotPending(repos: Repositories, principal: Principal): Promise<void> {
-    if (principal.session.mfa) return;
+    if (principal.mfa) return;
     if (!(await this.isMfaEnforcedFor(repos, principal.user))) return;
     if (await repos.mfaFactors.hasConfirmed(principal.userId)) return;
     throw mfaEnrollmentRequired();
@@ -187,14 +187,14 @@ export class AccessPolicy {
   }
 
   private async assertOrganizationMfa(repos: Repositories, principal: Principal, organizationId: string): Promise<void> {
-    if (principal.session.mfa) return;
+    if (principal.mfa) return;
     const organization = await repos.organizations.findActive(organizationId);
     if (organization?.requireMfa) await this.assertSessionMeetsOrganizationMfa(repos, principal);
   }
 
   /** CONTRACT 5: a session without a second factor cannot act in a `require_mfa` organization. */
   private async assertSessionMeetsOrganizationMfa(repos: Repositories, principal: Principal): Promise<void> {
-    if (principal.session.mfa) return;
+    if (principal.mfa) return;
     if (await repos.mfaFactors.hasConfirmed(principal.userId)) {
       throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; complete a second-factor check (step-up) first.');
     }
