@@ -155,19 +155,20 @@ export class InviteService {
    */
   async accept(principal: Principal, token: string, meta: RequestMeta): Promise<{ organization_id: string }> {
     const tokenHash = keyedHash(this.context.keys.tokenHash, token);
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const refused = () => uow.failAfterCommit(errors.invalidToken(400));
       const invite = await uow.repos.invites.findByTokenHash(tokenHash);
-      if (!invite) return { failure: 'invalid' as const };
+      if (!invite) return refused();
       // Pre-hijack (issue 9): an account nobody has proven to own the address of cannot join.
       if (!principal.user.emailVerified) throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before accepting an invitation.', { extra: { resend: '/auth/email/verify/resend' } });
       if (invite.email !== normaliseEmail(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
       if (invite.status === 'pending' && invite.expiresAt <= uow.now) {
         await uow.repos.invites.markExpired(invite.id, uow.now);
         await uow.repos.memberships.deleteInvited(invite.organizationId, principal.userId);
-        return { failure: 'invalid' as const };
+        return refused();
       }
       const organization = await uow.repos.organizations.findActive(invite.organizationId);
-      if (!organization || !(await uow.repos.invites.consume(invite.id, uow.now))) return { failure: 'invalid' as const };
+      if (!organization || !(await uow.repos.invites.consume(invite.id, uow.now))) return refused();
 
       const membership = await uow.repos.memberships.find(invite.organizationId, principal.userId);
       let membershipId: string;
@@ -190,9 +191,7 @@ export class InviteService {
         organizationId: invite.organizationId,
         data: { invite_id: invite.id, role_slugs: roles.map((role) => role.slug).sort() },
       });
-      return { organizationId: invite.organizationId };
+      return { organization_id: invite.organizationId };
     });
-    if ('failure' in outcome) throw errors.invalidToken(400);
-    return { organization_id: outcome.organizationId };
   }
 }

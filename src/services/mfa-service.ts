@@ -190,8 +190,7 @@ export class MfaService {
         await uow.repos.users.findByIdForUpdate(userId);
         await this.codes.assertVerifyBudget(uow.repos, userId, uow.now);
         const result = await work(uow, slot);
-        if (result === undefined) uow.failAfterCommit(errors.invalidCode());
-        return result as T;
+        return result === undefined ? uow.failAfterCommit(errors.invalidCode()) : result;
       });
     } finally {
       // A success (or a refusal that compared nothing) gives the slot back; a failure keeps it.
@@ -240,7 +239,7 @@ export class MfaService {
    * step-up (decided under the user's row lock) and emits mfa.factor_added (CONTRACT 5).
    */
   async confirmFactor(principal: Principal, type: FactorType, factorId: string, code: string, meta: RequestMeta): Promise<{ status: 'confirmed'; recovery_codes?: string[] }> {
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    return runUnitOfWork(this.context, meta, async (uow) => {
       // One MFA change per user at a time: "first confirmed factor" must mean exactly one,
       // and the verify budget is checked and recorded atomically.
       await uow.repos.users.findByIdForUpdate(principal.userId);
@@ -252,21 +251,19 @@ export class MfaService {
       if (factor.confirmedAt !== null) throw new IdentityError(422, 'invalid_state', 'This factor is already confirmed.');
       if (!(await this.codes.checkFactorCode(uow, factor, code, 'enroll', null))) {
         await this.codes.recordVerifyFailure(uow, principal.userId);
-        return { failed: true as const };
+        return uow.failAfterCommit(errors.invalidCode());
       }
       const firstFactor = !(await uow.repos.mfaFactors.hasConfirmed(principal.userId));
-      if (!(await uow.repos.mfaFactors.markConfirmed(factor.id, uow.now))) return { failed: true as const };
+      if (!(await uow.repos.mfaFactors.markConfirmed(factor.id, uow.now))) return uow.failAfterCommit(errors.invalidCode());
       if (!(await uow.repos.mfaFactors.hasDefault(principal.userId))) await uow.repos.mfaFactors.makeDefault(principal.userId, factor.id);
       if (!firstFactor) {
         await uow.emit({ type: 'mfa.factor_added', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type } });
-        return { result: { status: 'confirmed' as const } };
+        return { status: 'confirmed' as const };
       }
       const recoveryCodes = await this.codes.issueRecoveryCodes(uow, principal.userId);
       await uow.emit({ type: 'mfa.enrolled', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type } });
-      return { result: { status: 'confirmed' as const, recovery_codes: recoveryCodes } };
+      return { status: 'confirmed' as const, recovery_codes: recoveryCodes };
     });
-    if ('failed' in outcome) throw errors.invalidCode();
-    return outcome.result;
   }
 
   // ---------------------------------------------------------------- management

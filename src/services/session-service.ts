@@ -98,32 +98,31 @@ export class SessionService {
    */
   async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
     const tokenHash = keyedHash(this.context.keys.tokenHash, refreshToken);
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const refused = () => uow.failAfterCommit(errors.invalidGrant());
       const stored = await uow.repos.refreshTokens.findByHash(tokenHash);
-      if (!stored) return { failure: 'unknown' as const };
+      if (!stored) return refused();
       const session = await uow.repos.sessions.findLive(stored.sessionId, uow.now);
-      if (!session) return { failure: 'unknown' as const };
+      if (!session) return refused();
       const rotation = this.context.config.tokens.refreshRotation;
       const reused = stored.consumedAt !== null || (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now)));
       if (reused) {
-        if (stored.expiresAt <= uow.now && stored.consumedAt === null) return { failure: 'expired' as const };
+        if (stored.expiresAt <= uow.now && stored.consumedAt === null) return refused();
         await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
         await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
-        return { failure: 'reuse' as const };
+        return refused();
       }
-      if (stored.expiresAt <= uow.now) return { failure: 'expired' as const };
+      if (stored.expiresAt <= uow.now) return refused();
       const user = await uow.repos.users.findById(session.userId);
-      if (!user || !mayAuthenticate(user)) return { failure: 'unknown' as const };
+      if (!user || !mayAuthenticate(user)) return refused();
 
       const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
       await uow.repos.sessions.touch(session.id, uow.now, rotation ? expiresAt : Math.max(session.expiresAt, stored.expiresAt));
       const nextRefreshToken = rotation ? await this.issueRefreshToken(uow.repos, session.id, uow.now) : refreshToken;
       const access = await this.accessTokenFor(uow.repos, session, user);
       await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
-      return { tokens: { ...access, refresh_token: nextRefreshToken } };
+      return { ...access, refresh_token: nextRefreshToken };
     });
-    if ('failure' in outcome) throw errors.invalidGrant();
-    return outcome.tokens;
   }
 
   async logout(principal: Principal, meta: RequestMeta): Promise<void> {

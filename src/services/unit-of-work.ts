@@ -50,11 +50,14 @@ export class UnitOfWork {
   }
 
   /**
-   * Commits what was written (audit rows, failure counters) and then answers `error`:
-   * a failed attempt must leave its trace even though the request fails.
+   * Commits what was written (audit rows, failure counters, a revoked family) and then
+   * answers `error`: a refused attempt must leave its trace although the request fails.
+   * Typed `never` so `return uow.failAfterCommit(...)` ends the work; `runUnitOfWork`
+   * throws the error after commit, so the returned value is never observed.
    */
-  failAfterCommit(error: Error): void {
+  failAfterCommit(error: Error): never {
     this.failure = error;
+    return undefined as never;
   }
 
   /** @internal */
