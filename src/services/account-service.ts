@@ -100,12 +100,13 @@ export class AccountService {
     const gate = await this.mfa.loginGate(user, meta);
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
 
-    const tokens = await runUnitOfWork(this.context, meta, async (uow) => {
+    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
       if (user.failedLoginCount > 0 || user.lockedUntil !== null) await uow.repos.users.clearFailedLogins(user.id);
       const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
       await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'] } });
       return opened;
     });
+    const tokens = await this.sessions.signOpened(opened);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }
 

@@ -116,7 +116,7 @@ export class MfaService {
     if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
     const factorId = input.type === 'recovery' ? undefined : input.factorId;
     // A locked account compares no code (the lock holds across passwords and second factors).
-    return this.withSecondFactorAttempt(user.id, meta, () => errors.unauthorized('The MFA ticket is invalid or expired.'), async (uow, slot) => {
+    const opened = await this.withSecondFactorAttempt(user.id, meta, () => errors.unauthorized('The MFA ticket is invalid or expired.'), async (uow, slot) => {
       const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input.code, 'login_mfa', ticket.id);
       if (!accepted) {
         await uow.repos.mfaTickets.recordFailure(ticket.id);
@@ -129,12 +129,13 @@ export class MfaService {
       }
       // The sign-in is complete: only now do earlier failures stop counting.
       await uow.repos.users.clearFailedLogins(user.id);
-      const tokens = await this.sessions.open(uow, user, { mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now }, meta);
+      const opened = await this.sessions.open(uow, user, { mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now }, meta);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
       await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr: SECOND_FACTOR_AMR, method } });
-      return tokens;
+      return opened;
     });
+    return this.sessions.signOpened(opened);
   }
 
   // ---------------------------------------------------------------- step-up
@@ -153,7 +154,7 @@ export class MfaService {
    * checked on step-up).
    */
   async stepUp(principal: Principal, input: { code: string; factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
-    const access = await this.withSecondFactorAttempt(principal.userId, meta, () => errors.invalidCode(), async (uow, slot) => {
+    const subject = await this.withSecondFactorAttempt(principal.userId, meta, () => errors.invalidCode(), async (uow, slot) => {
       const { accepted, method, factor } = await this.checkSecondFactor(uow, principal.userId, input.factorId, input.code, 'step_up', principal.sessionId);
       if (!accepted) {
         await this.recordSecondFactorFailure(uow, slot, { context: 'step_up', method, factorId: factor?.id ?? null });
@@ -163,12 +164,13 @@ export class MfaService {
       if (!session) throw errors.sessionEnded();
       await uow.repos.sessions.recordStrongAuthentication(session.id, uow.now, SECOND_FACTOR_AMR);
       const refreshed = { ...session, mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now };
-      const { access_token, token_type } = await this.sessions.accessTokenFor(uow.repos, refreshed, principal.user);
+      const subject = await this.sessions.accessSubjectFor(uow.repos, refreshed, principal.user);
       await uow.emit({ type: 'mfa.step_up_completed', actorId: principal.userId, userId: principal.userId, data: { method, factor_id: factor?.id ?? null, session_id: session.id } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, principal.userId);
-      return { access_token, token_type };
+      return subject;
     });
-    return access;
+    const { access_token, token_type } = await this.sessions.sign(subject);
+    return { access_token, token_type };
   }
 
   /**
