@@ -325,10 +325,6 @@ export class MfaService {
 
   // ---------------------------------------------------------------- queries used elsewhere
 
-  async hasConfirmedFactor(userId: string): Promise<boolean> {
-    return this.context.store.repos.mfaFactors.hasConfirmed(userId);
-  }
-
   async recoveryCodesRemaining(userId: string): Promise<number> {
     return this.context.store.repos.recoveryCodes.countUnused(userId);
   }
