@@ -105,7 +105,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 
-  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), readiness, logger }) as IdentityRouter;
+  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved, store, logger), readiness, logger }) as IdentityRouter;
   router.ready = ready;
   router.service = services;
   router.requirePermission = (permission) => requirePermissionMiddleware(services, readiness, logger, permission);
