@@ -131,7 +131,7 @@ class PgNotifications extends Dispatcher implements InstanceNotifications {
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.retryTimer);
-    await this.connecting;
+    // A connection still being opened closes itself when it arrives (connect() checks `closed`).
     const connection = this.connection;
     this.connection = undefined;
     if (connection) await this.raw().destroyRawConnection(connection).catch(() => undefined);
