@@ -29,7 +29,8 @@ const secret = process.env.IDENTITY_SECRET ?? (existsSync(secretFile) ? readFile
 const instanceScript = fileURLToPath(new URL('./instance.ts', import.meta.url));
 const targets = [1, 2, 3].map((offset) => ({ name: `instance-${offset}`, port: proxyPort + offset }));
 const children: ChildProcess[] = targets.map(({ name, port }) =>
-  spawn(process.execPath, ['--import', 'tsx', instanceScript], {
+  // tsx resolved from this file, so the command works from any working directory.
+  spawn(process.execPath, ['--import', import.meta.resolve('tsx'), instanceScript], {
     stdio: 'inherit',
     env: { ...process.env, INSTANCE_NAME: name, PORT: String(port), IDENTITY_SECRET: secret, PUBLIC_URL: `http://localhost:${proxyPort}` },
   }),
