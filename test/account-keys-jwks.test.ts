@@ -137,3 +137,28 @@ test('unknown kids re-read the key table at most once per interval', async () =>
   }
   assert.ok(reads <= 2, `20 unknown kids caused ${reads} reads of the key table`);
 });
+
+test('two rotations at once on two instances: each promotes the key the other published, one active and one next key remain', async () => {
+  const twin = await Harness.start({ shareDatabaseWith: h });
+  try {
+    const before = (await h.get('/auth/.well-known/jwks.json')).body.keys.map((key: { kid: string }) => key.kid);
+    const [first, second] = await Promise.all([h.identity.service.rotateSigningKey(), twin.identity.service.rotateSigningKey()]);
+    assert.notEqual(first.kid, second.kid);
+    assert.ok([first.kid, second.kid].includes(before[1]), 'one rotation activated the key published before both');
+    const rows = await h.knex(`${h.tablePrefix}signing_keys`).select('kid', 'active_slot', 'next_slot');
+    assert.equal(rows.filter((row) => row.active_slot !== null).length, 1);
+    assert.equal(rows.filter((row) => row.next_slot !== null).length, 1);
+    // Both instances sign with the surviving active key within a second (at once on PostgreSQL,
+    // where the later rotation's notice reaches the other instance; SQLite re-reads every second).
+    const active = rows.find((row) => row.active_slot !== null)!.kid;
+    const user = await twin.signUp();
+    for (const instance of [h, twin]) {
+      await waitFor(async () => {
+        const login = await instance.post('/auth/login', { email: user.email, password: user.password });
+        return decodeJwtHeader(login.body.data.access_token).kid === active && (await h.get('/auth/me', { token: login.body.data.access_token })).status === 200;
+      }, 1500);
+    }
+  } finally {
+    await twin.close();
+  }
+});
