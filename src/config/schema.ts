@@ -4,7 +4,7 @@ import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } fr
 
 const seconds = Joi.number().integer().min(1);
 const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
-const rateLimitRule = Joi.alternatives(Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() }), Joi.valid(false));
+const rateLimitRule = Joi.alternatives(Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required(), passOnStoreError: Joi.boolean() }), Joi.valid(false));
 const urlTemplate = Joi.string().pattern(/\{token\}/, 'a {token} placeholder');
 
 const configSchema = Joi.object<IdentityConfig>({
@@ -37,7 +37,7 @@ const configSchema = Joi.object<IdentityConfig>({
       Joi.valid(false),
       Joi.object(Object.fromEntries(RATE_LIMIT_GROUPS.map((group) => [group, rateLimitRule]))),
     ),
-    rateLimitStore: Joi.function(),
+    rateLimitStore: Joi.alternatives(Joi.valid('memory', 'database'), Joi.function()),
   }),
   otp: Joi.object({
     length: Joi.number().integer().min(4).max(10),
@@ -97,7 +97,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
       requireVerifiedEmail: input.auth?.requireVerifiedEmail ?? false,
       lockout: { ...DEFAULTS.lockout, ...input.auth?.lockout },
       rateLimits: resolveRateLimits(input.auth?.rateLimits),
-      rateLimitStore: input.auth?.rateLimitStore,
+      rateLimitStore: input.auth?.rateLimitStore ?? 'memory',
     },
     otp: {
       length: input.otp?.length ?? DEFAULTS.otp.length,
