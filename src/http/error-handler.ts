@@ -9,6 +9,7 @@ interface BodyParserError {
   status?: number;
   statusCode?: number;
   expose?: boolean;
+  code?: unknown;
 }
 
 /** body-parser's failures, which arrive before any route code runs. */
@@ -26,8 +27,15 @@ function fromBodyParser(error: BodyParserError): IdentityError | undefined {
     case 'stream.encoding.set':
       return new IdentityError(400, 'invalid_json', 'The request body could not be read.');
     default:
-      return undefined;
+      break;
   }
+  // A body that fails to decode (`Content-Encoding: gzip` on bytes that are not gzip) arrives as
+  // zlib's error, which body-parser marks 400 without a type.
+  const status = error.status ?? error.statusCode;
+  if (status === 400 && (error.type !== undefined || typeof error.code === 'string')) {
+    return new IdentityError(400, 'invalid_json', 'The request body could not be decoded.');
+  }
+  return undefined;
 }
 
 /**
