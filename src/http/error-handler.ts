@@ -1,7 +1,7 @@
 import type { ErrorRequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors, IdentityError } from '../errors.js';
-import { isConnectionError } from '../store/database.js';
+import { isConnectionError, isDatabaseError } from '../store/database.js';
 import { describeError } from '../services/unit-of-work.js';
 
 interface BodyParserError {
@@ -57,7 +57,8 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       identityError = new IdentityError(503, 'unavailable', 'The identity service is unavailable; try again shortly.');
     }
     if (!identityError) {
-      logger.error('unexpected error', { error: describeError(error), stack: error instanceof Error ? error.stack : undefined });
+      // A stack starts with the message, which for a database error may quote values.
+      logger.error('unexpected error', { error: describeError(error), stack: error instanceof Error && !isDatabaseError(error) ? error.stack : undefined });
       res.status(500).json({ error: 'internal_error', message: 'Internal error' });
       return;
     }
