@@ -43,7 +43,7 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     // Only routes that take a body read one; elsewhere a body (and its encoding) is ignored.
     if (route.body) chain.push(requireJsonBody, json);
     if (route.auth === 'bearer') {
-      chain.push(authenticateBearer(services), limiters.authenticated);
+      chain.push(authenticateBearer(services, route.answersSessionEnded === true), limiters.authenticated);
       if (!route.allowedDuringEnrollment) chain.push(asyncStep((_req, res) => services.authentication.assertEnrollmentNotPending(principalOf(res))));
     } else if (route.auth === 'ticket') {
       chain.push(authenticateTicket(services));
@@ -100,11 +100,16 @@ function readinessGate(readiness: Readiness): RequestHandler {
   };
 }
 
-function authenticateBearer(services: IdentityServices): RequestHandler {
+function authenticateBearer(services: IdentityServices, answersSessionEnded: boolean): RequestHandler {
   return asyncStep(async (req, res) => {
     const token = bearerValue(req);
     if (!token) throw errors.unauthorized();
-    setPrincipal(res, await services.authentication.authenticateBearer(token));
+    try {
+      setPrincipal(res, await services.authentication.authenticateBearer(token));
+    } catch (error) {
+      if (answersSessionEnded && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(token))) throw errors.sessionEnded();
+      throw error;
+    }
   });
 }
 

@@ -41,6 +41,8 @@ export interface RouteDefinition {
    * organization, resolved from the database; `null` for organization routes open to any member.
    */
   permission?: string;
+  /** A valid token of a session that has ended answers 401 `session_ended`, not `unauthorized` (spec 7: switch-org). */
+  answersSessionEnded?: boolean;
   /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
   allowedDuringEnrollment?: boolean;
   body?: Joi.ObjectSchema;

@@ -265,6 +265,11 @@ export class MfaTicketRepository extends Repository {
       .update({ consumed_at: now });
     return changed === 1;
   }
+
+  /** Ends every open ticket of a user (a password change or reset: a ticket won with the old password must not finish the login). */
+  async endAllForUser(userId: string, now: number): Promise<void> {
+    await this.db(this.table.mfaTickets).where({ user_id: userId }).whereNull('consumed_at').update({ consumed_at: now });
+  }
 }
 
 export class RecoveryCodeRepository extends Repository {

@@ -94,6 +94,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/switch-org',
       auth: 'bearer',
+      answersSessionEnded: true,
       body: Joi.object({ organization_id: idSchema.required() }),
       handler: async ({ body, principal, meta }) => ok(await services.sessions.switchOrganization(principal, body.organization_id, meta)),
     },
