@@ -49,6 +49,7 @@ const configSchema = Joi.object<IdentityConfig>({
     // Key URI format: the label is `issuer:account`, so a `:` in the issuer breaks it.
     totp: Joi.object({ issuer: Joi.string().min(1).pattern(/^[^:]*$/, 'no colon').messages({ 'string.pattern.name': '"otp.totp.issuer" must not contain ":" (the authenticator label is issuer:account)' }) }),
   }),
+  invites: Joi.object({ sendBudget: Joi.object({ perOrganization: windowBudget, perAddress: windowBudget }) }),
   mfa: Joi.object({ enforce: Joi.boolean(), enforcementMode: Joi.valid('grace', 'block') }),
   security: Joi.object({ stepUp: Joi.object({ maxAge: seconds }) }),
   permissions: Joi.array().items(
@@ -127,6 +128,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
       verifyBudget: input.otp?.verifyBudget ?? DEFAULTS.otp.verifyBudget,
       totp: { issuer: totpIssuer },
     },
+    invites: { sendBudget: { ...DEFAULTS.invites.sendBudget, ...input.invites?.sendBudget } },
     mfa: { enforce: input.mfa?.enforce ?? false, enforcementMode: input.mfa?.enforcementMode ?? 'grace' },
     security: { stepUp: { maxAge: input.security?.stepUp?.maxAge ?? DEFAULTS.stepUpMaxAge } },
     permissions: input.permissions ?? [],
