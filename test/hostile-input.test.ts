@@ -118,6 +118,7 @@ test('unknown paths and wrong methods under the router answer JSON 404 and 405 (
   assert.equal(wrongMethod.status, 405, wrongMethod.text);
   assert.equal(wrongMethod.body.error, 'method_not_allowed');
   assert.equal(wrongMethod.headers.allow, 'POST');
+  assert.equal((await raw('PUT', '/AUTH/Login/', {})).status, 405, 'matched like Express: case-insensitive, trailing slash');
   const orgs = await raw('DELETE', '/orgs', {});
   assert.equal(orgs.status, 405);
   assert.equal(orgs.headers.allow, 'POST, GET, HEAD');

@@ -78,9 +78,10 @@ const requireJsonBody: RequestHandler = (req, _res, next) => {
  * path with another method is 405 `method_not_allowed` with `Allow`.
  */
 function unmatched(routes: RouteDefinition[]): RequestHandler {
+  // Case-insensitive and trailing-slash tolerant, like Express's own matching.
   const patterns = routes.map((route) => ({
     method: route.method.toUpperCase(),
-    pattern: new RegExp(`^${route.path.split('/').map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}/?$`),
+    pattern: new RegExp(`^${route.path.split('/').map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}/?$`, 'i'),
   }));
   return (req, _res, next) => {
     const allowed = patterns.filter(({ pattern }) => pattern.test(req.path)).map(({ method }) => method);
