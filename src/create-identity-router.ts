@@ -2,6 +2,7 @@ import type { Request, RequestHandler, Router } from 'express';
 import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
+import { assertProductionAdapters } from './adapters/production-guard.js';
 import type { Clock, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
 import { resolveConfig } from './config/schema.js';
@@ -66,6 +67,7 @@ export interface IdentityRouter extends Router {
 
 export function createIdentityRouter(config: IdentityConfig, adapters: IdentityAdapters = {}): IdentityRouter {
   const resolved = resolveConfig(config);
+  assertProductionAdapters(adapters);
   const logger = adapters.logger ?? consoleLogger;
   const clock = adapters.clock ?? systemClock;
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');

@@ -93,6 +93,13 @@ export interface IdentityConfig {
     verifyBudget?: WindowBudget;
     totp?: { issuer?: string };
   };
+  invites?: {
+    /**
+     * Invite mail sent (re-invites included), default `{perOrganization: {limit: 50, windowSec: 3600},
+     * perAddress: {limit: 5, windowSec: 86400}}`; over a budget: 429 rate_limited.
+     */
+    sendBudget?: { perOrganization?: WindowBudget; perAddress?: WindowBudget };
+  };
   mfa?: {
     /** global enforcement, default false */ enforce?: boolean;
     /** default 'grace' */ enforcementMode?: 'grace' | 'block';
@@ -140,6 +147,7 @@ export interface ResolvedConfig {
     verifyBudget: WindowBudget;
     totp: { issuer: string };
   };
+  invites: { sendBudget: { perOrganization: WindowBudget; perAddress: WindowBudget } };
   mfa: { enforce: boolean; enforcementMode: 'grace' | 'block' };
   security: { stepUp: { maxAge: number } };
   permissions: PermissionDefinition[];

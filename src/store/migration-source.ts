@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import * as initialSchema from './migrations/001-initial-schema.js';
+import * as hardening from './migrations/003-hardening.js';
 import * as severalInstances from './migrations/004-several-instances.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
@@ -16,6 +17,7 @@ interface Migration {
 /** Migrations ship inside the bundle, so they run the same from ESM, CJS and tsx. Append, never edit. */
 const MIGRATIONS: Migration[] = [
   { name: '001-initial-schema', up: initialSchema.up },
+  { name: '003-hardening', up: hardening.up },
   { name: '004-several-instances', up: severalInstances.up },
 ];
 
