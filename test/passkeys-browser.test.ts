@@ -118,7 +118,9 @@ describe('passkeys in Chromium', { skip }, () => {
   test('a second browser context with another authenticator cannot log in as the first user', async () => {
     const mallory = await openBrowserUser();
     try {
-      await mallory.page.evaluate(() => void ((globalThis as any).ceremonyTimeoutMs = 3000));
+      await mallory.page.evaluate(() => {
+        (globalThis as any).ceremonyTimeoutMs = 3000;
+      });
       const sessionsBefore = await h.knex(`${h.tablePrefix}sessions`).where({ user_id: aliceAccount.userId }).count({ count: '*' }).first();
       // Discoverable login: the other authenticator holds no credential for this RP.
       const discoverable = await inPage(mallory, 'login');

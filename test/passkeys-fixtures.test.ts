@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { resolveConfig } from '../src/config/schema.js';
 import type { IdentityConfig } from '../src/index.js';
@@ -147,7 +148,10 @@ describe(`passkey lifecycle on ${TEST_DB}`, () => {
   });
 
   test('step-up with the passkey before deleting another factor', async () => {
-    const totp = await enrollTotp(h, owner.accessToken);
+    // Enrolling a second factor through the API would itself need a step-up (CONTRACT 5), and each
+    // recorded assertion moves the counter once, so the other factor is planted as a row.
+    const totp = { factorId: randomUUID() };
+    await h.knex(`${h.tablePrefix}mfa_factors`).insert({ id: totp.factorId, user_id: owner.userId, type: 'totp', label: null, destination: null, secret_sealed: 'planted', is_default: false, last_used_step: null, confirmed_at: h.clock.now(), created_at: h.clock.now() });
     h.clock.advance(301);
     assertError(await h.delete(`/auth/mfa/factors/${totp.factorId}`, { token: owner.accessToken }), 401, 'step_up_required');
     const challenge = await h.post('/auth/mfa/step-up/challenge', { factor_id: factorId }, { token: owner.accessToken });
@@ -191,6 +195,16 @@ describe(`passkey lifecycle on ${TEST_DB}`, () => {
     await enrollTotp(h, holder.accessToken);
     h.clock.advance(301);
     assertError(await h.post('/auth/passkeys/register/options', {}, { token: holder.accessToken }), 401, 'step_up_required');
+  });
+
+  test('register/verify needs step-up too: options fetched while fresh do not carry over a stale session', async () => {
+    const holder = await h.signUp();
+    await enrollTotp(h, holder.accessToken);
+    const options = await h.post('/auth/passkeys/register/options', {}, { token: holder.accessToken });
+    assert.equal(options.status, 200, options.text);
+    h.clock.advance(301);
+    assertError(await h.post('/auth/passkeys/register/verify', { response: second.registration.response }, { token: holder.accessToken }), 401, 'step_up_required');
+    assert.equal(await countRows(h, 'mfa_factors', { user_id: holder.userId, type: 'webauthn' }), 0);
   });
 });
 

@@ -12,9 +12,10 @@ import type { MfaFactorRecord } from '../store/mfa-repository.js';
 import type { PasskeyChallengePurpose, PasskeyRecord } from '../store/passkey-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
-import { countFailedAuthentication } from './lockout.js';
+import type { AccessPolicy } from './access-policy.js';
+import { normaliseEmail } from './identity-rules.js';
+import { FailedAttemptSlot } from './lockout.js';
 import { MfaCodes } from './mfa-codes.js';
-import { normaliseEmail } from './password-policy.js';
 import type { Principal } from './principal.js';
 import type { SessionService, TokenResponse } from './session-service.js';
 import { describeError, runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
@@ -57,6 +58,7 @@ export class PasskeyService {
   constructor(
     private readonly context: ServiceContext,
     private readonly sessions: SessionService,
+    private readonly policy: AccessPolicy,
   ) {
     this.codes = new MfaCodes(context);
   }
@@ -95,24 +97,27 @@ export class PasskeyService {
   /**
    * A verified attestation becomes a confirmed `webauthn` factor. The first confirmed factor
    * becomes the default, gets recovery codes and emits mfa.enrolled; a later one emits
-   * mfa.factor_added.
+   * mfa.factor_added. Like confirming any other factor, a later one needs step-up, decided
+   * under the user's row lock (CONTRACT 5 and 8).
    */
   async verifyRegistration(principal: Principal, input: { response: RegistrationResponseJSON; label?: string | null }, meta: RequestMeta): Promise<PasskeyRegistration> {
     const config = this.requireConfig();
     const webauthn = await loadWebauthn();
     const challenge = challengeOf(input.response);
-    await this.codes.assertVerifyBudget(this.context.store.repos, principal.userId, this.context.clock.now());
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      // One MFA change per user at a time: "first confirmed factor" must mean exactly one.
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      // One MFA change per user at a time: "first confirmed factor" must mean exactly one,
+      // and the verify budget is checked and recorded atomically.
       await uow.repos.users.findByIdForUpdate(principal.userId);
+      await this.codes.assertVerifyBudget(uow.repos, principal.userId, uow.now);
+      await this.policy.assertStepUp(uow.repos, principal);
       const consumed = challenge
         ? await uow.repos.passkeys.consumeChallenge({ challengeHash: this.hashChallenge(challenge), purpose: 'register', userId: principal.userId, boundTo: principal.sessionId }, uow.now)
         : undefined;
-      if (!consumed || !consumed.userHandle) {
+      if (!consumed?.userHandle) {
         await this.codes.recordVerifyFailure(uow, principal.userId);
-        return { failed: true as const };
+        return uow.failAfterCommit(errors.invalidCode());
       }
-      let registration;
+      let registration: Awaited<ReturnType<WebauthnLibrary['verifyRegistrationResponse']>>['registrationInfo'];
       try {
         const verification = await webauthn.verifyRegistrationResponse({
           response: input.response,
@@ -128,7 +133,7 @@ export class PasskeyService {
       }
       if (!registration) {
         await this.codes.recordVerifyFailure(uow, principal.userId);
-        return { failed: true as const };
+        return uow.failAfterCommit(errors.invalidCode());
       }
       const { credential } = registration;
       if (await uow.repos.passkeys.credentialIdTaken(credential.id)) throw errors.conflict('This passkey is already registered.');
@@ -151,14 +156,12 @@ export class PasskeyService {
       const eventData = { factor_id: factorId, type: 'webauthn' };
       if (!firstFactor) {
         await uow.emit({ type: 'mfa.factor_added', actorId: principal.userId, userId: principal.userId, data: eventData });
-        return { result: { factor_id: factorId, status: 'confirmed' as const } };
+        return { factor_id: factorId, status: 'confirmed' as const };
       }
       const recoveryCodes = await this.codes.issueRecoveryCodes(uow, principal.userId);
       await uow.emit({ type: 'mfa.enrolled', actorId: principal.userId, userId: principal.userId, data: eventData });
-      return { result: { factor_id: factorId, status: 'confirmed' as const, recovery_codes: recoveryCodes } };
+      return { factor_id: factorId, status: 'confirmed' as const, recovery_codes: recoveryCodes };
     });
-    if ('failed' in outcome) throw errors.invalidCode();
-    return outcome.result;
   }
 
   // ---------------------------------------------------------------- passwordless login
@@ -191,45 +194,62 @@ export class PasskeyService {
   }
 
   /**
-   * A passwordless login: the challenge is taken first (so an assertion works once, even
-   * when it then fails), then the credential's signature, origin, RP id, user verification
-   * and counter are checked. A failure with a known credential counts toward the lockout.
+   * A passwordless login: a lockout slot is reserved before anything is verified (issue 10:
+   * concurrent guesses cannot all be checked against one stale count), then the challenge is
+   * taken (so an assertion works once, even when it then fails), then the credential's
+   * signature, origin, RP id, user verification and counter are checked. A failure with a
+   * known credential keeps its slot, so it counts toward the lockout like a wrong password.
    */
   async verifyLogin(input: { challengeId: string; response: AuthenticationResponseJSON }, meta: RequestMeta): Promise<PasskeyLogin> {
     this.requireConfig();
     const challenge = challengeOf(input.response);
     if (!challenge) throw errors.invalidCode();
-    const passkey = await this.context.store.repos.passkeys.findByCredentialId(input.response.id);
-    if (passkey) await this.codes.assertVerifyBudget(this.context.store.repos, passkey.userId, this.context.clock.now());
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      const consumed = await uow.repos.passkeys.consumeChallenge({ challengeHash: this.hashChallenge(challenge), purpose: 'login', id: input.challengeId }, uow.now);
-      if (!consumed || !passkey) return { refused: errors.invalidCode() };
-      const user = await uow.repos.users.findById(passkey.userId);
-      if (!user || user.deletedAt !== null) return { refused: errors.invalidCode() };
-      // Like a password login: a locked account is not even checked.
-      if (user.lockedUntil !== null && user.lockedUntil > uow.now) {
-        await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'locked' } });
-        return { refused: errors.invalidCredentials() };
-      }
-      const check = await this.checkAssertion(uow, passkey, input.response, challenge, { requireUserVerification: true });
-      if (check !== 'ok') {
-        await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: check === 'counter_regressed' ? 'counter_regressed' : 'invalid_assertion', factor_id: passkey.id } });
-        await this.codes.recordVerifyFailure(uow, user.id);
-        await countFailedAuthentication(uow, this.context.config.auth.lockout, user.id, 'second_factor');
-        return { refused: errors.invalidCode() };
-      }
-      const refusal = this.loginRefusal(user);
-      if (refusal) {
-        if (refusal.code === 'account_disabled') await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'account_disabled' } });
-        return { refused: refusal };
-      }
-      const tokens = await this.sessions.open(uow, user, { mfa: true, amr: PASSKEY_LOGIN_AMR, authTime: uow.now }, meta);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr: PASSKEY_LOGIN_AMR, method: 'passkey', factor_id: passkey.id } });
-      return { login: { tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } } };
-    });
-    // The consumed challenge, the failure and its lockout count are committed before the refusal is answered.
-    if ('refused' in outcome) throw outcome.refused;
-    return outcome.login;
+    const repos = this.context.store.repos;
+    const passkey = await repos.passkeys.findByCredentialId(input.response.id);
+    const consume = (uow: UnitOfWork) => uow.repos.passkeys.consumeChallenge({ challengeHash: this.hashChallenge(challenge), purpose: 'login', id: input.challengeId }, uow.now);
+    if (!passkey) {
+      // Unknown credential: the challenge is spent all the same.
+      return runUnitOfWork(this.context, meta, async (uow) => {
+        await consume(uow);
+        return uow.failAfterCommit(errors.invalidCode());
+      });
+    }
+    const slot = await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, passkey.userId, this.context.clock.now());
+    try {
+      const opened = await runUnitOfWork(this.context, meta, async (uow) => {
+        const user = await uow.repos.users.findByIdForUpdate(passkey.userId);
+        const consumed = await consume(uow);
+        if (!consumed || !user || user.deletedAt !== null) return uow.failAfterCommit(errors.invalidCode());
+        // Like a password login: a locked account is not even checked.
+        if (!slot) {
+          await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'locked' } });
+          return uow.failAfterCommit(errors.invalidCredentials());
+        }
+        await this.codes.assertVerifyBudget(uow.repos, user.id, uow.now);
+        const check = await this.checkAssertion(uow, passkey, input.response, challenge, { requireUserVerification: true });
+        if (check !== 'ok') {
+          await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: check === 'counter_regressed' ? 'counter_regressed' : 'invalid_assertion', factor_id: passkey.id } });
+          await this.codes.recordVerifyFailure(uow, user.id);
+          await slot.fail(uow, 'second_factor');
+          return uow.failAfterCommit(errors.invalidCode());
+        }
+        const refusal = this.loginRefusal(user);
+        if (refusal) {
+          if (refusal.code === 'account_disabled') await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'account_disabled' } });
+          return uow.failAfterCommit(refusal);
+        }
+        // The sign-in is complete: only now do earlier failures stop counting.
+        await uow.repos.users.clearFailedLogins(user.id);
+        const opened = await this.sessions.open(uow, user, { mfa: true, amr: PASSKEY_LOGIN_AMR, authTime: uow.now }, meta);
+        await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr: PASSKEY_LOGIN_AMR, method: 'passkey', factor_id: passkey.id } });
+        return { opened, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
+      });
+      // Tokens are signed only after commit.
+      return { tokens: await this.sessions.signOpened(opened.opened), user: opened.user };
+    } finally {
+      // A success (or a refusal that verified nothing) gives the slot back; a failure keeps it.
+      await slot?.release();
+    }
   }
 
   // ---------------------------------------------------------------- MFA gate and step-up

@@ -20,6 +20,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/enroll',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_enroll',
       allowedDuringEnrollment: true,
       body: Joi.object({}),
@@ -30,6 +32,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/confirm',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,
@@ -39,6 +43,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/enroll',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
       body: Joi.object({ phone_e164: phoneSchema.required() }),
@@ -48,6 +54,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/confirm',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,
@@ -57,6 +65,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/enroll',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
       body: Joi.object({ email: emailSchema }),
@@ -66,6 +76,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/confirm',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,

@@ -71,6 +71,8 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/passkeys/register/verify',
       auth: 'bearer',
       rateLimit: 'mfa_confirm',
+      // Confirming a later factor needs step-up too (checked again under the user's row lock).
+      stepUp: true,
       allowedDuringEnrollment: true,
       body: Joi.object({ response: attestationResponseSchema.required(), label: Joi.string().trim().max(100).allow(null, '') }),
       handler: async ({ body, principal, meta }) => ok(await passkeys.verifyRegistration(principal, { response: body.response, label: body.label }, meta)),
