@@ -18,12 +18,15 @@
  * tests read rpId and origin from the file.
  */
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { generateAuthenticationOptions, generateRegistrationOptions } from '@simplewebauthn/server';
 import type { Browser, Page } from 'playwright-core';
-import { addVirtualAuthenticator, authenticatorDataSummary, launchChromium, PASSKEY_PAGE, type VirtualAuthenticator } from '../test/helpers/virtual-authenticator.js';
+import { addVirtualAuthenticator, authenticatorDataSummary, launchChromium, type VirtualAuthenticator } from '../test/helpers/virtual-authenticator.js';
+
+/** The minimal page the ceremonies run from (the browser tests drive the example app instead). */
+const CEREMONY_PAGE = readFileSync(new URL('./webauthn-ceremony-page.html', import.meta.url), 'utf8');
 
 const OUTPUT = new URL('../test/fixtures/webauthn-fixtures.json', import.meta.url);
 
@@ -44,7 +47,7 @@ interface RecordedAuthenticator {
 async function servePage(): Promise<{ server: Server; port: number }> {
   const server = createServer((_request, response) => {
     response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-    response.end(PASSKEY_PAGE);
+    response.end(CEREMONY_PAGE);
   });
   await new Promise<void>((resolve) => server.listen(0, resolve));
   return { server, port: (server.address() as AddressInfo).port };

@@ -63,6 +63,8 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
         resetPassword: `${publicUrl}/reset-password?token={token}`,
         acceptInvite: `${publicUrl}/accept-invite?token={token}`,
       },
+      // Passkeys are bound to the host name the browser shows (see docs/mfa.md, "Passkeys").
+      webauthn: passkeySettings(publicUrl),
       ...options.config,
     },
     {
@@ -112,6 +114,16 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
   });
 
   return { app, identity, inbox };
+}
+
+/**
+ * The RP id is the host name of the app; an IP address cannot be one, so a loopback address
+ * is served as localhost (which browsers treat as a secure context over plain http).
+ */
+function passkeySettings(publicUrl: string): NonNullable<IdentityConfig['webauthn']> {
+  const url = new URL(publicUrl);
+  if (['127.0.0.1', '[::1]'].includes(url.hostname)) url.hostname = 'localhost';
+  return { rpId: url.hostname, origins: [url.origin] };
 }
 
 export interface RunningExample extends ExampleApp {

@@ -62,13 +62,17 @@ export class BrowserSuite {
   browser!: Browser;
   private tempDir!: string;
 
-  static async start(name: string): Promise<BrowserSuite> {
-    const suite = new BrowserSuite(name);
+  /** `publicHost: 'localhost'` for passkeys: an IP address cannot be a WebAuthn RP id. */
+  static async start(name: string, options: { publicHost?: string } = {}): Promise<BrowserSuite> {
+    const suite = new BrowserSuite(name, options);
     await suite.boot();
     return suite;
   }
 
-  private constructor(private readonly name: string) {}
+  private constructor(
+    private readonly name: string,
+    private readonly options: { publicHost?: string },
+  ) {}
 
   private async boot(): Promise<void> {
     const executablePath = findChromium();
@@ -76,6 +80,7 @@ export class BrowserSuite {
     this.tempDir = mkdtempSync(join(tmpdir(), 'identity-example-'));
     this.example = await startExampleServer({
       port: 0,
+      ...(this.options.publicHost ? { publicHost: this.options.publicHost } : {}),
       databaseFile: join(this.tempDir, 'example.sqlite'),
       secret: 'browser-test-secret-that-is-at-least-32-characters',
       development: true,

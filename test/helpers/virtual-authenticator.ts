@@ -1,8 +1,5 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { chromium, type Browser, type BrowserContext, type CDPSession, type Page } from 'playwright-core';
-
-/** The page both the browser tests and the fixture recorder run ceremonies from. */
-export const PASSKEY_PAGE = readFileSync(new URL('../browser-passkeys/passkey-page.html', import.meta.url), 'utf8');
 
 /** Where Chromium is looked for; CHROMIUM_PATH overrides. */
 export function chromiumPath(): string | undefined {

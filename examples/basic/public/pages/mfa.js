@@ -100,6 +100,8 @@ export default {
         sendCodeForm('sms'),
         h('h3', {}, 'E-mail codes'),
         sendCodeForm('email'),
+        h('h3', {}, 'Passkey'),
+        h('p', {}, h('a', { href: '/passkeys' }, 'Add a passkey'), ': your device confirms it is you with a fingerprint, face or PIN.'),
       ),
       ...(confirmed.length === 0
         ? []
