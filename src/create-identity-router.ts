@@ -61,7 +61,13 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const table = tableNames(resolved.tablePrefix);
   const store = new Store(database.knex, table, database.dialect);
   const keys = deriveKeys(resolved.secret);
-  const hasher = new PasswordHasher({ cost: resolved.password.bcryptCost, pepper: keys.passwordPepper });
+  const hasher = new PasswordHasher({
+    algorithm: resolved.password.algorithm,
+    cost: resolved.password.bcryptCost,
+    argon2: resolved.password.argon2,
+    pepper: keys.passwordPepper,
+    ...(resolved.password.workers ? { threads: resolved.password.workers } : {}),
+  });
   const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl);
   const jwt = new JwtCodec(keyRing, clock, {
     issuer: resolved.issuer,

@@ -90,6 +90,7 @@ export class AccountService {
       });
     }
     if (user.failedLoginCount > 0 || user.lockedUntil !== null) await this.context.store.repos.users.clearFailedLogins(user.id);
+    await this.upgradePasswordHash(user, input.password);
 
     const gate = await this.mfa.loginGate(user, meta);
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
@@ -100,6 +101,17 @@ export class AccountService {
       return opened;
     });
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
+  }
+
+  /**
+   * A hash made with another algorithm or cost than configured is re-made while the
+   * password is at hand: raising `bcryptCost` or moving to argon2id takes effect at each
+   * user's next login. It is not the password changing, so no event and no session ends.
+   */
+  private async upgradePasswordHash(user: UserRecord, password: string): Promise<void> {
+    if (!user.passwordHash || !this.context.hasher.needsRehash(user.passwordHash)) return;
+    const upgraded = await this.context.hasher.hash(password);
+    await this.context.store.repos.users.replacePasswordHash(user.id, user.passwordHash, upgraded);
   }
 
   async forgotPassword(emailInput: string, meta: RequestMeta): Promise<void> {
