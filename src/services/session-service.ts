@@ -52,7 +52,7 @@ export class SessionService {
   /** Opens a session (one refresh-token family) inside the caller's unit of work. */
   async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<TokenResponse> {
     const sessionId = randomUUID();
-    const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
+    const expiresAt = this.slidingExpiry({ createdAt: uow.now }, uow.now);
     const session: SessionRecord = {
       id: sessionId,
       userId: user.id,
@@ -68,7 +68,8 @@ export class SessionService {
       revokedAt: null,
     };
     await uow.repos.sessions.insert({ ...session, now: uow.now });
-    const refreshToken = await this.issueRefreshToken(uow.repos, sessionId, uow.now);
+    const refreshToken = randomToken();
+    await this.storeRefreshToken(uow.repos, sessionId, refreshToken, uow.now, expiresAt);
     const access = await this.accessTokenFor(uow.repos, session, user);
     return { ...access, refresh_token: refreshToken };
   }
@@ -94,35 +95,60 @@ export class SessionService {
   /**
    * Rotation: the presented token is consumed by one conditional update. Presenting a
    * consumed token again (a replay, or the loser of a concurrent race) revokes the family.
+   *
+   * One read finds the token, its session and user; one transaction of the fewest writes
+   * (consume, extend the session if still live, the next token, the audit event) commits;
+   * the access token is signed after commit, so the write lock is never held while signing.
+   * Nothing written is read back: what the response needs is known before the writes.
    */
   async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
-    const tokenHash = keyedHash(this.context.keys.tokenHash, refreshToken);
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      const stored = await uow.repos.refreshTokens.findByHash(tokenHash);
-      if (!stored) return { failure: 'unknown' as const };
-      const session = await uow.repos.sessions.findLive(stored.sessionId, uow.now);
-      if (!session) return { failure: 'unknown' as const };
-      const rotation = this.context.config.tokens.refreshRotation;
-      const reused = stored.consumedAt !== null || (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now)));
-      if (reused) {
-        if (stored.expiresAt <= uow.now && stored.consumedAt === null) return { failure: 'expired' as const };
-        await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
-        await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
-        return { failure: 'reuse' as const };
-      }
-      if (stored.expiresAt <= uow.now) return { failure: 'expired' as const };
-      const user = await uow.repos.users.findById(session.userId);
-      if (!user || user.status !== 'active' || user.deletedAt !== null) return { failure: 'unknown' as const };
+    const found = await this.context.store.repos.refreshTokens.findForRefresh(keyedHash(this.context.keys.tokenHash, refreshToken));
+    const now = this.context.clock.now();
+    if (!found || found.session.revokedAt !== null || found.session.expiresAt <= now) throw errors.invalidGrant();
+    const { token: stored, session, user } = found;
+    const rotation = this.context.config.tokens.refreshRotation;
+    if (stored.consumedAt !== null) {
+      await this.revokeOnReuse(session, meta);
+      throw errors.invalidGrant();
+    }
+    if (stored.expiresAt <= now) throw errors.invalidGrant();
+    if (user.status !== 'active' || user.deletedAt !== null) throw errors.invalidGrant();
 
-      const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
-      await uow.repos.sessions.touch(session.id, uow.now, rotation ? expiresAt : Math.max(session.expiresAt, stored.expiresAt));
-      const nextRefreshToken = rotation ? await this.issueRefreshToken(uow.repos, session.id, uow.now) : refreshToken;
-      const access = await this.accessTokenFor(uow.repos, session, user);
+    const nextRefreshToken = rotation ? randomToken() : refreshToken;
+    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+      if (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now))) {
+        // Lost a race for this token (or it expired just now): the family is replayed.
+        if (stored.expiresAt <= uow.now) return 'expired' as const;
+        await this.recordReuse(uow, session);
+        return 'reuse' as const;
+      }
+      const expiresAt = rotation ? this.slidingExpiry(session, uow.now) : Math.min(Math.max(session.expiresAt, stored.expiresAt), this.absoluteExpiry(session));
+      if (!(await uow.repos.sessions.touchLive(session.id, uow.now, expiresAt))) throw errors.invalidGrant();
+      if (rotation) await this.storeRefreshToken(uow.repos, session.id, nextRefreshToken, uow.now, expiresAt);
       await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
-      return { tokens: { ...access, refresh_token: nextRefreshToken } };
+      return 'rotated' as const;
     });
-    if ('failure' in outcome) throw errors.invalidGrant();
-    return outcome.tokens;
+    if (outcome !== 'rotated') throw errors.invalidGrant();
+    const access = await this.accessTokenFor(this.context.store.repos, session, user);
+    return { ...access, refresh_token: nextRefreshToken };
+  }
+
+  /** A session's refresh lifetime slides with each rotation but never past its absolute end (`tokens.sessionMaxAge`). */
+  private slidingExpiry(session: Pick<SessionRecord, 'createdAt'>, now: number): number {
+    return Math.min(now + this.context.config.tokens.refreshTtl * 1000, this.absoluteExpiry(session));
+  }
+
+  private absoluteExpiry(session: Pick<SessionRecord, 'createdAt'>): number {
+    return session.createdAt + this.context.config.tokens.sessionMaxAge * 1000;
+  }
+
+  private async revokeOnReuse(session: SessionRecord, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, (uow) => this.recordReuse(uow, session));
+  }
+
+  private async recordReuse(uow: UnitOfWork, session: SessionRecord): Promise<void> {
+    await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
+    await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
   }
 
   async logout(principal: Principal, meta: RequestMeta): Promise<void> {
@@ -190,15 +216,7 @@ export class SessionService {
     });
   }
 
-  private async issueRefreshToken(repos: Repositories, sessionId: string, now: number): Promise<string> {
-    const refreshToken = randomToken();
-    await repos.refreshTokens.insert({
-      id: randomUUID(),
-      sessionId,
-      tokenHash: keyedHash(this.context.keys.tokenHash, refreshToken),
-      now,
-      expiresAt: now + this.context.config.tokens.refreshTtl * 1000,
-    });
-    return refreshToken;
+  private async storeRefreshToken(repos: Repositories, sessionId: string, refreshToken: string, now: number, expiresAt: number): Promise<void> {
+    await repos.refreshTokens.insert({ id: randomUUID(), sessionId, tokenHash: keyedHash(this.context.keys.tokenHash, refreshToken), now, expiresAt });
   }
 }
