@@ -16,9 +16,12 @@ import { requirePermissionMiddleware } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
+import { AccessCache } from './services/access-cache.js';
+import { AccessReads } from './services/access-reads.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
 import { openDatabase } from './store/database.js';
+import { PgInvalidationChannel } from './store/invalidation-channel.js';
 import { migrationConfig } from './store/migration-source.js';
 import { Store } from './store/store.js';
 import { tableNames } from './store/table-names.js';
@@ -75,9 +78,18 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     accessTtl: resolved.tokens.accessTtl,
     mfaTicketTtl: resolved.tokens.mfaTicketTtl,
   });
+  const accessCache = new AccessCache();
+  // Routers in one process on one database handle hear each other's invalidations at once.
+  accessCache.joinPeers(accessCachePeers(database.knex, resolved.tablePrefix));
+  const invalidationChannel = database.dialect === 'pg'
+    ? new PgInvalidationChannel(database.knex, resolved.tablePrefix, (scopes) => accessCache.apply(scopes), logger)
+    : undefined;
+  if (invalidationChannel) accessCache.attachCarrier(invalidationChannel);
   const context: ServiceContext = {
     config: resolved,
     store,
+    accessCache,
+    access: new AccessReads(store.repos, accessCache, clock),
     keys,
     keyRing,
     jwt,
@@ -103,6 +115,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const ready = readiness.firstAttempt;
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
+  if (invalidationChannel) ready.then(() => invalidationChannel.start()).catch(() => undefined);
 
   const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), readiness, logger }) as IdentityRouter;
   router.ready = ready;
@@ -111,7 +124,19 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();
+    accessCache.leavePeers();
+    await invalidationChannel?.close();
     if (database.owned) await database.knex.destroy();
   };
   return router;
+}
+
+const peersByDatabase = new WeakMap<object, Map<string, Set<AccessCache>>>();
+
+function accessCachePeers(knex: object, tablePrefix: string): Set<AccessCache> {
+  let byPrefix = peersByDatabase.get(knex);
+  if (!byPrefix) peersByDatabase.set(knex, (byPrefix = new Map()));
+  let peers = byPrefix.get(tablePrefix);
+  if (!peers) byPrefix.set(tablePrefix, (peers = new Set()));
+  return peers;
 }

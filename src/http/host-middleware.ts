@@ -25,6 +25,7 @@ export function requirePermissionMiddleware(services: IdentityServices, readines
       const token = bearerValue(req);
       if (!token) throw errors.unauthorized();
       const principal = await services.authentication.authenticateBearer(token);
+      services.authentication.assertNotLocked(principal);
       if (!principal.organizationId) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
       await services.organizations.assertPermission(principal, principal.organizationId, permission);
       setPrincipal(res, principal);

@@ -14,12 +14,17 @@ export class AuthenticationService {
   async authenticateBearer(token: string): Promise<Principal> {
     const claims = await this.context.jwt.verifyAccessToken(token);
     if (!claims) throw errors.unauthorized('The access token is invalid or expired.');
-    const now = this.context.clock.now();
-    const found = await this.context.store.repos.sessions.findLiveWithUser(claims.sid, now);
+    const found = await this.context.access.liveSession(claims.sid);
     if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
     const { session, user } = found;
     if (user.status !== 'active' || user.deletedAt !== null) throw errors.unauthorized('The account is not active.');
     return { userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, claims, session, user };
+  }
+
+  /** CONTRACT 6: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
+  assertNotLocked(principal: Principal): void {
+    const { lockedUntil } = principal.user;
+    if (lockedUntil !== null && lockedUntil > this.context.clock.now()) throw errors.unauthorized('The account is locked.');
   }
 
   /**
@@ -29,7 +34,7 @@ export class AuthenticationService {
   async assertRecentStrongAuthentication(principal: Principal): Promise<void> {
     const maxAgeMs = this.context.config.security.stepUp.maxAge * 1000;
     if (this.context.clock.now() - principal.session.authTime <= maxAgeMs) return;
-    if (!(await this.mfa.hasConfirmedFactor(principal.userId))) return;
+    if (!(await this.context.access.hasConfirmedFactor(principal.userId))) return;
     throw errors.stepUpRequired();
   }
 
@@ -39,8 +44,10 @@ export class AuthenticationService {
    */
   async assertEnrollmentNotPending(principal: Principal): Promise<void> {
     if (principal.session.mfa) return;
-    if (!(await this.mfa.isEnforcedFor(principal.user))) return;
-    if (await this.mfa.hasConfirmedFactor(principal.userId)) return;
+    const { user } = principal;
+    const enforced = this.context.config.mfa.enforce || user.mfaEnforced || (await this.context.access.belongsToMfaRequiringOrganization(user.id));
+    if (!enforced) return;
+    if (await this.context.access.hasConfirmedFactor(principal.userId)) return;
     throw new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required; enroll and confirm a factor to continue.');
   }
 }

@@ -27,7 +27,7 @@ export class IdentityService {
     const repos = this.context.store.repos;
     const [memberships, superadmin, recoveryCodesRemaining] = await Promise.all([
       repos.organizations.listActiveMembershipsOfUser(user.id),
-      repos.roles.isSuperadmin(user.id),
+      this.context.access.isSuperadmin(user.id),
       this.mfa.recoveryCodesRemaining(user.id),
     ]);
     const activeOrganization = memberships.find((entry) => entry.organization.id === principal.organizationId);

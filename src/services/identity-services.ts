@@ -58,11 +58,13 @@ export class IdentityServices {
     const user = await this.context.store.repos.users.findById(userId);
     if (!user) throw errors.notFound('User');
     await this.context.store.repos.roles.grantSuperadmin(userId, this.context.clock.now());
+    this.context.accessCache.invalidate([{ user: userId }]);
   }
 
   /** Revokes the global superadmin role; idempotent. */
   async revokeSuperadmin(userId: string): Promise<void> {
     await this.context.store.repos.roles.revokeSuperadmin(userId);
+    this.context.accessCache.invalidate([{ user: userId }]);
   }
 
   /** The per-user MFA enforcement flag (CONTRACT 5). */

@@ -69,17 +69,16 @@ export class OrganizationService {
    * caller must hold `permission` there, resolved from the database (403).
    */
   async assertPermission(principal: Principal, organizationId: string, permission: string): Promise<void> {
-    const repos = this.context.store.repos;
-    const superadmin = await repos.roles.isSuperadmin(principal.userId);
+    const access = this.context.access;
+    const superadmin = await access.isSuperadmin(principal.userId);
     if (!superadmin && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
     // Only a superadmin reaches here with a path value that did not come from our own token.
     if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
-    const [organization, authority] = await Promise.all([
-      repos.organizations.findActive(organizationId),
-      resolveAuthority(repos, this.catalog, principal.userId, organizationId, superadmin),
-    ]);
+    const organization = await access.activeOrganization(organizationId);
     if (!organization) throw errors.notFound('Organization');
-    if (!authority.permissions.has(permission)) throw errors.forbidden();
+    if (superadmin) return;
+    const membership = await access.membershipAuthority(principal.userId, organizationId);
+    if (membership?.membershipStatus !== 'active' || !membership.permissionKeys.includes(permission)) throw errors.forbidden();
   }
 
   /** GET /permissions: the core catalog plus the host's keys. */

@@ -154,6 +154,7 @@ export class SessionService {
   async logout(principal: Principal, meta: RequestMeta): Promise<void> {
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.sessions.revoke(principal.sessionId, uow.now, 'logout');
+      uow.invalidates({ session: principal.sessionId });
     });
   }
 
@@ -186,7 +187,10 @@ export class SessionService {
   }
 
   async revokeOwned(principal: Principal, sessionId: string, meta: RequestMeta): Promise<void> {
-    const revoked = await runUnitOfWork(this.context, meta, (uow) => uow.repos.sessions.revokeOwned(sessionId, principal.userId, uow.now, 'revoked_by_user'));
+    const revoked = await runUnitOfWork(this.context, meta, (uow) => {
+      uow.invalidates({ session: sessionId });
+      return uow.repos.sessions.revokeOwned(sessionId, principal.userId, uow.now, 'revoked_by_user');
+    });
     if (!revoked) throw errors.notFound('Session');
   }
 
