@@ -4,6 +4,8 @@ import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
 import { type AccessCache, dependsOnOrganization, dependsOnSession, dependsOnUser } from './access-cache.js';
+import { authorityFrom, type ResolvedAuthority } from './authority.js';
+import type { PermissionCatalog } from './permission-catalog.js';
 
 /**
  * The reads that decide whether a request may proceed (authentication and authority), through
@@ -40,6 +42,15 @@ export class AccessReads {
     );
   }
 
+  /** What the user may do in an organization (`null`: none active), resolved once per request from cached parts. */
+  async authority(catalog: PermissionCatalog, userId: string, organizationId: string | null): Promise<ResolvedAuthority> {
+    const [superadmin, membership] = await Promise.all([
+      this.isSuperadmin(userId),
+      organizationId ? this.membershipAuthority(userId, organizationId) : Promise.resolve(undefined),
+    ]);
+    return authorityFrom(catalog, superadmin, membership);
+  }
+
   activeOrganization(organizationId: string): Promise<OrganizationRecord | undefined> {
     return this.cache.read(`organization:${organizationId}`, () => this.repos.organizations.findActive(organizationId), () => [dependsOnOrganization(organizationId)]);
   }
@@ -47,6 +58,19 @@ export class AccessReads {
   /** Whether an active membership puts the user under an organization's `require_mfa` (an organization change invalidates every entry). */
   belongsToMfaRequiringOrganization(userId: string): Promise<boolean> {
     return this.cache.read(`mfa-organization:${userId}`, () => this.repos.organizations.userBelongsToMfaRequiringOrganization(userId), () => [dependsOnUser(userId)]);
+  }
+
+  /** The user's active memberships of active organizations, with role slugs (GET /auth/me, GET /orgs). */
+  activeMemberships(userId: string): Promise<Array<{ organization: OrganizationRecord; roleSlugs: string[] }>> {
+    return this.cache.read(
+      `memberships:${userId}`,
+      () => this.repos.organizations.listActiveMembershipsOfUser(userId),
+      (memberships) => [dependsOnUser(userId), ...memberships.map(({ organization }) => dependsOnOrganization(organization.id))],
+    );
+  }
+
+  recoveryCodesRemaining(userId: string): Promise<number> {
+    return this.cache.read(`recovery-codes:${userId}`, () => this.repos.recoveryCodes.countUnused(userId), () => [dependsOnUser(userId)]);
   }
 
   hasConfirmedFactor(userId: string): Promise<boolean> {

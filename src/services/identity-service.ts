@@ -24,11 +24,10 @@ export class IdentityService {
 
   async me(principal: Principal): Promise<MeView> {
     const { user } = principal;
-    const repos = this.context.store.repos;
     const [memberships, superadmin, recoveryCodesRemaining] = await Promise.all([
-      repos.organizations.listActiveMembershipsOfUser(user.id),
+      this.context.access.activeMemberships(user.id),
       this.context.access.isSuperadmin(user.id),
-      this.mfa.recoveryCodesRemaining(user.id),
+      this.context.access.recoveryCodesRemaining(user.id),
     ]);
     const activeOrganization = memberships.find((entry) => entry.organization.id === principal.organizationId);
     const roles = [...(activeOrganization?.roleSlugs ?? []), ...(superadmin ? [SUPERADMIN_ROLE_SLUG] : [])];

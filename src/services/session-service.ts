@@ -4,7 +4,7 @@ import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
 import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
-import { resolveAuthority } from './authority.js';
+import { resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
@@ -76,7 +76,10 @@ export class SessionService {
 
   /** A new access token for a session, with roles and scope re-resolved from the database. */
   async accessTokenFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenResponse> {
-    const authority = await resolveAuthority(repos, this.catalog, user.id, session.organizationId);
+    return this.signAccessToken(session, user, await resolveAuthority(repos, this.catalog, user.id, session.organizationId));
+  }
+
+  private async signAccessToken(session: SessionRecord, user: UserRecord, authority: ResolvedAuthority): Promise<AccessTokenResponse> {
     const organizationId = authority.member || authority.superadmin ? session.organizationId : null;
     const { token } = await this.context.jwt.signAccessToken({
       sub: user.id,
@@ -129,7 +132,8 @@ export class SessionService {
       return 'rotated' as const;
     });
     if (outcome !== 'rotated') throw errors.invalidGrant();
-    const access = await this.accessTokenFor(this.context.store.repos, session, user);
+    // Live authority through the access cache: as current as the database, since every change to it invalidates the cache.
+    const access = await this.signAccessToken(session, user, await this.context.access.authority(this.catalog, user.id, session.organizationId));
     return { ...access, refresh_token: nextRefreshToken };
   }
 
