@@ -26,8 +26,10 @@ export class AccessReads {
       () => this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()),
       (value) => (value ? [dependsOnSession(sessionId), dependsOnUser(value.user.id)] : undefined),
     );
-    // The clock moves on while an entry is kept: its lifetime is checked on every read.
-    return found && found.session.expiresAt > this.clock.now() ? found : undefined;
+    // The clock moves on while an entry is kept: its lifetime is checked on every read, and a
+    // refresh may have extended it since (refreshes do not invalidate), so the database decides.
+    if (!found || found.session.expiresAt > this.clock.now()) return found;
+    return this.repos.sessions.findLiveWithUser(sessionId, this.clock.now());
   }
 
   isSuperadmin(userId: string): Promise<boolean> {
