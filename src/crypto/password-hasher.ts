@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
+import { type EventLoopUtilization, performance } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 
 export type PasswordAlgorithm = 'bcrypt' | 'argon2id';
@@ -47,6 +48,12 @@ parentPort.on('message', ({ id, op, password, hash, cost, argon2: parameters }) 
 });
 `;
 
+/** While the event loop was busier than this over the last interval, one core is left to it. */
+const BUSY_EVENT_LOOP = 0.5;
+const EVENT_LOOP_SAMPLE_MS = 100;
+/** Jobs a worker holds at once: the one it hashes and the next. */
+const PIPELINE_DEPTH = 2;
+
 /** Niceness of the hashing threads: the event loop wins about three quarters of a contested core, and logins still progress under heavy reads. */
 const WORKER_NICE = 5;
 
@@ -63,7 +70,8 @@ interface PendingJob {
 
 interface PoolWorker {
   worker: Worker;
-  busy: PendingJob | undefined;
+  /** Sent to the worker and not yet answered, oldest first (the worker answers in order). */
+  jobs: PendingJob[];
 }
 
 export interface PasswordHasherOptions {
@@ -96,6 +104,9 @@ export class PasswordHasher {
   private readonly threads: number;
   private nextJobId = 0;
   private closed = false;
+  private eventLoopSample: EventLoopUtilization = performance.eventLoopUtilization();
+  private eventLoopSampledAt = 0;
+  private eventLoopBusy = false;
   private dummyHash: Promise<string> | undefined;
 
   constructor(private readonly options: PasswordHasherOptions) {
@@ -167,14 +178,32 @@ export class PasswordHasher {
     });
   }
 
+  /**
+   * Hashes run at once: the pool size, less one while the event loop is busy, so that under
+   * a login storm request handling keeps a core and its latency.
+   */
+  private concurrency(): number {
+    const now = performance.now();
+    if (now - this.eventLoopSampledAt >= EVENT_LOOP_SAMPLE_MS) {
+      const current = performance.eventLoopUtilization();
+      this.eventLoopBusy = performance.eventLoopUtilization(current, this.eventLoopSample).utilization > BUSY_EVENT_LOOP;
+      this.eventLoopSample = current;
+      this.eventLoopSampledAt = now;
+    }
+    return this.eventLoopBusy && this.threads > 1 ? this.threads - 1 : this.threads;
+  }
+
   private dispatch(): void {
     while (this.queue.length > 0) {
-      const idle = this.workers.find((candidate) => !candidate.busy) ?? this.spawnIfRoom();
-      if (!idle) return;
+      const active = this.workers.filter((candidate) => candidate.jobs.length > 0);
+      let target = active.length < this.concurrency() ? (this.workers.find((candidate) => candidate.jobs.length === 0) ?? this.spawnIfRoom()) : undefined;
+      // A worker that is hashing gets its next job now, so it never waits on the event loop between two hashes.
+      target ??= active.filter((candidate) => candidate.jobs.length < PIPELINE_DEPTH).sort((a, b) => a.jobs.length - b.jobs.length)[0];
+      if (!target) return;
       const pending = this.queue.shift()!;
-      idle.busy = pending;
-      idle.worker.ref();
-      idle.worker.postMessage({ id: ++this.nextJobId, ...pending.job });
+      target.jobs.push(pending);
+      target.worker.ref();
+      target.worker.postMessage({ id: ++this.nextJobId, ...pending.job });
     }
   }
 
@@ -183,12 +212,11 @@ export class PasswordHasher {
     this.argon2Path ??= this.require.resolve('@node-rs/argon2');
     const poolWorker: PoolWorker = {
       worker: new Worker(WORKER_SOURCE, { eval: true, workerData: { bcryptPath: this.bcryptPath, argon2Path: this.argon2Path, nice: WORKER_NICE } }),
-      busy: undefined,
+      jobs: [],
     };
     poolWorker.worker.on('message', (message: { result?: unknown; error?: string }) => {
-      const pending = poolWorker.busy;
-      poolWorker.busy = undefined;
-      poolWorker.worker.unref();
+      const pending = poolWorker.jobs.shift();
+      if (poolWorker.jobs.length === 0) poolWorker.worker.unref();
       if (pending) {
         if (message.error !== undefined) pending.reject(new Error(message.error));
         else pending.resolve(message.result);
@@ -205,8 +233,7 @@ export class PasswordHasher {
   private retire(poolWorker: PoolWorker, error: Error): void {
     const index = this.workers.indexOf(poolWorker);
     if (index >= 0) this.workers.splice(index, 1);
-    poolWorker.busy?.reject(error);
-    poolWorker.busy = undefined;
+    for (const pending of poolWorker.jobs.splice(0)) pending.reject(error);
     if (!this.closed) this.dispatch();
   }
 }
