@@ -21,7 +21,7 @@
  */
 import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -42,6 +42,8 @@ const wanted = (name: string) => !ONLY || ONLY.some((word) => name.toLowerCase()
 
 interface Measurement {
   requestsPerSecond: number;
+  /** CPU time the server process spent per answered request (Linux), in microseconds: load elsewhere does not move it. */
+  serverCpuMicrosPerRequest?: number;
   p50Ms: number;
   p99Ms: number;
   ok: number;
@@ -107,9 +109,25 @@ function summarise(result: any): Measurement {
   };
 }
 
-async function measure(origin: string, request: LoadRequest): Promise<Measurement> {
+/** utime + stime of a process in microseconds, from /proc (undefined elsewhere). */
+function cpuMicros(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    // Fields 14 and 15 of stat (utime, stime), counted after the command name; clock ticks of 10 ms.
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return undefined;
+  }
+}
+
+async function measure(origin: string, request: LoadRequest, pid?: number): Promise<Measurement> {
   if (WARMUP > 0) await runAutocannon(origin, request, WARMUP);
-  return summarise(await runAutocannon(origin, request, SECONDS));
+  const cpuBefore = cpuMicros(pid);
+  const measurement = summarise(await runAutocannon(origin, request, SECONDS));
+  const cpuAfter = cpuMicros(pid);
+  if (cpuBefore !== undefined && cpuAfter !== undefined && measurement.ok > 0) measurement.serverCpuMicrosPerRequest = (cpuAfter - cpuBefore) / measurement.ok;
+  return measurement;
 }
 
 /** Several loads at once, warmed up together, measured together. */
@@ -169,12 +187,12 @@ async function main(): Promise<void> {
   const json = { 'content-type': 'application/json' };
   const loginRequest: LoadRequest = { method: 'POST', path: `${MOUNT}/auth/login`, headers: json, body: JSON.stringify(seed.login) };
   const meRequest: LoadRequest = { path: `${MOUNT}/auth/me`, headers: bearer };
-  const express = (): Promise<Measurement> => measure(bare.info.origin, { path: '/hello' });
+  const express = (): Promise<Measurement> => measure(bare.info.origin, { path: '/hello' }, bare.child.pid);
   const rows: Row[] = [];
   const raw: Record<string, { measurement: Measurement; bareExpress?: Measurement }> = {};
   const versusExpress = async (name: string, request: LoadRequest, goal: number | 'refresh'): Promise<Measurement> => {
     const baseline = await express();
-    const m = await measure(seed.origin, request);
+    const m = await measure(seed.origin, request, server.child.pid);
     raw[name] = { measurement: m, bareExpress: baseline };
     const ratio = m.requestsPerSecond / baseline.requestsPerSecond;
     rows.push({
@@ -186,7 +204,9 @@ async function main(): Promise<void> {
       goal: goal === 'refresh' ? '≥ 1,200 req/s' : `≥ ${goal.toFixed(2)}×`,
       met: goal === 'refresh' ? m.requestsPerSecond >= 1200 : ratio >= goal,
     });
-    console.log(`  ${name}: ${perSecond(m)} (bare Express ${perSecond(baseline)}), ${ratio.toFixed(2)}×, p99 ${m.p99Ms} ms`);
+    const cpu = (x: Measurement) => (x.serverCpuMicrosPerRequest === undefined ? '?' : `${Math.round(x.serverCpuMicrosPerRequest)} µs`);
+    const cpuRatio = m.serverCpuMicrosPerRequest && baseline.serverCpuMicrosPerRequest ? ` (CPU per request ${cpu(m)} against ${cpu(baseline)}: ${(baseline.serverCpuMicrosPerRequest / m.serverCpuMicrosPerRequest).toFixed(2)}×)` : '';
+    console.log(`  ${name}: ${perSecond(m)} (bare Express ${perSecond(baseline)}), ${ratio.toFixed(2)}×, p99 ${m.p99Ms} ms${cpuRatio}`);
     return m;
   };
 
@@ -224,7 +244,7 @@ async function main(): Promise<void> {
       const bound = await hashBoundRate(cores, Math.max(2, SECONDS / 2));
       hashMs = bound.hashMs;
       const hashBound = bound.perSecond;
-      const login = await measure(seed.origin, loginRequest);
+      const login = await measure(seed.origin, loginRequest, server.child.pid);
       raw['POST /auth/login'] = { measurement: login };
       const ratio = login.requestsPerSecond / hashBound;
       rows.push({
