@@ -1,4 +1,4 @@
-import type { RequestHandler, Router } from 'express';
+import type { Request, RequestHandler, Router } from 'express';
 import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
@@ -8,15 +8,16 @@ import { resolveConfig } from './config/schema.js';
 import type { IdentityConfig } from './config/types.js';
 import { deriveKeys } from './crypto/derived-keys.js';
 import { JwtCodec } from './crypto/jwt.js';
-import { KeyRing } from './crypto/key-ring.js';
+import { KeyRing } from './services/key-ring.js';
 import { PasswordHasher } from './crypto/password-hasher.js';
 import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';
-import { requirePermissionMiddleware } from './http/host-middleware.js';
+import { callerOf, hostMiddleware } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
 import { AccessCache } from './services/access-cache.js';
+import type { Caller } from './services/access-policy.js';
 import { AccessReads } from './services/access-reads.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
@@ -47,8 +48,19 @@ export interface IdentityRouter extends Router {
   ready: Promise<void>;
   /** The core service layer, usable without HTTP. */
   service: IdentityServices;
-  /** Middleware for the host's own routes: a valid bearer token whose holder has `permission` in the token's active organization. */
+  /**
+   * Middleware for the host's own routes: an access token of a live session, under every
+   * gate the router's own routes apply (CONTRACT 6). Read the caller with `caller(req)`.
+   */
+  authenticate(): RequestHandler;
+  /** `authenticate()` plus `permission` in the token's active organization, resolved from live authority. */
   requirePermission(permission: string): RequestHandler;
+  /**
+   * The caller set by `authenticate()` or `requirePermission()` on this request:
+   * `{kind: 'session', user_id, session_id, organization_id, mfa, amr, auth_time,
+   * email_verified, superadmin, permissions}`; undefined before them. Switch on `kind`.
+   */
+  caller(req: Request): Caller | undefined;
   /** Stops the password workers; destroys the Knex pool only if the router created it. */
   close(): Promise<void>;
 }
@@ -73,6 +85,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   });
   const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl);
   const jwt = new JwtCodec(keyRing, clock, {
+    mfaTicketKey: keys.mfaTicketSigning,
     issuer: resolved.issuer,
     audience: resolved.audience,
     accessTtl: resolved.tokens.accessTtl,
@@ -120,7 +133,11 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), readiness, logger }) as IdentityRouter;
   router.ready = ready;
   router.service = services;
-  router.requirePermission = (permission) => requirePermissionMiddleware(services, readiness, logger, permission);
+  router.authenticate = () => hostMiddleware(services, readiness, logger);
+  router.requirePermission = (permission) => hostMiddleware(services, readiness, logger, permission);
+  // `caller` is a restricted property of functions (Function.prototype.caller throws on
+  // assignment), so the accessor is defined as an own property instead.
+  Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();
@@ -135,8 +152,14 @@ const peersByDatabase = new WeakMap<object, Map<string, Set<AccessCache>>>();
 
 function accessCachePeers(knex: object, tablePrefix: string): Set<AccessCache> {
   let byPrefix = peersByDatabase.get(knex);
-  if (!byPrefix) peersByDatabase.set(knex, (byPrefix = new Map()));
+  if (!byPrefix) {
+    byPrefix = new Map();
+    peersByDatabase.set(knex, byPrefix);
+  }
   let peers = byPrefix.get(tablePrefix);
-  if (!peers) byPrefix.set(tablePrefix, (peers = new Set()));
+  if (!peers) {
+    peers = new Set();
+    byPrefix.set(tablePrefix, peers);
+  }
   return peers;
 }

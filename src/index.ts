@@ -26,3 +26,4 @@ export { IdentityError, type IdentityErrorCode } from './errors.js';
 export { EVENT_TYPES, type IdentityEvent, type IdentityEventType, type IdentityEventListener } from './events.js';
 export type { IdentityServices } from './services/identity-services.js';
 export { CORE_PERMISSIONS } from './services/permission-catalog.js';
+export type { Caller, SessionCaller } from './services/access-policy.js';

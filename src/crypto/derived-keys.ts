@@ -19,6 +19,8 @@ export interface DerivedKeys {
   passwordPepper: Buffer;
   /** HMAC key for identifiers kept out of plain sight: tombstone e-mails, rate-budget keys. */
   identifierHash: Buffer;
+  /** HS256 key of MFA tickets: never published, so no JWKS verifier can accept a ticket (CONTRACT 5). */
+  mfaTicketSigning: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -36,5 +38,6 @@ export function deriveKeys(secret: string): DerivedKeys {
     recoveryCodeHash: derive(secret, 'hmac:recovery-code'),
     passwordPepper: derive(secret, 'hmac:password-pepper'),
     identifierHash: derive(secret, 'hmac:identifier'),
+    mfaTicketSigning: derive(secret, 'hmac:mfa-ticket'),
   };
 }

@@ -37,14 +37,10 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     chain.push(json);
     if (route.auth === 'bearer') {
       chain.push(authenticateBearer(services), limiters.authenticated);
-      if (!route.allowedDuringEnrollment) chain.push(asyncStep((_req, res) => services.authentication.assertEnrollmentNotPending(principalOf(res))));
+      chain.push(asyncStep((req, res) => authorize(services, route, req, res)));
     } else if (route.auth === 'ticket') {
       chain.push(authenticateTicket(services));
     }
-    if (route.permission !== undefined) {
-      chain.push(asyncStep((req, res) => services.organizations.assertPermission(principalOf(res), String(req.params.orgId), route.permission!)));
-    }
-    if (route.stepUp) chain.push(asyncStep((_req, res) => services.authentication.assertRecentStrongAuthentication(principalOf(res))));
     chain.push(handle(route));
     router[route.method](route.path, ...chain);
   }
@@ -64,8 +60,13 @@ function authenticateBearer(services: IdentityServices): RequestHandler {
   return asyncStep(async (req, res) => {
     const token = bearerValue(req);
     if (!token) throw errors.unauthorized();
-    setPrincipal(res, await services.authentication.authenticateBearer(token));
+    setPrincipal(res, await services.policy.authenticate(token));
   });
+}
+
+/** The route's declared requirement, evaluated by the one access policy (organization from the path). */
+async function authorize(services: IdentityServices, route: RouteDefinition, req: Request, res: Response): Promise<void> {
+  await services.policy.authorize(principalOf(res), route, route.permission === undefined ? undefined : String(req.params.orgId));
 }
 
 function authenticateTicket(services: IdentityServices): RequestHandler {

@@ -4,15 +4,35 @@ import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
 import { type AccessCache, dependsOnOrganization, dependsOnSession, dependsOnUser } from './access-cache.js';
-import { authorityFrom, type ResolvedAuthority } from './authority.js';
+import { authorityFrom, resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { PermissionCatalog } from './permission-catalog.js';
+
+/** What the access policy reads to decide; cached for request gates, straight from a transaction's repositories otherwise. */
+export interface GateReads {
+  isSuperadmin(userId: string): Promise<boolean>;
+  activeOrganization(organizationId: string): Promise<OrganizationRecord | undefined>;
+  authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Promise<ResolvedAuthority>;
+  belongsToMfaRequiringOrganization(userId: string): Promise<boolean>;
+  hasConfirmedFactor(userId: string): Promise<boolean>;
+}
+
+/** The same reads without the cache: for decisions that guard a write in the transaction of `repos`. */
+export function uncachedReads(repos: Repositories): GateReads {
+  return {
+    isSuperadmin: (userId) => repos.roles.isSuperadmin(userId),
+    activeOrganization: (organizationId) => repos.organizations.findActive(organizationId),
+    authority: (catalog, userId, organizationId, knownSuperadmin) => resolveAuthority(repos, catalog, userId, organizationId, knownSuperadmin),
+    belongsToMfaRequiringOrganization: (userId) => repos.organizations.userBelongsToMfaRequiringOrganization(userId),
+    hasConfirmedFactor: (userId) => repos.mfaFactors.hasConfirmed(userId),
+  };
+}
 
 /**
  * The reads that decide whether a request may proceed (authentication and authority), through
  * the access cache. Only the request gates use these: a service that decides inside a
  * transaction reads the database itself.
  */
-export class AccessReads {
+export class AccessReads implements GateReads {
   constructor(
     private readonly repos: Repositories,
     private readonly cache: AccessCache,
@@ -45,9 +65,9 @@ export class AccessReads {
   }
 
   /** What the user may do in an organization (`null`: none active), resolved once per request from cached parts. */
-  async authority(catalog: PermissionCatalog, userId: string, organizationId: string | null): Promise<ResolvedAuthority> {
+  async authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Promise<ResolvedAuthority> {
     const [superadmin, membership] = await Promise.all([
-      this.isSuperadmin(userId),
+      knownSuperadmin ?? this.isSuperadmin(userId),
       organizationId ? this.membershipAuthority(userId, organizationId) : Promise.resolve(undefined),
     ]);
     return authorityFrom(catalog, superadmin, membership);

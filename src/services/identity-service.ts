@@ -1,5 +1,4 @@
 import type { ServiceContext } from './context.js';
-import type { MfaService } from './mfa-service.js';
 import { SUPERADMIN_ROLE_SLUG } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 
@@ -17,10 +16,7 @@ export interface MeView {
 
 /** GET /auth/me (spec 4.1, CONTRACT 5). */
 export class IdentityService {
-  constructor(
-    private readonly context: ServiceContext,
-    private readonly mfa: MfaService,
-  ) {}
+  constructor(private readonly context: ServiceContext) {}
 
   async me(principal: Principal): Promise<MeView> {
     const { user } = principal;

@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { errors, IdentityError } from '../errors.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
+import type { AccessTokenSubject } from '../crypto/jwt.js';
 import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
+import { mayAuthenticate } from './access-policy.js';
 import { resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
@@ -33,6 +35,12 @@ export interface SessionView {
   last_used_at: string;
 }
 
+/** A session opened or rotated inside a transaction, its access token not yet signed. */
+export interface OpenedSession {
+  subject: AccessTokenSubject;
+  refreshToken: string;
+}
+
 export interface StrongAuthentication {
   mfa: boolean;
   amr: string[];
@@ -49,8 +57,12 @@ export class SessionService {
     private readonly catalog: PermissionCatalog,
   ) {}
 
-  /** Opens a session (one refresh-token family) inside the caller's unit of work. */
-  async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<TokenResponse> {
+  /**
+   * Opens a session (one refresh-token family) inside the caller's unit of work. The access
+   * token is signed only after commit (`signOpened`): no token exists for a session that
+   * rolled back, and no transaction waits on an RSA signature.
+   */
+  async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
     const sessionId = randomUUID();
     const expiresAt = this.slidingExpiry({ createdAt: uow.now }, uow.now);
     const session: SessionRecord = {
@@ -70,18 +82,28 @@ export class SessionService {
     await uow.repos.sessions.insert({ ...session, now: uow.now });
     const refreshToken = randomToken();
     await this.storeRefreshToken(uow.repos, sessionId, refreshToken, uow.now, expiresAt);
-    const access = await this.accessTokenFor(uow.repos, session, user);
-    return { ...access, refresh_token: refreshToken };
+    return { subject: await this.accessSubjectFor(uow.repos, session, user), refreshToken };
   }
 
-  /** A new access token for a session, with roles and scope re-resolved from the database. */
-  async accessTokenFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenResponse> {
-    return this.signAccessToken(session, user, await resolveAuthority(repos, this.catalog, user.id, session.organizationId));
+  /** After commit: the tokens of an opened (or rotated) session. */
+  async signOpened(opened: OpenedSession): Promise<TokenResponse> {
+    return { ...(await this.sign(opened.subject)), refresh_token: opened.refreshToken };
   }
 
-  private async signAccessToken(session: SessionRecord, user: UserRecord, authority: ResolvedAuthority): Promise<AccessTokenResponse> {
+  /** After commit: an access token for claims resolved inside the transaction. */
+  async sign(subject: AccessTokenSubject): Promise<AccessTokenResponse> {
+    const { token } = await this.context.jwt.signAccessToken(subject);
+    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl };
+  }
+
+  /** The claims of a new access token for a session, with roles and scope re-resolved from the database. */
+  async accessSubjectFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenSubject> {
+    return this.subjectOf(session, user, await resolveAuthority(repos, this.catalog, user.id, session.organizationId));
+  }
+
+  private subjectOf(session: SessionRecord, user: UserRecord, authority: ResolvedAuthority): AccessTokenSubject {
     const organizationId = authority.member || authority.superadmin ? session.organizationId : null;
-    const { token } = await this.context.jwt.signAccessToken({
+    return {
       sub: user.id,
       sid: session.id,
       org: organizationId,
@@ -91,8 +113,7 @@ export class SessionService {
       mfa: session.mfa,
       amr: session.amr,
       auth_time: Math.floor(session.authTime / 1000),
-    });
-    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl };
+    };
   }
 
   /**
@@ -111,30 +132,29 @@ export class SessionService {
     const { token: stored, session, user } = found;
     const rotation = this.context.config.tokens.refreshRotation;
     if (stored.consumedAt !== null) {
-      await this.revokeOnReuse(session, meta);
-      throw errors.invalidGrant();
+      await runUnitOfWork(this.context, meta, async (uow) => {
+        await this.recordReuse(uow, session);
+        return uow.failAfterCommit(errors.invalidGrant());
+      });
     }
-    if (stored.expiresAt <= now) throw errors.invalidGrant();
-    if (user.status !== 'active' || user.deletedAt !== null) throw errors.invalidGrant();
+    if (stored.expiresAt <= now || !mayAuthenticate(user)) throw errors.invalidGrant();
 
     const nextRefreshToken = rotation ? randomToken() : refreshToken;
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    await runUnitOfWork(this.context, meta, async (uow) => {
       if (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now))) {
-        // Lost a race for this token (or it expired just now): the family is replayed.
-        if (stored.expiresAt <= uow.now) return 'expired' as const;
-        await this.recordReuse(uow, session);
-        return 'reuse' as const;
+        // Lost a race for this token (or it expired just now): a second use revokes the family.
+        if (stored.expiresAt > uow.now) await this.recordReuse(uow, session);
+        return uow.failAfterCommit(errors.invalidGrant());
       }
       const expiresAt = rotation ? this.slidingExpiry(session, uow.now) : Math.min(Math.max(session.expiresAt, stored.expiresAt), this.absoluteExpiry(session));
+      // Revoked since it was read: nothing of this refresh may commit.
       if (!(await uow.repos.sessions.touchLive(session.id, uow.now, expiresAt))) throw errors.invalidGrant();
       if (rotation) await this.storeRefreshToken(uow.repos, session.id, nextRefreshToken, uow.now, expiresAt);
       await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
-      return 'rotated' as const;
     });
-    if (outcome !== 'rotated') throw errors.invalidGrant();
     // Live authority through the access cache: as current as the database, since every change to it invalidates the cache.
-    const access = await this.signAccessToken(session, user, await this.context.access.authority(this.catalog, user.id, session.organizationId));
-    return { ...access, refresh_token: nextRefreshToken };
+    const authority = await this.context.access.authority(this.catalog, user.id, session.organizationId);
+    return { ...(await this.sign(this.subjectOf(session, user, authority))), refresh_token: nextRefreshToken };
   }
 
   /** A session's refresh lifetime slides with each rotation but never past its absolute end (`tokens.sessionMaxAge`). */
@@ -144,10 +164,6 @@ export class SessionService {
 
   private absoluteExpiry(session: Pick<SessionRecord, 'createdAt'>): number {
     return session.createdAt + this.context.config.tokens.sessionMaxAge * 1000;
-  }
-
-  private async revokeOnReuse(session: SessionRecord, meta: RequestMeta): Promise<void> {
-    await runUnitOfWork(this.context, meta, (uow) => this.recordReuse(uow, session));
   }
 
   private async recordReuse(uow: UnitOfWork, session: SessionRecord): Promise<void> {
@@ -200,7 +216,7 @@ export class SessionService {
 
   /** Re-points the live session at another organization and mints a token scoped to it. */
   async switchOrganization(principal: Principal, organizationId: string, meta: RequestMeta): Promise<AccessTokenResponse> {
-    return runUnitOfWork(this.context, meta, async (uow) => {
+    const subject = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();
       const organization = await uow.repos.organizations.findActive(organizationId);
@@ -212,7 +228,7 @@ export class SessionService {
       }
       if (!(await uow.repos.sessions.setOrganization(session.id, organizationId))) throw errors.sessionEnded();
       const user = await uow.repos.users.findById(principal.userId);
-      const access = await this.accessTokenFor(uow.repos, { ...session, organizationId }, user!);
+      const subject = await this.accessSubjectFor(uow.repos, { ...session, organizationId }, user!);
       await uow.emit({
         type: 'auth.org_switched',
         actorId: principal.userId,
@@ -220,8 +236,9 @@ export class SessionService {
         organizationId,
         data: { session_id: session.id, from_organization_id: session.organizationId },
       });
-      return access;
+      return subject;
     });
+    return this.sign(subject);
   }
 
   private async storeRefreshToken(repos: Repositories, sessionId: string, refreshToken: string, now: number, expiresAt: number): Promise<void> {
