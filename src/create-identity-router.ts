@@ -2,6 +2,7 @@ import type { Request, RequestHandler, Router } from 'express';
 import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
+import { assertProductionAdapters } from './adapters/production-guard.js';
 import type { Clock, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
 import { resolveConfig } from './config/schema.js';
@@ -22,8 +23,10 @@ import { AccessReads } from './services/access-reads.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
 import { openDatabase } from './store/database.js';
-import { PgInvalidationChannel } from './store/invalidation-channel.js';
+import { NotificationInvalidationCarrier } from './store/invalidation-channel.js';
+import { openInstanceNotifications } from './store/instance-notifications.js';
 import { migrationConfig } from './store/migration-source.js';
+import { withStartupLock } from './store/startup-lock.js';
 import { Store } from './store/store.js';
 import { tableNames } from './store/table-names.js';
 import { describeError } from './services/unit-of-work.js';
@@ -67,6 +70,7 @@ export interface IdentityRouter extends Router {
 
 export function createIdentityRouter(config: IdentityConfig, adapters: IdentityAdapters = {}): IdentityRouter {
   const resolved = resolveConfig(config);
+  assertProductionAdapters(adapters);
   const logger = adapters.logger ?? consoleLogger;
   const clock = adapters.clock ?? systemClock;
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');
@@ -83,7 +87,9 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     pepper: keys.passwordPepper,
     ...(resolved.password.workers ? { threads: resolved.password.workers } : {}),
   });
-  const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl);
+  // Other instances' changes (key rotations, access revocations) reach this one through the database.
+  const notifications = openInstanceNotifications(database.knex, database.dialect, resolved.tablePrefix, logger);
+  const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl, notifications);
   const jwt = new JwtCodec(keyRing, clock, {
     mfaTicketKey: keys.mfaTicketSigning,
     issuer: resolved.issuer,
@@ -94,10 +100,12 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const accessCache = new AccessCache();
   // Routers in one process on one database handle hear each other's invalidations at once.
   accessCache.joinPeers(accessCachePeers(database.knex, resolved.tablePrefix));
-  const invalidationChannel = database.dialect === 'pg'
-    ? new PgInvalidationChannel(database.knex, resolved.tablePrefix, (scopes) => accessCache.apply(scopes), logger)
+  // Other instances on PostgreSQL hear of revocations through the notifications; SQLite has one process.
+  const invalidationCarrier = database.dialect === 'pg'
+    ? new NotificationInvalidationCarrier(notifications, (scopes) => accessCache.apply(scopes), (error) =>
+        logger.error('identity-router: could not notify other instances of an access change; they drop it within the cache expiry', { error: describeError(error) }))
     : undefined;
-  if (invalidationChannel) accessCache.attachCarrier(invalidationChannel);
+  if (invalidationCarrier) accessCache.attachCarrier(invalidationCarrier);
   const context: ServiceContext = {
     config: resolved,
     store,
@@ -117,9 +125,12 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
 
   const readiness = new Readiness(async () => {
     try {
-      if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
-      await keyRing.initialise();
-      await services.initialise();
+      // Instances started together take turns: migrations and the first keys are made once (CONTRACT 7).
+      await withStartupLock(database.knex, database.dialect, resolved.tablePrefix, async () => {
+        if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
+        await keyRing.initialise();
+        await services.initialise();
+      });
     } catch (error) {
       logger.error('identity-router failed to start; requests answer 503 until a retry succeeds', { error: describeError(error) });
       throw error;
@@ -128,9 +139,8 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const ready = readiness.firstAttempt;
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
-  if (invalidationChannel) ready.then(() => invalidationChannel.start()).catch(() => undefined);
 
-  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), readiness, logger }) as IdentityRouter;
+  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved, store.repos.rateLimitCounters, logger), readiness, logger }) as IdentityRouter;
   router.ready = ready;
   router.service = services;
   router.authenticate = () => hostMiddleware(services, readiness, logger);
@@ -142,7 +152,9 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     await ready.catch(() => undefined);
     await hasher.close();
     accessCache.leavePeers();
-    await invalidationChannel?.close();
+    await invalidationCarrier?.close();
+    keyRing.close();
+    await notifications.close();
     if (database.owned) await database.knex.destroy();
   };
   return router;

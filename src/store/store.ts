@@ -5,6 +5,7 @@ import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, Recov
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
+import { RateLimitCounterRepository } from './rate-limit-counter-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
 import type { TableNames } from './table-names.js';
 import { UserRepository } from './user-repository.js';
@@ -26,6 +27,7 @@ export interface Repositories {
   roles: RoleRepository;
   memberships: MembershipRepository;
   invites: InviteRepository;
+  rateLimitCounters: RateLimitCounterRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -45,6 +47,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     roles: new RoleRepository(context),
     memberships: new MembershipRepository(context),
     invites: new InviteRepository(context),
+    rateLimitCounters: new RateLimitCounterRepository(context),
   };
 }
 
