@@ -1,4 +1,4 @@
-import type { RequestHandler, Router } from 'express';
+import type { Request, RequestHandler, Router } from 'express';
 import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
@@ -12,7 +12,7 @@ import { KeyRing } from './crypto/key-ring.js';
 import { PasswordHasher } from './crypto/password-hasher.js';
 import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';
-import { requirePermissionMiddleware } from './http/host-middleware.js';
+import { authenticateMiddleware, callerOf, requirePermissionMiddleware, type HostMiddlewareOptions, type IdentityCaller } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
@@ -44,8 +44,16 @@ export interface IdentityRouter extends Router {
   ready: Promise<void>;
   /** The core service layer, usable without HTTP. */
   service: IdentityServices;
-  /** Middleware for the host's own routes: a valid bearer token whose holder has `permission` in the token's active organization. */
-  requirePermission(permission: string): RequestHandler;
+  /**
+   * Middleware for the host's own routes: a valid bearer token whose holder has `permission`
+   * in the token's active organization. With `{apiKeys: true}` an API key of an organization
+   * is accepted too, with the key's share of its owner's live authority there.
+   */
+  requirePermission(permission: string, options?: HostMiddlewareOptions): RequestHandler;
+  /** Middleware for the host's own routes: any live access token (and, with `{apiKeys: true}`, any working API key). */
+  authenticate(options?: HostMiddlewareOptions): RequestHandler;
+  /** Who called, behind `authenticate()` or `requirePermission()`: `kind: 'session'` or `kind: 'api_key'`. */
+  caller(req: Request): IdentityCaller;
   /** Stops the password workers; destroys the Knex pool only if the router created it. */
   close(): Promise<void>;
 }
@@ -98,10 +106,16 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 
-  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), readiness, logger }) as IdentityRouter;
+  const limiters = buildRateLimiters(resolved);
+  const router = buildRouter({ services, routes: allRoutes(services), limiters, readiness, logger }) as IdentityRouter;
+  const hostParts = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
   router.ready = ready;
   router.service = services;
-  router.requirePermission = (permission) => requirePermissionMiddleware(services, readiness, logger, permission);
+  router.requirePermission = (permission, options) => requirePermissionMiddleware(hostParts, permission, options);
+  router.authenticate = (options) => authenticateMiddleware(hostParts, options);
+  // The router is a function, and Function.prototype.caller is an accessor that throws on
+  // assignment in strict mode, so the accessor is defined as an own property instead.
+  Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: true });
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();

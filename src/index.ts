@@ -1,4 +1,5 @@
 export { createIdentityRouter, type IdentityAdapters, type IdentityRouter } from './create-identity-router.js';
+export type { HostMiddlewareOptions, IdentityCaller } from './http/host-middleware.js';
 export { createDevMailer } from './adapters/dev-mailer.js';
 export { createDevSmsSender, noopSender } from './adapters/dev-sms.js';
 export { createNodemailerMailer } from './adapters/nodemailer-mailer.js';

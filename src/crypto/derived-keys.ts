@@ -19,6 +19,8 @@ export interface DerivedKeys {
   passwordPepper: Buffer;
   /** HMAC key for identifiers kept out of plain sight: tombstone e-mails, rate-budget keys. */
   identifierHash: Buffer;
+  /** HMAC key for API keys (CONTRACT 10), separate so no other digest can be replayed as one. */
+  apiKeyHash: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -36,5 +38,6 @@ export function deriveKeys(secret: string): DerivedKeys {
     recoveryCodeHash: derive(secret, 'hmac:recovery-code'),
     passwordPepper: derive(secret, 'hmac:password-pepper'),
     identifierHash: derive(secret, 'hmac:identifier'),
+    apiKeyHash: derive(secret, 'hmac:api-key'),
   };
 }

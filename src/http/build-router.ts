@@ -5,6 +5,7 @@ import { errors, IdentityError } from '../errors.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
+import { presentedCredential } from './credentials.js';
 import { bearerValue, principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { validateInput } from './validate.js';
@@ -62,9 +63,11 @@ function readinessGate(readiness: Readiness): RequestHandler {
 
 function authenticateBearer(services: IdentityServices): RequestHandler {
   return asyncStep(async (req, res) => {
-    const token = bearerValue(req);
-    if (!token) throw errors.unauthorized();
-    setPrincipal(res, await services.authentication.authenticateBearer(token));
+    const credential = presentedCredential(req);
+    // The router's own routes never accept an API key (CONTRACT 10): keys are for the host's routes.
+    if (credential.kind === 'api_key') throw errors.unauthorized('API keys are accepted only by the host application\'s routes.');
+    if (credential.kind === 'none') throw errors.unauthorized();
+    setPrincipal(res, await services.authentication.authenticateBearer(credential.token));
   });
 }
 

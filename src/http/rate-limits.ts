@@ -3,14 +3,15 @@ import { rateLimit } from 'express-rate-limit';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
 import { RATE_LIMIT_GROUPS } from '../config/defaults.js';
-import { principalOf } from './request-state.js';
+import { findApiKeyCaller, principalOf } from './request-state.js';
 
 const passThrough: RequestHandler = (_req, _res, next) => next();
 
 /**
  * One express-rate-limit instance per group of spec section 8 (fixed windows). Per-IP
  * groups use the library's IP key (IPv6 grouped by subnet); `authenticated` is keyed by
- * user id and runs after token authentication.
+ * user id and runs after token authentication; a request made with an API key is keyed by
+ * the key's id instead, so each key has its own budget (CONTRACT 10).
  */
 export function buildRateLimiters(config: ResolvedConfig): Record<RateLimitGroup, RequestHandler> {
   return Object.fromEntries(
@@ -25,7 +26,7 @@ export function buildRateLimiters(config: ResolvedConfig): Record<RateLimitGroup
         standardHeaders: false,
         identifier: group,
         ...(config.auth.rateLimitStore ? { store: config.auth.rateLimitStore(group) } : {}),
-        ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => `user:${principalOf(res).userId}` } : {}),
+        ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res) } : {}),
         handler: (req, _res, next) => {
           const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
           next(errors.rateLimited(resetTime ? (resetTime.getTime() - Date.now()) / 1000 : rule.windowSec));
@@ -34,4 +35,9 @@ export function buildRateLimiters(config: ResolvedConfig): Record<RateLimitGroup
       return [group, limiter];
     }),
   ) as Record<RateLimitGroup, RequestHandler>;
+}
+
+function authenticatedBudgetKey(res: Response): string {
+  const apiKey = findApiKeyCaller(res);
+  return apiKey ? `api_key:${apiKey.apiKeyId}` : `user:${principalOf(res).userId}`;
 }

@@ -1,4 +1,5 @@
 import type { Response } from 'express';
+import type { ApiKeyCaller } from '../services/api-key-service.js';
 import type { RequestMeta } from '../services/context.js';
 import type { MfaTicket } from '../services/mfa-ticket.js';
 import type { Principal } from '../services/principal.js';
@@ -13,6 +14,8 @@ const STATE = Symbol.for('identity-router.request-state');
 interface RequestState {
   principal?: Principal;
   ticket?: MfaTicket;
+  /** Set instead of `principal` when the host middleware accepted an API key (CONTRACT 10). */
+  apiKeyCaller?: ApiKeyCaller;
 }
 
 function stateOf(res: Response): RequestState {
@@ -33,6 +36,14 @@ export function principalOf(res: Response): Principal {
 
 export function findPrincipal(res: Response): Principal | undefined {
   return stateOf(res).principal;
+}
+
+export function setApiKeyCaller(res: Response, caller: ApiKeyCaller): void {
+  stateOf(res).apiKeyCaller = caller;
+}
+
+export function findApiKeyCaller(res: Response): ApiKeyCaller | undefined {
+  return stateOf(res).apiKeyCaller;
 }
 
 export function setTicket(res: Response, ticket: MfaTicket): void {

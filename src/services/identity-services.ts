@@ -1,6 +1,7 @@
 import { KeyRing } from '../crypto/key-ring.js';
 import { errors } from '../errors.js';
 import { AccountService } from './account-service.js';
+import { ApiKeyService } from './api-key-service.js';
 import { AuthenticationService } from './authentication-service.js';
 import type { ServiceContext } from './context.js';
 import { IdentityService } from './identity-service.js';
@@ -30,6 +31,7 @@ export class IdentityServices {
   readonly invites: InviteService;
   readonly roles: RoleService;
   readonly users: UserAdminService;
+  readonly apiKeys: ApiKeyService;
 
   constructor(readonly context: ServiceContext) {
     this.catalog = buildPermissionCatalog(context.config.permissions);
@@ -44,6 +46,7 @@ export class IdentityServices {
     this.invites = new InviteService(context, this.catalog, this.authentication);
     this.roles = new RoleService(context, this.catalog);
     this.users = new UserAdminService(context, this.catalog);
+    this.apiKeys = new ApiKeyService(context, this.catalog);
   }
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */

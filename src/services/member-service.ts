@@ -1,5 +1,6 @@
 import { errors } from '../errors.js';
 import type { MemberRow, MembershipRecord, RoleRecord } from '../store/organization-repository.js';
+import { revokeKeysOfMember } from './api-key-service.js';
 import type { AuthenticationService } from './authentication-service.js';
 import { assertHolds, assertHoldsEveryKey, isOwnerOrSuperadmin, resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
@@ -110,6 +111,7 @@ export class MemberService {
       const user = await uow.repos.users.findById(userId);
       if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
       await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_removed', userId);
+      await revokeKeysOfMember(uow, organizationId, userId, principal.userId, 'member_removed');
       await uow.emit({ type: 'member.removed', actorId: principal.userId, userId, organizationId, data: { from: target.membership.status, roles: target.roles.map((role) => role.slug).sort() } });
     });
   }

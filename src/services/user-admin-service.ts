@@ -111,6 +111,8 @@ export class UserAdminService {
       await uow.repos.users.deleteSecondFactorData(user.id);
       await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
       const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
+      // API keys go with the user (CONTRACT 10); the row stays a tombstone, so the cascade would not fire.
+      await uow.repos.apiKeys.deleteAllForUser(user.id);
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
       const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
       // Each organization's own audit trail learns that the member left.

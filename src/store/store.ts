@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { ApiKeyRepository } from './api-key-repository.js';
 import { AuditRepository, RateEventRepository } from './audit-repository.js';
 import type { Dialect } from './database.js';
 import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
@@ -26,6 +27,7 @@ export interface Repositories {
   roles: RoleRepository;
   memberships: MembershipRepository;
   invites: InviteRepository;
+  apiKeys: ApiKeyRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -45,6 +47,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     roles: new RoleRepository(context),
     memberships: new MembershipRepository(context),
     invites: new InviteRepository(context),
+    apiKeys: new ApiKeyRepository(context),
   };
 }
 

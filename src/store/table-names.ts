@@ -16,6 +16,7 @@ export const TABLES = [
   'memberRoles',
   'globalRoleGrants',
   'invites',
+  'apiKeys',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];

@@ -1,11 +1,12 @@
 import type { IdentityServices } from '../../services/identity-services.js';
 import type { RouteDefinition } from '../route.js';
 import { accountRoutes } from './account.js';
+import { apiKeyRoutes } from './api-keys.js';
 import { mfaRoutes } from './mfa.js';
 import { organizationRoutes } from './orgs.js';
 import { userRoutes } from './users.js';
 
 /** Every route of the spec, by section. */
 export function allRoutes(services: IdentityServices): RouteDefinition[] {
-  return [...accountRoutes(services), ...mfaRoutes(services), ...organizationRoutes(services), ...userRoutes(services)];
+  return [...accountRoutes(services), ...mfaRoutes(services), ...organizationRoutes(services), ...userRoutes(services), ...apiKeyRoutes(services)];
 }
