@@ -408,6 +408,31 @@ describe('a key stops at once', () => {
   });
 });
 
+describe('several instances and races', () => {
+  test('a key revoked on one instance is refused by another at once (nothing about a key is cached)', async () => {
+    const second = await Harness.start({ shareDatabaseWith: h, config: { permissions: HOST_PERMISSIONS } });
+    const secondApp = await startHostApp(second);
+    try {
+      const local = await createOrg(h);
+      const { id, key } = await createKey(h, local.id, local.owner.token, { name: 'two instances', permission_keys: ['invoices.read'] });
+      assert.equal((await hostRequest(secondApp, '/invoices', withKey(key))).status, 200);
+      assert.equal((await h.delete(`/orgs/${local.id}/api-keys/${id}`, { token: local.owner.token })).status, 200);
+      assertHostUnauthorized(await hostRequest(secondApp, '/invoices', withKey(key)), 'revoked on the other instance');
+    } finally {
+      await secondApp.close();
+      await second.close();
+    }
+  });
+
+  test('concurrent revocations of one key revoke it once and emit one event', async () => {
+    const local = await createOrg(h);
+    const { id } = await createKey(h, local.id, local.owner.token, { name: 'raced', permission_keys: ['org.read'] });
+    const answers = await Promise.all(Array.from({ length: 8 }, () => h.delete(`/orgs/${local.id}/api-keys/${id}`, { token: local.owner.token })));
+    assert.deepEqual(answers.map((answer) => answer.status), Array(8).fill(200));
+    assert.equal(h.eventsOfType('api_key.revoked').filter((event) => event.data.api_key_id === id).length, 1);
+  });
+});
+
 describe('no escalation', () => {
   test('a key never holds users.read or users.manage, nor a key its creator lacks, nor one outside the catalog', async () => {
     // Earlier tests moved the clock past the shared organization's tokens.
