@@ -8,14 +8,15 @@ import { resolveConfig } from './config/schema.js';
 import type { IdentityConfig } from './config/types.js';
 import { deriveKeys } from './crypto/derived-keys.js';
 import { JwtCodec } from './crypto/jwt.js';
-import { KeyRing } from './crypto/key-ring.js';
+import { KeyRing } from './services/key-ring.js';
 import { PasswordHasher } from './crypto/password-hasher.js';
 import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';
-import { authenticateMiddleware, callerOf, requirePermissionMiddleware, type HostMiddlewareOptions, type IdentityCaller } from './http/host-middleware.js';
+import { callerOf, hostMiddleware, type HostMiddlewareOptions } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
+import type { Caller } from './services/access-policy.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
 import { openDatabase } from './store/database.js';
@@ -45,15 +46,25 @@ export interface IdentityRouter extends Router {
   /** The core service layer, usable without HTTP. */
   service: IdentityServices;
   /**
-   * Middleware for the host's own routes: a valid bearer token whose holder has `permission`
-   * in the token's active organization. With `{apiKeys: true}` an API key of an organization
-   * is accepted too, with the key's share of its owner's live authority there.
+   * Middleware for the host's own routes: an access token of a live session, under every
+   * gate the router's own routes apply (CONTRACT 6). Read the caller with `caller(req)`.
+   * With `{apiKeys: true}` a working API key is accepted too (CONTRACT 10).
+   */
+  authenticate(options?: HostMiddlewareOptions): RequestHandler;
+  /**
+   * `authenticate()` plus `permission` in the token's active organization, resolved from live
+   * authority. With `{apiKeys: true}` an API key is accepted too, with the key's share of its
+   * owner's live authority in the key's organization.
    */
   requirePermission(permission: string, options?: HostMiddlewareOptions): RequestHandler;
-  /** Middleware for the host's own routes: any live access token (and, with `{apiKeys: true}`, any working API key). */
-  authenticate(options?: HostMiddlewareOptions): RequestHandler;
-  /** Who called, behind `authenticate()` or `requirePermission()`: `kind: 'session'` or `kind: 'api_key'`. */
-  caller(req: Request): IdentityCaller;
+  /**
+   * The caller set by `authenticate()` or `requirePermission()` on this request:
+   * `{kind: 'session', user_id, session_id, organization_id, mfa, amr, auth_time,
+   * email_verified, superadmin, permissions}` for an access token,
+   * `{kind: 'api_key', user_id, organization_id, api_key_id, permissions}` for an API key;
+   * undefined before them. Switch on `kind`.
+   */
+  caller(req: Request): Caller | undefined;
   /** Stops the password workers; destroys the Knex pool only if the router created it. */
   close(): Promise<void>;
 }
@@ -72,6 +83,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const hasher = new PasswordHasher({ cost: resolved.password.bcryptCost, pepper: keys.passwordPepper });
   const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl);
   const jwt = new JwtCodec(keyRing, clock, {
+    mfaTicketKey: keys.mfaTicketSigning,
     issuer: resolved.issuer,
     audience: resolved.audience,
     accessTtl: resolved.tokens.accessTtl,
@@ -108,14 +120,14 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
 
   const limiters = buildRateLimiters(resolved);
   const router = buildRouter({ services, routes: allRoutes(services), limiters, readiness, logger }) as IdentityRouter;
-  const hostParts = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
+  const host = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
   router.ready = ready;
   router.service = services;
-  router.requirePermission = (permission, options) => requirePermissionMiddleware(hostParts, permission, options);
-  router.authenticate = (options) => authenticateMiddleware(hostParts, options);
-  // The router is a function, and Function.prototype.caller is an accessor that throws on
-  // assignment in strict mode, so the accessor is defined as an own property instead.
-  Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: true });
+  router.authenticate = (options) => hostMiddleware(host, undefined, options);
+  router.requirePermission = (permission, options) => hostMiddleware(host, permission, options);
+  // `caller` is a restricted property of functions (Function.prototype.caller throws on
+  // assignment), so the accessor is defined as an own property instead.
+  Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();

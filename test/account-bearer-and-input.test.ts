@@ -159,6 +159,8 @@ test('fuzzed bodies never produce a 500 or leak internals', async () => {
   }
   assertNoInternals(await h.request('POST', '/auth/login', { rawBody: '{"email":"a@b.io"', headers: { 'content-type': 'application/json; charset=utf-16' } }), 'charset');
   assert.equal((await h.get('/auth/me', { token: fresh.accessToken })).status, 200, 'the account still works');
+  // The odd current_password values above count toward the lockout (issue 9); lift it to log in again.
+  await h.identity.service.context.store.repos.users.clearFailedLogins(fresh.userId);
   for (const value of odd) assertNoInternals(await h.post('/auth/logout-all', value, { token: (await h.post('/auth/login', { email: fresh.email, password: fresh.password })).body.data.access_token }), `logout-all ${JSON.stringify(value)?.slice(0, 40)}`);
   assert.equal(h.logs.filter((line) => line.msg === 'unexpected error').length, 0, JSON.stringify(h.logs.filter((line) => line.msg === 'unexpected error')));
 });

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { keyedHash } from './keyed-hash.js';
 
 /** Every key starts with this, so scanners (and people) can tell what leaked (CONTRACT 10). */
 export const API_KEY_PREFIX = 'irk_';
@@ -22,4 +23,9 @@ export function isApiKeyShaped(value: string): boolean {
 /** Whether a bearer value claims to be an API key (so it is never verified as a JWT). */
 export function looksLikeApiKey(value: string): boolean {
   return value.startsWith(API_KEY_PREFIX);
+}
+
+/** The stored form of a key: HMAC-SHA-256 under the API-key sub-key of the secret (CONTRACT 10). */
+export function apiKeyDigest(hashKey: Buffer, key: string): string {
+  return keyedHash(hashKey, key);
 }

@@ -19,6 +19,8 @@ export interface DerivedKeys {
   passwordPepper: Buffer;
   /** HMAC key for identifiers kept out of plain sight: tombstone e-mails, rate-budget keys. */
   identifierHash: Buffer;
+  /** HS256 key of MFA tickets: never published, so no JWKS verifier can accept a ticket (CONTRACT 5). */
+  mfaTicketSigning: Buffer;
   /** HMAC key for API keys (CONTRACT 10), separate so no other digest can be replayed as one. */
   apiKeyHash: Buffer;
 }
@@ -38,6 +40,7 @@ export function deriveKeys(secret: string): DerivedKeys {
     recoveryCodeHash: derive(secret, 'hmac:recovery-code'),
     passwordPepper: derive(secret, 'hmac:password-pepper'),
     identifierHash: derive(secret, 'hmac:identifier'),
+    mfaTicketSigning: derive(secret, 'hmac:mfa-ticket'),
     apiKeyHash: derive(secret, 'hmac:api-key'),
   };
 }

@@ -2,6 +2,7 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup } from '../config/types.js';
 import { errors, IdentityError } from '../errors.js';
+import { apiKeyNotAccepted } from '../services/access-policy.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
@@ -38,14 +39,10 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     chain.push(json);
     if (route.auth === 'bearer') {
       chain.push(authenticateBearer(services), limiters.authenticated);
-      if (!route.allowedDuringEnrollment) chain.push(asyncStep((_req, res) => services.authentication.assertEnrollmentNotPending(principalOf(res))));
+      chain.push(asyncStep((req, res) => authorize(services, route, req, res)));
     } else if (route.auth === 'ticket') {
       chain.push(authenticateTicket(services));
     }
-    if (route.permission !== undefined) {
-      chain.push(asyncStep((req, res) => services.organizations.assertPermission(principalOf(res), String(req.params.orgId), route.permission!)));
-    }
-    if (route.stepUp) chain.push(asyncStep((_req, res) => services.authentication.assertRecentStrongAuthentication(principalOf(res))));
     chain.push(handle(route));
     router[route.method](route.path, ...chain);
   }
@@ -65,10 +62,15 @@ function authenticateBearer(services: IdentityServices): RequestHandler {
   return asyncStep(async (req, res) => {
     const credential = presentedCredential(req);
     // The router's own routes never accept an API key (CONTRACT 10): keys are for the host's routes.
-    if (credential.kind === 'api_key') throw errors.unauthorized('API keys are accepted only by the host application\'s routes.');
+    if (credential.kind === 'api_key') throw apiKeyNotAccepted();
     if (credential.kind === 'none') throw errors.unauthorized();
-    setPrincipal(res, await services.authentication.authenticateBearer(credential.token));
+    setPrincipal(res, await services.policy.authenticate(credential.token));
   });
+}
+
+/** The route's declared requirement, evaluated by the one access policy (organization from the path). */
+async function authorize(services: IdentityServices, route: RouteDefinition, req: Request, res: Response): Promise<void> {
+  await services.policy.authorize(principalOf(res), route, route.permission === undefined ? undefined : String(req.params.orgId));
 }
 
 function authenticateTicket(services: IdentityServices): RequestHandler {

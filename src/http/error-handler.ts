@@ -1,7 +1,7 @@
 import type { ErrorRequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors, IdentityError } from '../errors.js';
-import { isConnectionError } from '../store/database.js';
+import { isConnectionError } from '../database-errors.js';
 import { describeError } from '../services/unit-of-work.js';
 
 interface BodyParserError {

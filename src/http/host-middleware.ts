@@ -1,12 +1,24 @@
 import express, { type Request, type RequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
+import type { AccessRequirement, Actor, Caller } from '../services/access-policy.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { asyncStep } from './build-router.js';
 import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
-import { findApiKeyCaller, findPrincipal, setApiKeyCaller, setPrincipal } from './request-state.js';
+import { findApiKeyPrincipal, principalOf, setApiKeyPrincipal, setPrincipal } from './request-state.js';
+
+/*
+ * The caller of a host route, keyed by the request object itself: nothing is added to
+ * Express's global types in the host's program, and `identity.caller(req)` is typed.
+ */
+const callers = new WeakMap<Request, Caller>();
+
+/** The caller set by `authenticate()` or `requirePermission()`, or undefined on a request they did not pass. */
+export function callerOf(req: Request): Caller | undefined {
+  return callers.get(req);
+}
 
 /** What the host middleware needs from the router. */
 export interface HostMiddlewareParts {
@@ -22,30 +34,23 @@ export interface HostMiddlewareOptions {
   apiKeys?: boolean;
 }
 
-/** Who called a host route, as `identity.caller(req)` answers it. */
-export type IdentityCaller =
-  | { kind: 'session'; user_id: string; session_id: string; organization_id: string | null }
-  | { kind: 'api_key'; user_id: string; organization_id: string; api_key_id: string; permissions: string[] };
-
-/** `identity.authenticate()`: any live access token (or, with `apiKeys`, a working key). */
-export function authenticateMiddleware(parts: HostMiddlewareParts, options: HostMiddlewareOptions = {}): RequestHandler {
-  return hostChain(parts, options, undefined);
-}
-
 /**
- * `identity.requirePermission('invoices.read')` for the host's own routes: the permission in
- * the caller's organization, resolved from the database on this request. For a token that
- * is the active organization; for a key, the key's own organization and the key's share of
- * its owner's live authority.
+ * Host middleware (CONTRACT 6). `identity.authenticate()` with no permission,
+ * `identity.requirePermission(key)` with one: both evaluate the same access policy as the
+ * router's own routes (grace enrollment, the active organization's `require_mfa`, a live
+ * session of a user who may authenticate, the active-organization rule) and answer in the
+ * router's error shapes. With `{apiKeys: true}` an API key is one more kind of caller for
+ * the same policy (CONTRACT 10): its own organization, its share of its owner's authority.
  */
-export function requirePermissionMiddleware(parts: HostMiddlewareParts, permission: string, options: HostMiddlewareOptions = {}): RequestHandler {
-  if (!parts.services.catalog.has(permission)) {
+export function hostMiddleware({ services, readiness, logger, authenticatedLimiter }: HostMiddlewareParts, permission?: string, options: HostMiddlewareOptions = {}): RequestHandler {
+  if (permission !== undefined && !services.catalog.has(permission)) {
     throw new TypeError(`requirePermission: "${permission}" is not in the permission catalog; add it to config.permissions`);
   }
-  return hostChain(parts, options, permission);
-}
-
-function hostChain({ services, readiness, logger, authenticatedLimiter }: HostMiddlewareParts, options: HostMiddlewareOptions, permission: string | undefined): RequestHandler {
+  const requirement: AccessRequirement = {
+    auth: 'bearer',
+    ...(permission === undefined ? { actsInActiveOrganization: true } : { permission }),
+    ...(options.apiKeys ? { acceptsApiKeys: true } : {}),
+  };
   const chain = express.Router();
   chain.use(
     asyncStep(async (req, res) => {
@@ -54,40 +59,21 @@ function hostChain({ services, readiness, logger, authenticatedLimiter }: HostMi
       });
       const credential = presentedCredential(req);
       if (credential.kind === 'none') throw errors.unauthorized();
-      if (credential.kind === 'api_key') {
-        if (!options.apiKeys) throw errors.unauthorized('This route does not accept API keys.');
-        setApiKeyCaller(res, await services.apiKeys.authenticate(credential.key));
-        return;
-      }
-      const principal = await services.authentication.authenticateBearer(credential.token);
-      if (permission !== undefined) {
-        if (!principal.organizationId) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
-        await services.organizations.assertPermission(principal, principal.organizationId, permission);
-      }
-      setPrincipal(res, principal);
+      if (credential.kind === 'api_key') setApiKeyPrincipal(res, await services.policy.authenticateApiKey(credential.key, requirement));
+      else setPrincipal(res, await services.policy.authenticate(credential.token));
     }),
   );
   // Each key has its own budget in the `authenticated` group (CONTRACT 10), counted before
   // the permission check so a key probing for permissions spends it too.
-  chain.use((req, res, next) => (findApiKeyCaller(res) ? authenticatedLimiter(req, res, next) : next()));
-  if (permission !== undefined) {
-    chain.use((_req, res, next) => {
-      const apiKey = findApiKeyCaller(res);
-      next(apiKey && !apiKey.permissions.has(permission) ? errors.forbidden() : undefined);
-    });
-  }
+  chain.use((req, res, next) => (findApiKeyPrincipal(res) ? authenticatedLimiter(req, res, next) : next()));
+  chain.use(
+    asyncStep(async (req, res) => {
+      const actor: Actor = findApiKeyPrincipal(res) ?? principalOf(res);
+      const organizationId = actor.organizationId ?? undefined;
+      const authority = (await services.policy.authorize(actor, requirement, organizationId)) ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);
+      callers.set(req, services.policy.caller(actor, authority));
+    }),
+  );
   chain.use(errorHandler(logger));
   return chain;
-}
-
-/** The caller the host middleware authenticated, for the host's handler. */
-export function callerOf(req: Request): IdentityCaller {
-  const res = req.res;
-  const apiKey = res ? findApiKeyCaller(res) : undefined;
-  if (apiKey) {
-    return { kind: 'api_key', user_id: apiKey.userId, organization_id: apiKey.organizationId, api_key_id: apiKey.apiKeyId, permissions: [...apiKey.permissions].sort() };
-  }
-  const principal = res ? findPrincipal(res) : undefined;
-  if (principal) return { kind: 'session', user_id: principal.userId, session_id: principal.sessionId, organization_id: principal.organizationId };
-  throw new TypeError('identity.caller(req) was called on a request that identity.authenticate() or identity.requirePermission() did not authenticate');
 }

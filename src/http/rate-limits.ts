@@ -3,7 +3,7 @@ import { rateLimit } from 'express-rate-limit';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
 import { RATE_LIMIT_GROUPS } from '../config/defaults.js';
-import { findApiKeyCaller, principalOf } from './request-state.js';
+import { findApiKeyPrincipal, principalOf } from './request-state.js';
 
 const passThrough: RequestHandler = (_req, _res, next) => next();
 
@@ -38,6 +38,6 @@ export function buildRateLimiters(config: ResolvedConfig): Record<RateLimitGroup
 }
 
 function authenticatedBudgetKey(res: Response): string {
-  const apiKey = findApiKeyCaller(res);
+  const apiKey = findApiKeyPrincipal(res);
   return apiKey ? `api_key:${apiKey.apiKeyId}` : `user:${principalOf(res).userId}`;
 }

@@ -1,5 +1,5 @@
 import type { Response } from 'express';
-import type { ApiKeyCaller } from '../services/api-key-service.js';
+import type { ApiKeyPrincipal } from '../services/access-policy.js';
 import type { RequestMeta } from '../services/context.js';
 import type { MfaTicket } from '../services/mfa-ticket.js';
 import type { Principal } from '../services/principal.js';
@@ -15,7 +15,7 @@ interface RequestState {
   principal?: Principal;
   ticket?: MfaTicket;
   /** Set instead of `principal` when the host middleware accepted an API key (CONTRACT 10). */
-  apiKeyCaller?: ApiKeyCaller;
+  apiKeyPrincipal?: ApiKeyPrincipal;
 }
 
 function stateOf(res: Response): RequestState {
@@ -34,16 +34,13 @@ export function principalOf(res: Response): Principal {
   return principal;
 }
 
-export function findPrincipal(res: Response): Principal | undefined {
-  return stateOf(res).principal;
+export function setApiKeyPrincipal(res: Response, principal: ApiKeyPrincipal): void {
+  stateOf(res).apiKeyPrincipal = principal;
 }
 
-export function setApiKeyCaller(res: Response, caller: ApiKeyCaller): void {
-  stateOf(res).apiKeyCaller = caller;
-}
-
-export function findApiKeyCaller(res: Response): ApiKeyCaller | undefined {
-  return stateOf(res).apiKeyCaller;
+/** The API-key actor of a host-middleware request, if a key authenticated it (CONTRACT 10). */
+export function findApiKeyPrincipal(res: Response): ApiKeyPrincipal | undefined {
+  return stateOf(res).apiKeyPrincipal;
 }
 
 export function setTicket(res: Response, ticket: MfaTicket): void {
@@ -61,10 +58,23 @@ export function requestMeta(req: Request): RequestMeta {
   return { ip: req.ip ?? req.socket.remoteAddress ?? null, userAgent: userAgent ? userAgent.slice(0, 512) : null };
 }
 
-/** The bearer value of `Authorization: Bearer <value>`, or undefined. */
+/**
+ * The bearer value of `Authorization: Bearer <value>`, or undefined. Two `Authorization`
+ * lines are ambiguous (Node keeps the first and drops the rest), so they answer undefined
+ * and the request is refused (CONTRACT 6).
+ */
 export function bearerValue(req: Request): string | undefined {
+  if (authorizationLineCount(req) > 1) return undefined;
   const header = req.get('authorization');
   if (!header) return undefined;
   const match = /^Bearer[ ]+([A-Za-z0-9\-._~+/]+=*)\s*$/i.exec(header);
   return match?.[1];
+}
+
+function authorizationLineCount(req: Request): number {
+  let count = 0;
+  for (let index = 0; index < req.rawHeaders.length; index += 2) {
+    if (req.rawHeaders[index]!.toLowerCase() === 'authorization') count += 1;
+  }
+  return count;
 }

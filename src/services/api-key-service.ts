@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { isApiKeyShaped, newApiKey } from '../crypto/api-key.js';
-import { keyedHash } from '../crypto/keyed-hash.js';
-import { errors, IdentityError } from '../errors.js';
+import { apiKeyDigest, newApiKey } from '../crypto/api-key.js';
+import { errors } from '../errors.js';
 import type { ApiKeyRecord } from '../store/api-key-repository.js';
 import { resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
@@ -15,18 +14,6 @@ const DAY_SECONDS = 24 * 3600;
 export const API_KEY_DEFAULT_TTL_SECONDS = 90 * DAY_SECONDS;
 export const API_KEY_MAX_TTL_SECONDS = 365 * DAY_SECONDS;
 export const API_KEY_NAME_MAX_LENGTH = 120;
-/** `last_used_at` is written at most this often per key, so a busy key does not write on every request. */
-const LAST_USED_RESOLUTION_MS = 60_000;
-
-/** A caller authenticated by an API key: one user, in the one organization the key belongs to. */
-export interface ApiKeyCaller {
-  kind: 'api_key';
-  userId: string;
-  organizationId: string;
-  apiKeyId: string;
-  /** The key's permission keys that its owner still holds there, resolved on this request. */
-  permissions: ReadonlySet<string>;
-}
 
 /** A key as lists show it: never the key, never its hash. */
 export interface ApiKeyView {
@@ -66,12 +53,10 @@ function apiKeyView(key: ApiKeyRecord): ApiKeyView {
   };
 }
 
-const keyStopped = () => errors.unauthorized('The API key is invalid, expired or revoked.');
-
 /**
  * API keys (CONTRACT 10): a script's credential for the host's own routes, on behalf of one
- * member of one organization. The key's authority is never stored: on every use it is the
- * key's permission keys intersected with what the owner holds there at that moment.
+ * member of one organization. Creating, listing and revoking live here; using a key is the
+ * access policy's (`AccessPolicy.authenticateApiKey` and `authorize`), like any other caller.
  */
 export class ApiKeyService {
   constructor(
@@ -129,37 +114,6 @@ export class ApiKeyService {
     });
   }
 
-  /**
-   * A presented key → its caller, or 401 once it has stopped working: revoked, expired by the
-   * injected clock, owner disabled or deleted, membership suspended or gone, organization
-   * deleted. Nothing about the key is cached, so every instance sees a change at once.
-   */
-  async authenticate(presented: string): Promise<ApiKeyCaller> {
-    if (!isApiKeyShaped(presented)) throw keyStopped();
-    const repos = this.context.store.repos;
-    const found = await repos.apiKeys.findForUse(this.hashOf(presented));
-    const now = this.context.clock.now();
-    if (!found) throw keyStopped();
-    const { key, owner } = found;
-    if (key.revokedAt !== null || key.expiresAt <= now) throw keyStopped();
-    if (owner.status !== 'active' || owner.deletedAt !== null || !found.organizationActive) throw keyStopped();
-    const authority = await resolveAuthority(repos, this.catalog, key.userId, key.organizationId);
-    if (!authority.member) throw keyStopped();
-    // Grace enrollment (CONTRACT 5) binds the owner's keys as it binds the owner's sessions.
-    const mfaEnforced = this.context.config.mfa.enforce || owner.mfaEnforced || owner.inMfaRequiringOrganization;
-    if (mfaEnforced && !owner.hasConfirmedFactor) {
-      throw new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required for the owner of this key; they must enroll a factor first.');
-    }
-    if (key.lastUsedAt === null || now - key.lastUsedAt >= LAST_USED_RESOLUTION_MS) await repos.apiKeys.touchLastUsed(key.id, now, LAST_USED_RESOLUTION_MS);
-    return {
-      kind: 'api_key',
-      userId: key.userId,
-      organizationId: key.organizationId,
-      apiKeyId: key.id,
-      permissions: new Set(key.permissionKeys.filter((permission) => authority.permissions.has(permission))),
-    };
-  }
-
   /** The caller's authority in the organization; only active members manage keys there. */
   private async memberAuthority(uow: Pick<UnitOfWork, 'repos'>, userId: string, organizationId: string): Promise<ResolvedAuthority> {
     const [organization, authority] = await Promise.all([
@@ -172,7 +126,7 @@ export class ApiKeyService {
   }
 
   private hashOf(key: string): string {
-    return keyedHash(this.context.keys.apiKeyHash, key);
+    return apiKeyDigest(this.context.keys.apiKeyHash, key);
   }
 }
 

@@ -2,4 +2,6 @@
 export interface MfaTicket {
   id: string;
   userId: string;
+  /** `otp.maxAttempts` codes failed: every further code answers 422 invalid_code (CONTRACT 5). */
+  exhausted: boolean;
 }

@@ -12,6 +12,7 @@ import type { RequestMeta, ServiceContext } from './context.js';
 export class UnitOfWork {
   private readonly committedEvents: IdentityEvent[] = [];
   private readonly afterCommitTasks: Array<() => Promise<void> | void> = [];
+  private failure: Error | undefined;
 
   constructor(
     readonly repos: Repositories,
@@ -48,6 +49,22 @@ export class UnitOfWork {
     this.afterCommitTasks.push(task);
   }
 
+  /**
+   * Commits what was written (audit rows, failure counters, a revoked family) and then
+   * answers `error`: a refused attempt must leave its trace although the request fails.
+   * Typed `never` so `return uow.failAfterCommit(...)` ends the work; `runUnitOfWork`
+   * throws the error after commit, so the returned value is never observed.
+   */
+  failAfterCommit(error: Error): never {
+    this.failure = error;
+    return undefined as never;
+  }
+
+  /** @internal */
+  get pendingFailure(): Error | undefined {
+    return this.failure;
+  }
+
   /** @internal */
   drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void> } {
     return { events: this.committedEvents, tasks: this.afterCommitTasks };
@@ -68,6 +85,7 @@ export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
   };
 }
 
+/** Runs `work` in one transaction; throws the `failAfterCommit` error, if any, once committed. */
 export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
   const now = context.clock.now();
   let unit: UnitOfWork | undefined;
@@ -75,7 +93,10 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
     unit = new UnitOfWork(repos, now, meta);
     return work(unit);
   });
-  if (unit) dispatchAfterCommit(context, unit);
+  if (unit) {
+    dispatchAfterCommit(context, unit);
+    if (unit.pendingFailure) throw unit.pendingFailure;
+  }
   return result;
 }
 

@@ -2,6 +2,7 @@ import { keyedHash } from '../crypto/keyed-hash.js';
 import { errors } from '../errors.js';
 import type { UserRecord } from '../store/user-repository.js';
 import { resolveAuthority } from './authority.js';
+import { normaliseDisplayName } from './identity-rules.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { userStatus } from './identity-service.js';
 import type { PermissionCatalog } from './permission-catalog.js';
@@ -26,7 +27,6 @@ export interface UserProfileChanges {
 /** The reserved domain of tombstone addresses (RFC 2606 `.invalid` never resolves). */
 export const TOMBSTONE_EMAIL_DOMAIN = 'deleted.invalid';
 
-const DISPLAY_NAME_MAX_LENGTH = 120;
 
 type UserPermission = 'users.read' | 'users.manage';
 
@@ -159,11 +159,4 @@ export class UserAdminService {
   private view(user: UserRecord, now: number): UserView {
     return { id: user.id, email: user.email, display_name: user.displayName, status: userStatus(user, now) };
   }
-}
-
-function normaliseDisplayName(value: string | null): string | null {
-  const trimmed = value?.trim() ?? '';
-  if (trimmed === '') return null;
-  if ([...trimmed].length > DISPLAY_NAME_MAX_LENGTH) throw errors.validation([`"display_name" must be at most ${DISPLAY_NAME_MAX_LENGTH} characters long`]);
-  return trimmed;
 }

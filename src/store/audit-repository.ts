@@ -68,10 +68,6 @@ export class RateEventRepository extends Repository {
     return row?.oldest === null || row?.oldest === undefined ? undefined : toNumber(row.oldest);
   }
 
-  async pruneBefore(before: number): Promise<void> {
-    await this.db(this.table.rateEvents).where('occurred_at', '<=', before).delete();
-  }
-
   /** Drops one bucket's events that have left its window, so budgets do not grow without bound. */
   async pruneBucketBefore(bucket: string, before: number): Promise<void> {
     await this.db(this.table.rateEvents).where({ bucket }).andWhere('occurred_at', '<=', before).delete();

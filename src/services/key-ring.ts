@@ -1,9 +1,9 @@
 import { createHash, createPrivateKey, createPublicKey, generateKeyPair, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
 import type { Clock } from '../adapters/types.js';
-import { isUniqueViolation } from '../store/database.js';
+import { isUniqueViolation } from '../database-errors.js';
 import type { Store } from '../store/store.js';
-import { decrypt, encrypt } from './aead.js';
+import { decrypt, encrypt } from '../crypto/aead.js';
 
 const generateRsaKeyPair = promisify(generateKeyPair);
 const ALG = 'RS256';

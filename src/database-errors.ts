@@ -1,0 +1,21 @@
+/*
+ * Classifying driver errors is shared by every layer (the HTTP error handler answers 503
+ * for an absent database, the key ring and services retry on a unique violation), so it
+ * lives here rather than in the store: the HTTP layer and crypto never import the store.
+ */
+
+/** Unique-constraint violation on either database. */
+export function isUniqueViolation(error: unknown): boolean {
+  const candidate = error as { code?: string; message?: string } | undefined;
+  return candidate?.code === '23505' || candidate?.code === 'SQLITE_CONSTRAINT_UNIQUE' || candidate?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}
+
+/** Errors that mean "the database is not there right now" rather than a bug. */
+export function isConnectionError(error: unknown): boolean {
+  const candidate = error as { code?: string; name?: string; message?: string } | undefined;
+  if (!candidate) return false;
+  if (candidate.name === 'KnexTimeoutError') return true;
+  const code = candidate.code ?? '';
+  return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08006', 'SQLITE_BUSY', 'SQLITE_CANTOPEN'].includes(code)
+    || /Connection terminated|connect ECONNREFUSED|timeout acquiring a connection/i.test(candidate.message ?? '');
+}
