@@ -2,6 +2,7 @@ import type { Request, RequestHandler, Router } from 'express';
 import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
+import { assertProductionAdapters } from './adapters/production-guard.js';
 import type { Clock, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
 import { resolveConfig } from './config/schema.js';
@@ -20,7 +21,9 @@ import type { Caller } from './services/access-policy.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
 import { openDatabase } from './store/database.js';
+import { openInstanceNotifications } from './store/instance-notifications.js';
 import { migrationConfig } from './store/migration-source.js';
+import { withStartupLock } from './store/startup-lock.js';
 import { Store } from './store/store.js';
 import { tableNames } from './store/table-names.js';
 import { describeError } from './services/unit-of-work.js';
@@ -71,6 +74,7 @@ export interface IdentityRouter extends Router {
 
 export function createIdentityRouter(config: IdentityConfig, adapters: IdentityAdapters = {}): IdentityRouter {
   const resolved = resolveConfig(config);
+  assertProductionAdapters(adapters);
   const logger = adapters.logger ?? consoleLogger;
   const clock = adapters.clock ?? systemClock;
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');
@@ -81,7 +85,9 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const store = new Store(database.knex, table, database.dialect);
   const keys = deriveKeys(resolved.secret);
   const hasher = new PasswordHasher({ cost: resolved.password.bcryptCost, pepper: keys.passwordPepper });
-  const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl);
+  // Other instances' changes (key rotations) reach this one through the database.
+  const notifications = openInstanceNotifications(database.knex, database.dialect, resolved.tablePrefix, logger);
+  const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl, notifications);
   const jwt = new JwtCodec(keyRing, clock, {
     mfaTicketKey: keys.mfaTicketSigning,
     issuer: resolved.issuer,
@@ -106,9 +112,12 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
 
   const readiness = new Readiness(async () => {
     try {
-      if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
-      await keyRing.initialise();
-      await services.initialise();
+      // Instances started together take turns: migrations and the first keys are made once (CONTRACT 7).
+      await withStartupLock(database.knex, database.dialect, resolved.tablePrefix, async () => {
+        if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
+        await keyRing.initialise();
+        await services.initialise();
+      });
     } catch (error) {
       logger.error('identity-router failed to start; requests answer 503 until a retry succeeds', { error: describeError(error) });
       throw error;
@@ -118,7 +127,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 
-  const limiters = buildRateLimiters(resolved);
+  const limiters = buildRateLimiters(resolved, store.repos.rateLimitCounters, logger);
   const router = buildRouter({ services, routes: allRoutes(services), limiters, readiness, logger }) as IdentityRouter;
   const host = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
   router.ready = ready;
@@ -131,6 +140,8 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();
+    keyRing.close();
+    await notifications.close();
     if (database.owned) await database.knex.destroy();
   };
   return router;

@@ -21,7 +21,7 @@ export type {
 } from './adapters/types.js';
 export type { NodemailerTransportLike, NodemailerTransportOptions, NodemailerMailerOptions } from './adapters/nodemailer-mailer.js';
 export { migrateIdentityDatabase } from './store/migration-source.js';
-export type { IdentityConfig, RateLimitGroup, PermissionDefinition } from './config/types.js';
+export type { IdentityConfig, RateLimitGroup, RateLimitRule, RateLimitStoreOption, PermissionDefinition } from './config/types.js';
 export { IdentityConfigError } from './config/schema.js';
 export { IdentityError, type IdentityErrorCode } from './errors.js';
 export { EVENT_TYPES, type IdentityEvent, type IdentityEventType, type IdentityEventListener } from './events.js';

@@ -118,8 +118,10 @@ test('a JSON body that is not an object is 422', async () => {
   }
   // null is no body at all: the required fields are missing.
   assertValidationErrors(await h.request('POST', '/auth/login', { rawBody: 'null' }), /required/);
-  // A body of another media type is not parsed: the fields are missing.
-  assertValidationErrors(await h.request('POST', '/auth/login', { rawBody: 'email=a@b.io', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), /required/);
+  // A body of another media type is refused, naming the type expected (issue 10).
+  const form = await h.request('POST', '/auth/login', { rawBody: 'email=a@b.io', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  assertError(form, 415, 'unsupported_media_type');
+  assert.match(form.body.message, /application\/json/);
 });
 
 // Threat: odd input reaching SQL or crashing a handler (a 500 with internals in the body).

@@ -30,15 +30,22 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
   const router = express.Router();
   const whenReady = readinessGate(readiness);
   // Not strict: a JSON string or number is valid JSON and answers 422 from the schema, not 400 invalid_json.
-  const json = express.json({ limit: '100kb', strict: false });
+  const json = express.json({ limit: '100kb', strict: false, type: JSON_MEDIA_TYPES });
+
+  // Answers carry tokens, TOTP secrets and recovery codes: no cache may keep them. The JWKS route overrides this.
+  router.use((_req, res, next) => {
+    res.setHeader('Cache-Control', 'no-store');
+    next();
+  });
 
   for (const route of routes) {
     const chain: RequestHandler[] = [whenReady];
     // Per-IP groups count before anything else, so even malformed requests are budgeted (spec 8).
     if (route.rateLimit) chain.push(limiters[route.rateLimit]);
-    chain.push(json);
+    // Only routes that take a body read one; elsewhere a body (and its encoding) is ignored.
+    if (route.body) chain.push(requireJsonBody, json);
     if (route.auth === 'bearer') {
-      chain.push(authenticateBearer(services), limiters.authenticated);
+      chain.push(authenticateBearer(services, route.answersSessionEnded === true), limiters.authenticated);
       chain.push(asyncStep((req, res) => authorize(services, route, req, res)));
     } else if (route.auth === 'ticket') {
       chain.push(authenticateTicket(services));
@@ -47,8 +54,42 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     router[route.method](route.path, ...chain);
   }
 
+  router.use(unmatched(routes));
   router.use(errorHandler(logger));
   return router;
+}
+
+const JSON_MEDIA_TYPES = ['application/json', 'application/*+json'];
+
+/** A body of another media type (curl's default form encoding, text) is refused rather than read as "no fields". */
+const requireJsonBody: RequestHandler = (req, _res, next) => {
+  const announcesBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+  if (announcesBody && !req.is(JSON_MEDIA_TYPES)) {
+    next(new IdentityError(415, 'unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).'));
+    return;
+  }
+  next();
+};
+
+/**
+ * Every answer under the router is JSON: a path no route has is 404 `not_found`, a known
+ * path with another method is 405 `method_not_allowed` with `Allow`.
+ */
+function unmatched(routes: RouteDefinition[]): RequestHandler {
+  // Case-insensitive and trailing-slash tolerant, like Express's own matching.
+  const patterns = routes.map((route) => ({
+    method: route.method.toUpperCase(),
+    pattern: new RegExp(`^${route.path.split('/').map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}/?$`, 'i'),
+  }));
+  return (req, _res, next) => {
+    const allowed = patterns.filter(({ pattern }) => pattern.test(req.path)).map(({ method }) => method);
+    if (allowed.length === 0) {
+      next(errors.notFound());
+      return;
+    }
+    if (allowed.includes('GET')) allowed.push('HEAD');
+    next(new IdentityError(405, 'method_not_allowed', `${req.method} is not allowed here.`, { headers: { Allow: [...new Set(allowed)].join(', ') } }));
+  };
 }
 
 function readinessGate(readiness: Readiness): RequestHandler {
@@ -58,13 +99,18 @@ function readinessGate(readiness: Readiness): RequestHandler {
   };
 }
 
-function authenticateBearer(services: IdentityServices): RequestHandler {
+function authenticateBearer(services: IdentityServices, answersSessionEnded: boolean): RequestHandler {
   return asyncStep(async (req, res) => {
     const credential = presentedCredential(req);
     // The router's own routes never accept an API key (CONTRACT 10): keys are for the host's routes.
     if (credential.kind === 'api_key') throw apiKeyNotAccepted();
     if (credential.kind === 'none') throw errors.unauthorized();
-    setPrincipal(res, await services.policy.authenticate(credential.token));
+    try {
+      setPrincipal(res, await services.policy.authenticate(credential.token));
+    } catch (error) {
+      if (answersSessionEnded && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(credential.token))) throw errors.sessionEnded();
+      throw error;
+    }
   });
 }
 

@@ -32,6 +32,8 @@ export interface RouteDefinition extends AccessRequirement {
   path: string;
   /** The per-IP group of spec section 8 this route counts against. */
   rateLimit?: RateLimitGroup;
+  /** A valid token of a session that has ended answers 401 `session_ended`, not `unauthorized` (spec 7: switch-org). */
+  answersSessionEnded?: boolean;
   body?: Joi.ObjectSchema;
   query?: Joi.ObjectSchema;
   params?: Joi.ObjectSchema;

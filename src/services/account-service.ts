@@ -138,6 +138,7 @@ export class AccountService {
       // The reset link reached the address, which proves it: an unverified account is now
       // verified, and factors a squatter enrolled before that are gone (issue 9: pre-hijack).
       if (!user.emailVerified) await this.verifyThroughReset(uow, user.id);
+      await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
     });
@@ -158,9 +159,19 @@ export class AccountService {
     const passwordHash = await this.context.hasher.hash(input.newPassword);
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
+      await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_changed', principal.sessionId);
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'change', sessions_revoked: count } });
     });
+  }
+
+  /**
+   * A new password ends what the old one (or the mailbox before it) had opened: pending MFA
+   * tickets, whose holder proved the old password, and outstanding reset links.
+   */
+  private async endPasswordBoundCredentials(uow: UnitOfWork, userId: string): Promise<void> {
+    await uow.repos.mfaTickets.endAllForUser(userId, uow.now);
+    await uow.repos.oneTimeTokens.expireOutstanding(userId, 'password_reset', uow.now);
   }
 
   /** Only a wrong password counts toward the lockout (its slot stays taken); unknown, locked and disabled accounts are only recorded. */

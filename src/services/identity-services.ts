@@ -74,7 +74,7 @@ export class IdentityServices {
     return this.mfa.setMfaEnforced(userId, on);
   }
 
-  /** A new active signing key; the retiring one stays in the JWKS for one access-token lifetime. */
+  /** The published next key becomes active and a fresh next key is published; the retiring one stays in the JWKS until the last token it signed has expired (CONTRACT 7). */
   rotateSigningKey(): Promise<{ kid: string }> {
     return this.keyRing.rotate();
   }

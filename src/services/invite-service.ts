@@ -10,7 +10,7 @@ import { normaliseEmail } from './identity-rules.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { decodeCursor, keysetPage } from './pagination.js';
-import { runUnitOfWork } from './unit-of-work.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export interface InviteView {
   id: string;
@@ -81,6 +81,7 @@ export class InviteService {
         throw new IdentityError(422, 'invalid_state', 'That address belongs to a suspended member; reactivate the member instead of inviting.');
       }
 
+      await this.spendSendBudget(uow, organizationId, email);
       const expiresAt = uow.now + this.context.config.tokens.inviteTtl * 1000;
       const existing = await uow.repos.invites.findPendingForEmail(organizationId, email);
       let inviteId: string;
@@ -107,7 +108,8 @@ export class InviteService {
         actorId: principal.userId,
         userId: invitee?.id ?? null,
         organizationId,
-        data: { invite_id: inviteId, email, role_slugs: roleSlugs, reinvite: existing !== undefined },
+        // Event data never holds an address (CONTRACT 4): audit rows outlive the account.
+        data: { invite_id: inviteId, role_slugs: roleSlugs, reinvite: existing !== undefined },
       });
       const acceptInvite = this.context.config.links.acceptInvite;
       uow.afterCommit(() =>
@@ -128,6 +130,30 @@ export class InviteService {
     });
     const { createdAt: _createdAt, ...view } = result;
     return view;
+  }
+
+  /**
+   * Invite mail is budgeted per organization and per address (`invites.sendBudget`), so an
+   * inviter can neither mail-bomb an address nor probe many addresses. Over either budget:
+   * 429 rate_limited. Bucket names are keyed hashes, so no address sits in the table.
+   */
+  private async spendSendBudget(uow: UnitOfWork, organizationId: string, email: string): Promise<void> {
+    const { perOrganization, perAddress } = this.context.config.invites.sendBudget;
+    const buckets = [
+      { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:organization:${organizationId}`), budget: perOrganization },
+      { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:address:${email}`), budget: perAddress },
+    ];
+    for (const { bucket, budget } of buckets) {
+      const since = uow.now - budget.windowSec * 1000;
+      if ((await uow.repos.rateEvents.countSince(bucket, since)) >= budget.limit) {
+        const oldest = (await uow.repos.rateEvents.oldestSince(bucket, since)) ?? uow.now;
+        throw errors.rateLimited((oldest + budget.windowSec * 1000 - uow.now) / 1000, 'rate_limited');
+      }
+    }
+    for (const { bucket, budget } of buckets) {
+      await uow.repos.rateEvents.pruneBucketBefore(bucket, uow.now - budget.windowSec * 1000);
+      await uow.repos.rateEvents.record(bucket, uow.now);
+    }
   }
 
   /** GET /orgs/{id}/invites: pending and unexpired only, keyset by id. */

@@ -2,13 +2,32 @@ import { createHash, createPrivateKey, createPublicKey, generateKeyPair, type Ke
 import { promisify } from 'node:util';
 import type { Clock } from '../adapters/types.js';
 import { isUniqueViolation } from '../database-errors.js';
+import type { InstanceNotifications } from '../store/instance-notifications.js';
+import type { SigningKeyRecord } from '../store/signing-key-repository.js';
 import type { Store } from '../store/store.js';
 import { decrypt, encrypt } from '../crypto/aead.js';
 
 const generateRsaKeyPair = promisify(generateKeyPair);
 const ALG = 'RS256';
-/** How long this instance trusts its cached view of the key table before re-reading it. */
-const CACHE_MS = 60_000;
+/** The instance-notification topic a rotation publishes on. */
+export const SIGNING_KEYS_TOPIC = 'signing-keys';
+/**
+ * How long this instance trusts its view of the key table (process time, not the injected
+ * clock: this is about propagation between instances). While notifications from other
+ * instances arrive (PostgreSQL LISTEN), a rotation reaches this instance at once and the
+ * expiry is only the backstop; without them the view is re-read every second, so every
+ * instance signs with a newly active key within about a second (CONTRACT 7).
+ */
+const FRESH_MS_LIVE = 30_000;
+const FRESH_MS_POLLING = 1_000;
+/** A token with an unknown kid re-reads the table at most this often, whatever the kid (negative cache). */
+const UNKNOWN_KID_RELOAD_MS = 1_000;
+/**
+ * A retiring key stays published this long beyond one access-token lifetime: an instance that
+ * has not heard of the rotation yet keeps signing with it for up to its backstop expiry, and
+ * those tokens must verify until they expire too.
+ */
+export const RETIRE_GRACE_SECONDS = 60;
 
 export interface PublicJwk {
   kty: 'RSA';
@@ -21,12 +40,14 @@ export interface PublicJwk {
 
 interface LoadedKey {
   kid: string;
-  active: boolean;
+  state: SigningKeyRecord['state'];
   publishedUntil: number | null;
   publicKey: KeyObject;
   privateKey: KeyObject | undefined;
   jwk: PublicJwk;
 }
+
+type GeneratedKey = { kid: string; alg: string; publicKeyPem: string; privateKeySealed: string; now: number };
 
 /** RFC 7638 thumbprint: a kid every instance derives identically from the key itself. */
 function thumbprint(jwk: { e: string; n: string }): string {
@@ -36,44 +57,70 @@ function thumbprint(jwk: { e: string; n: string }): string {
 /**
  * The RSA signing keys, shared by every instance through the database. Private halves are
  * stored AES-256-GCM-sealed under a key derived from `config.secret`.
+ *
+ * Three kinds of key are published in the JWKS: the active key (signs), the next key (will
+ * sign after the next rotation; published ahead so verifiers that cache the JWKS already hold
+ * it), and retiring keys (until the last token they signed has expired).
  */
 export class KeyRing {
   private keys: LoadedKey[] = [];
+  /** process time (performance.now) of the last completed read of the key table */
   private loadedAt = Number.NEGATIVE_INFINITY;
+  private lastUnknownKidReload = Number.NEGATIVE_INFINITY;
   private loading: Promise<void> | undefined;
+  private unsubscribe: Array<() => void> = [];
 
   constructor(
     private readonly store: Store,
     private readonly encryptionKey: Buffer,
     private readonly clock: Clock,
     private readonly accessTtlSeconds: number,
-  ) {}
+    private readonly notifications: InstanceNotifications,
+  ) {
+    // A re-read already under way may have started before the change committed: read again after it.
+    const reloadSoon = () => void (this.loading ?? Promise.resolve()).catch(() => undefined).then(() => this.reload()).catch(() => undefined);
+    this.unsubscribe = [notifications.subscribe(SIGNING_KEYS_TOPIC, reloadSoon), notifications.onResync(reloadSoon)];
+  }
 
-  /** Makes sure an active key exists (generating the first one) and loads the ring. */
+  /**
+   * Makes sure an active and a next key exist (generating them on a new database) and loads
+   * the ring. On PostgreSQL this runs under the start-up lock; the unique slots make it safe
+   * without one too: an instance that loses the race uses the winner's key.
+   */
   async initialise(): Promise<void> {
-    if (!(await this.store.repos.signingKeys.findActive())) {
-      try {
-        await this.store.repos.signingKeys.insertActive(await this.generate());
-      } catch (error) {
-        // Another instance created the first key at the same moment: use theirs.
-        if (!isUniqueViolation(error)) throw error;
-      }
-    }
+    const repo = this.store.repos.signingKeys;
+    if (!(await repo.findBySlot('active'))) await this.insertIgnoringRace(() => this.generate().then((key) => repo.insert(key, 'active')));
+    if (!(await repo.findBySlot('next'))) await this.insertIgnoringRace(() => this.generate().then((key) => repo.insert(key, 'next')));
     await this.reload();
   }
 
-  /** New active key; the retiring one stays published for one access-token lifetime. */
+  /**
+   * The next key becomes active, a fresh next key is published, and the retiring key stays
+   * published until the last token it can have signed has expired. Every instance hears of
+   * it through the database (a notification, else its short re-read interval).
+   */
   async rotate(): Promise<{ kid: string }> {
     const fresh = await this.generate();
     const now = this.clock.now();
-    await this.store.transaction(async (repos) => {
-      await repos.signingKeys.retireActive(now, now + this.accessTtlSeconds * 1000);
-      await repos.signingKeys.insertActive(fresh);
+    const activeKid = await this.store.transaction(async (repos, trx) => {
+      // Two rotations at once (two instances) take turns, each promoting the key the other published.
+      await repos.signingKeys.lockForRotation();
+      let next = await repos.signingKeys.findBySlot('next');
+      if (!next) {
+        // A database from before next keys were published ahead: the fresh key signs at once.
+        await repos.signingKeys.insert(await this.generate(), 'next');
+        next = await repos.signingKeys.findBySlot('next');
+      }
+      await repos.signingKeys.retireActive(now, now + (this.accessTtlSeconds + RETIRE_GRACE_SECONDS) * 1000);
+      await repos.signingKeys.promoteNext();
+      await repos.signingKeys.insert({ ...fresh, now }, 'next');
+      await this.notifications.publish(SIGNING_KEYS_TOPIC, next!.kid, trx);
+      return next!.kid;
     });
     // A re-read started before the commit would still see the old key; wait it out, then read again.
     await this.loading?.catch(() => undefined);
     await this.reload();
-    return { kid: fresh.kid };
+    return { kid: activeKid };
   }
 
   async signingKey(): Promise<{ kid: string; privateKey: KeyObject }> {
@@ -81,20 +128,25 @@ export class KeyRing {
     // here for a re-read of the key table would deadlock. A stale view is refreshed in the
     // background instead and the cached active key signs meanwhile.
     if (this.isStale()) this.reload().catch(() => undefined);
-    let active = this.keys.find((key) => key.active);
+    let active = this.keys.find((key) => key.state === 'active');
     if (!active?.privateKey) {
       await this.reload();
-      active = this.keys.find((key) => key.active);
+      active = this.keys.find((key) => key.state === 'active');
     }
     if (!active?.privateKey) throw new Error('No active signing key');
     return { kid: active.kid, privateKey: active.privateKey };
   }
 
-  /** Public key for a kid that is still published; re-reads the table once for a kid it has not seen (another instance rotated). */
+  /**
+   * Public key for a kid that is still published. A kid this instance has not seen re-reads
+   * the table, but at most once per interval whatever the kid: a stream of forged kids costs
+   * one small query a second, not one per request.
+   */
   async verificationKey(kid: string): Promise<KeyObject | undefined> {
     await this.refreshIfStale();
     let key = this.findPublished(kid);
-    if (!key && !this.keys.some((candidate) => candidate.kid === kid)) {
+    if (!key && !this.keys.some((candidate) => candidate.kid === kid) && performance.now() - this.lastUnknownKidReload >= UNKNOWN_KID_RELOAD_MS) {
+      this.lastUnknownKidReload = performance.now();
       await this.reload();
       key = this.findPublished(kid);
     }
@@ -104,41 +156,52 @@ export class KeyRing {
   async jwks(): Promise<{ keys: PublicJwk[] }> {
     await this.refreshIfStale();
     const now = this.clock.now();
-    return { keys: this.keys.filter((key) => key.active || (key.publishedUntil ?? 0) > now).map((key) => key.jwk) };
+    // Active first, then the next key, then retiring keys.
+    const order = { active: 0, next: 1, retired: 2 } as const;
+    const published = this.keys.filter((key) => this.isPublished(key, now)).sort((a, b) => order[a.state] - order[b.state]);
+    return { keys: published.map((key) => key.jwk) };
+  }
+
+  /** Stops listening for other instances' rotations. */
+  close(): void {
+    for (const stop of this.unsubscribe) stop();
+    this.unsubscribe = [];
+  }
+
+  private isPublished(key: LoadedKey, now: number): boolean {
+    return key.state !== 'retired' || (key.publishedUntil ?? 0) > now;
   }
 
   private findPublished(kid: string): LoadedKey | undefined {
     const now = this.clock.now();
-    return this.keys.find((key) => key.kid === kid && (key.active || (key.publishedUntil ?? 0) > now));
+    return this.keys.find((key) => key.kid === kid && this.isPublished(key, now));
   }
 
   private isStale(): boolean {
-    return this.clock.now() - this.loadedAt > CACHE_MS || this.clock.now() < this.loadedAt;
+    return performance.now() - this.loadedAt > (this.notifications.live ? FRESH_MS_LIVE : FRESH_MS_POLLING);
   }
 
   private async refreshIfStale(): Promise<void> {
     if (this.isStale()) await this.reload();
   }
 
+  private async insertIgnoringRace(insert: () => Promise<void>): Promise<void> {
+    try {
+      await insert();
+    } catch (error) {
+      // Another instance created the key at the same moment: use theirs.
+      if (!isUniqueViolation(error)) throw error;
+    }
+  }
+
   private reload(): Promise<void> {
     this.loading ??= (async () => {
       try {
-        const now = this.clock.now();
-        const records = await this.store.repos.signingKeys.listPublished(now);
-        this.keys = records.map((record) => {
-          const publicKey = createPublicKey(record.publicKeyPem);
-          const jwk = publicKey.export({ format: 'jwk' }) as { n: string; e: string };
-          return {
-            kid: record.kid,
-            active: record.active,
-            publishedUntil: record.publishedUntil,
-            publicKey,
-            // Only the active key signs, so only its private half is decrypted.
-            privateKey: record.active ? createPrivateKey(decrypt(this.encryptionKey, record.privateKeySealed, `signing-key:${record.kid}`).toString('utf8')) : undefined,
-            jwk: { kty: 'RSA', use: 'sig', alg: record.alg, kid: record.kid, n: jwk.n, e: jwk.e },
-          };
-        });
-        this.loadedAt = now;
+        const startedAt = performance.now();
+        const records = await this.store.repos.signingKeys.listPublished(this.clock.now());
+        const known = new Map(this.keys.map((key) => [key.kid, key]));
+        this.keys = records.map((record) => this.load(record, known.get(record.kid)));
+        this.loadedAt = startedAt;
       } finally {
         this.loading = undefined;
       }
@@ -146,7 +209,18 @@ export class KeyRing {
     return this.loading;
   }
 
-  private async generate(): Promise<{ kid: string; alg: string; publicKeyPem: string; privateKeySealed: string; now: number }> {
+  /** Keys already parsed are reused, so a re-read costs one small query and no decryption. */
+  private load(record: SigningKeyRecord, known: LoadedKey | undefined): LoadedKey {
+    const publicKey = known?.publicKey ?? createPublicKey(record.publicKeyPem);
+    const jwk = known?.jwk ?? toJwk(record, publicKey);
+    // Only the active key signs, so only its private half is decrypted.
+    const privateKey = record.state === 'active'
+      ? known?.privateKey ?? createPrivateKey(decrypt(this.encryptionKey, record.privateKeySealed, `signing-key:${record.kid}`).toString('utf8'))
+      : undefined;
+    return { kid: record.kid, state: record.state, publishedUntil: record.publishedUntil, publicKey, privateKey, jwk };
+  }
+
+  private async generate(): Promise<GeneratedKey> {
     const { publicKey, privateKey } = await generateRsaKeyPair('rsa', { modulusLength: 2048 });
     const jwk = publicKey.export({ format: 'jwk' }) as { n: string; e: string };
     const kid = thumbprint(jwk);
@@ -159,4 +233,9 @@ export class KeyRing {
       now: this.clock.now(),
     };
   }
+}
+
+function toJwk(record: SigningKeyRecord, publicKey: KeyObject): PublicJwk {
+  const jwk = publicKey.export({ format: 'jwk' }) as { n: string; e: string };
+  return { kty: 'RSA', use: 'sig', alg: record.alg, kid: record.kid, n: jwk.n, e: jwk.e };
 }

@@ -21,7 +21,10 @@ export interface MemberView {
 /** Spec 2.10: invited and suspended members' e-mails only for holders of members.invite. */
 export function memberView(member: MemberRow, viewer: ResolvedAuthority): MemberView {
   const showEmail = member.status === 'active' || viewer.permissions.has('members.invite');
-  return { user_id: member.userId, email: showEmail ? member.email : null, display_name: member.displayName, status: member.status, roles: member.roleSlugs };
+  // An invited entry says only that an address was invited: its account's display name would tell
+  // an inviter which addresses have accounts (issue 10).
+  const displayName = member.status === 'invited' ? null : member.displayName;
+  return { user_id: member.userId, email: showEmail ? member.email : null, display_name: displayName, status: member.status, roles: member.roleSlugs };
 }
 
 interface MemberMutationTarget {

@@ -207,6 +207,8 @@ export class MfaService {
     const secret = generateTotpSecret();
     await runUnitOfWork(this.context, meta, async (uow) => {
       await this.prunePendingFactors(uow, principal.userId);
+      // A new enrollment replaces the caller's pending one instead of piling up secrets.
+      await uow.repos.mfaFactors.deleteUnconfirmed(principal.userId, 'totp');
       await uow.repos.mfaFactors.insert({ id: factorId, userId: principal.userId, type: 'totp', destination: null, secretSealed: this.codes.sealTotpSecret(factorId, secret), now: uow.now });
     });
     const otpauthUri = totpProvisioningUri(this.context.config.otp.totp.issuer, principal.user.email, secret);

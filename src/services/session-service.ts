@@ -185,6 +185,15 @@ export class SessionService {
     if (!revoked) throw errors.notFound('Session');
   }
 
+  /** Whether a token is genuine but its session has ended (revoked or expired): spec 7's `session_ended`. */
+  async isEndedSession(token: string): Promise<boolean> {
+    const claims = await this.context.jwt.verifyAccessToken(token);
+    if (!claims) return false;
+    const session = await this.context.store.repos.sessions.findById(claims.sid);
+    if (!session || session.userId !== claims.sub) return false;
+    return (await this.context.store.repos.sessions.findLive(session.id, this.context.clock.now())) === undefined;
+  }
+
   /** Re-points the live session at another organization and mints a token scoped to it. */
   async switchOrganization(principal: Principal, organizationId: string, meta: RequestMeta): Promise<AccessTokenResponse> {
     const subject = await runUnitOfWork(this.context, meta, async (uow) => {

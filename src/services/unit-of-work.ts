@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EventInput, IdentityEvent, IdentityEventType } from '../events.js';
 import type { AuditEventRecord } from '../store/audit-repository.js';
+import { isDatabaseError } from '../store/database.js';
 import type { Repositories } from '../store/store.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 
@@ -121,6 +122,8 @@ function runSafely(context: ServiceContext, message: string, task: () => Promise
   }
 }
 
+/** A log line for an error. A database error is logged by its code and a fixed text: its message may hold bound values. */
 export function describeError(error: unknown): string {
+  if (isDatabaseError(error)) return `${error.name} ${error.code ?? '(no code)'}: database error (message withheld: it may quote values)`;
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

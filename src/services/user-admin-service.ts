@@ -115,6 +115,7 @@ export class UserAdminService {
       await uow.repos.apiKeys.deleteAllForUser(user.id);
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
       const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
+      const sentInvitesRevoked = await this.revokeInvitesSentBy(uow, user.id);
       // Each organization's own audit trail learns that the member left.
       for (const membership of endedMemberships) {
         await uow.emit({
@@ -129,9 +130,25 @@ export class UserAdminService {
         type: 'user.deleted',
         actorId: principal.userId,
         userId: user.id,
-        data: { self: principal.userId === user.id, sessions_revoked: revoked, memberships_ended: endedMemberships.length, invites_revoked: invitesRevoked },
+        data: { self: principal.userId === user.id, sessions_revoked: revoked, memberships_ended: endedMemberships.length, invites_revoked: invitesRevoked, sent_invites_revoked: sentInvitesRevoked },
       });
+      // Erasure, after the events above: where the person connected from goes with them (the
+      // audit rows themselves stay).
+      await uow.repos.sessions.eraseClientDetails(user.id);
+      await uow.repos.audit.eraseIpOf(user.id);
     });
+  }
+
+  /** Invites the deleted user sent stop being acceptable, with the `invited` member rows they made. */
+  private async revokeInvitesSentBy(uow: UnitOfWork, userId: string): Promise<number> {
+    let revoked = 0;
+    for (const invite of await uow.repos.invites.listPendingSentBy(userId)) {
+      if (!(await uow.repos.invites.revoke(invite.organizationId, invite.id, uow.now))) continue;
+      revoked += 1;
+      const invitee = await uow.repos.users.findByEmail(invite.email);
+      if (invitee) await uow.repos.memberships.deleteInvited(invite.organizationId, invitee.id);
+    }
+    return revoked;
   }
 
   /**

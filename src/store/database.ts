@@ -40,6 +40,9 @@ export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDa
     },
     ...(isSqlite ? { useNullAsDefault: true } : {}),
     ...knexConfig,
+    // Knex otherwise inlines the bound values (password hashes, e-mails, token hashes) into the
+    // message of a failed query, and messages reach logs. Not overridable.
+    compileSqlOnError: false,
     pool: {
       ...(isSqlite
         ? {
@@ -63,4 +66,4 @@ export const toNumber = (value: unknown): number => (typeof value === 'number' ?
 export const toNullableNumber = (value: unknown): number | null => (value === null || value === undefined ? null : toNumber(value));
 export const toBoolean = (value: unknown): boolean => value === true || value === 1 || value === '1' || value === 't';
 
-export { isConnectionError, isUniqueViolation } from '../database-errors.js';
+export { isConnectionError, isDatabaseError, isUniqueViolation } from '../database-errors.js';

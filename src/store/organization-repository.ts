@@ -504,6 +504,11 @@ export class InviteRepository extends Repository {
     return (await this.db(this.table.invites).where({ organization_id: organizationId, id, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now })) === 1;
   }
 
+  /** Pending invites a user sent, in every organization (they die with the account). */
+  async listPendingSentBy(userId: string): Promise<InviteRecord[]> {
+    return (await this.db(this.table.invites).where({ invited_by: userId, status: 'pending' }).orderBy('id')).map(mapInvite);
+  }
+
   async revokePendingForEmail(organizationId: string, email: string, now: number): Promise<void> {
     await this.db(this.table.invites).where({ organization_id: organizationId, pending_email: email, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now });
   }

@@ -6,6 +6,7 @@ import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, Recov
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
+import { RateLimitCounterRepository } from './rate-limit-counter-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
 import type { TableNames } from './table-names.js';
 import { UserRepository } from './user-repository.js';
@@ -27,6 +28,7 @@ export interface Repositories {
   roles: RoleRepository;
   memberships: MembershipRepository;
   invites: InviteRepository;
+  rateLimitCounters: RateLimitCounterRepository;
   apiKeys: ApiKeyRepository;
 }
 
@@ -47,6 +49,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     roles: new RoleRepository(context),
     memberships: new MembershipRepository(context),
     invites: new InviteRepository(context),
+    rateLimitCounters: new RateLimitCounterRepository(context),
     apiKeys: new ApiKeyRepository(context),
   };
 }

@@ -16,6 +16,7 @@ export const TABLES = [
   'memberRoles',
   'globalRoleGrants',
   'invites',
+  'rateLimitCounters',
   'apiKeys',
 ] as const;
 

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Page } from 'playwright-core';
 import { BrowserSuite, browserSkipReason, checkAccessibility, expectHeading, finishFlow, navLink, uniqueEmail } from './browser-harness.js';
-import { followMailedLink, register, signedInPerson, signIn, verifyEmail } from './flows.js';
+import { followMailedLink, register, signedInPerson, verifyEmail } from './flows.js';
 
 const skip = browserSkipReason();
 

@@ -164,7 +164,7 @@ export class Harness {
     if (options.token) headers.authorization = `Bearer ${options.token}`;
     const response = await fetch(this.baseUrl + path, { method: method.toUpperCase(), headers, body });
     const text = await response.text();
-    let parsed: unknown = undefined;
+    let parsed: unknown ;
     try {
       parsed = text ? JSON.parse(text) : undefined;
     } catch {

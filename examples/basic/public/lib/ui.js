@@ -89,4 +89,4 @@ export const section = (title, ...children) => {
   return h('section', { class: 'card', 'aria-labelledby': id }, h('h2', { id }, title), ...children);
 };
 
-export const formatTime = (iso) => (iso ? new Date(iso).toLocaleString('en-GB', { timeZone: 'UTC' }) + ' UTC' : '—');
+export const formatTime = (iso) => (iso ? `${new Date(iso).toLocaleString('en-GB', { timeZone: 'UTC' })} UTC` : '—');

@@ -3,7 +3,7 @@ import { secondFactorChooser } from '../lib/second-factor.js';
 import { field, form, h } from '../lib/ui.js';
 
 /** Only our own paths: an open redirect would send a fresh session anywhere. */
-const safeReturnTo = (value) => (value && value.startsWith('/') && !value.startsWith('//') ? value : '/account');
+const safeReturnTo = (value) => (value?.startsWith('/') && !value.startsWith('//') ? value : '/account');
 
 export default {
   path: '/login',
