@@ -390,6 +390,16 @@ describe('a key stops at once', () => {
     await assertStopped(key, 'organization deleted');
   });
 
+  test('grace enrollment binds the owner\'s keys: MFA enforced and no confirmed factor answers 403 mfa_enrollment_required', async () => {
+    const local = await createOrg(h);
+    const { key } = await createKey(h, local.id, local.owner.token, { name: 'enforced', permission_keys: ['invoices.read'] });
+    assert.equal((await hostRequest(app, '/invoices', withKey(key))).status, 200);
+    await h.identity.service.setMfaEnforced(local.owner.userId, true);
+    for (const path of ['/invoices', '/whoami']) assertError(await hostFetch(path, withKey(key)), 403, 'mfa_enrollment_required', path);
+    await h.identity.service.setMfaEnforced(local.owner.userId, false);
+    assert.equal((await hostRequest(app, '/invoices', withKey(key))).status, 200, 'lifted with the enforcement');
+  });
+
   test('a key loses a permission the moment its owner does, and still passes authenticate', async () => {
     const local = await createOrg(h);
     const billing = await h.post(`/orgs/${local.id}/roles`, { name: 'Billing', slug: 'billing', permission_keys: ['invoices.read'] }, { token: local.owner.token });
