@@ -60,7 +60,11 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
       const credential = presentedCredential(req);
       if (credential.kind === 'none') throw errors.unauthorized();
       if (credential.kind === 'api_key') setApiKeyPrincipal(res, await services.policy.authenticateApiKey(credential.key, requirement));
-      else setPrincipal(res, await services.policy.authenticate(credential.token));
+      else {
+        const principal = await services.policy.authenticate(credential.token);
+        services.policy.assertNotLocked(principal.user);
+        setPrincipal(res, principal);
+      }
     }),
   );
   // Each key has its own budget in the `authenticated` group (CONTRACT 10), counted before

@@ -29,7 +29,7 @@ export interface NewApiKey {
 /** A key found by its hash, with what decides on every use whether it still works. */
 export interface ApiKeyForUse {
   key: ApiKeyRecord;
-  owner: { status: string; deletedAt: number | null; mfaEnforced: boolean; hasConfirmedFactor: boolean; inMfaRequiringOrganization: boolean };
+  owner: { status: string; deletedAt: number | null; lockedUntil: number | null; mfaEnforced: boolean; hasConfirmedFactor: boolean; inMfaRequiringOrganization: boolean };
   organizationActive: boolean;
 }
 
@@ -85,6 +85,7 @@ export class ApiKeyRepository extends Repository {
         ...KEY_COLUMNS.map((column) => `k.${column}`),
         'u.status as user_status',
         'u.deleted_at as user_deleted_at',
+        'u.locked_until as user_locked_until',
         'u.mfa_enforced as user_mfa_enforced',
         'o.status as organization_status',
         this.db.raw('(case when exists ? then 1 else 0 end) as has_confirmed_factor', [factors]),
@@ -96,6 +97,7 @@ export class ApiKeyRepository extends Repository {
       owner: {
         status: String(row.user_status),
         deletedAt: toNullableNumber(row.user_deleted_at),
+        lockedUntil: toNullableNumber(row.user_locked_until),
         mfaEnforced: toBoolean(row.user_mfa_enforced),
         hasConfirmedFactor: toNumber(row.has_confirmed_factor) === 1,
         inMfaRequiringOrganization: toNumber(row.in_mfa_organization) === 1,
