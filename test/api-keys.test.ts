@@ -361,6 +361,14 @@ describe('a key stops at once', () => {
     assert.equal(await h.knex(`${h.tablePrefix}api_keys`).where({ id }).first(), undefined, 'deleted with the user');
   });
 
+  test('while its owner is locked out, like the owner\'s sessions on the host middleware', async () => {
+    const { member, key } = await memberWithKey();
+    for (let attempt = 0; attempt < 5; attempt += 1) assert.equal((await h.post('/auth/login', { email: member.email, password: 'wrong password here' })).status, 401);
+    await assertStopped(key, 'owner locked');
+    h.clock.advance(15 * 60 + 1);
+    assert.equal((await hostRequest(app, '/invoices', withKey(key))).status, 200, 'the lock lapses');
+  });
+
   test('when its owner is suspended in the organization', async () => {
     const { local, member, key } = await memberWithKey();
     assert.equal((await h.patch(`/orgs/${local.id}/members/${member.userId}`, { status: 'suspended' }, { token: local.owner.token })).status, 200);
