@@ -13,7 +13,7 @@ import { KeyRing } from './services/key-ring.js';
 import { PasswordHasher } from './crypto/password-hasher.js';
 import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';
-import { callerOf, hostMiddleware } from './http/host-middleware.js';
+import { callerOf, hostMiddleware, type HostMiddlewareOptions } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
@@ -54,14 +54,21 @@ export interface IdentityRouter extends Router {
   /**
    * Middleware for the host's own routes: an access token of a live session, under every
    * gate the router's own routes apply (CONTRACT 6). Read the caller with `caller(req)`.
+   * With `{apiKeys: true}` a working API key is accepted too (CONTRACT 10).
    */
-  authenticate(): RequestHandler;
-  /** `authenticate()` plus `permission` in the token's active organization, resolved from live authority. */
-  requirePermission(permission: string): RequestHandler;
+  authenticate(options?: HostMiddlewareOptions): RequestHandler;
+  /**
+   * `authenticate()` plus `permission` in the token's active organization, resolved from live
+   * authority. With `{apiKeys: true}` an API key is accepted too, with the key's share of its
+   * owner's live authority in the key's organization.
+   */
+  requirePermission(permission: string, options?: HostMiddlewareOptions): RequestHandler;
   /**
    * The caller set by `authenticate()` or `requirePermission()` on this request:
    * `{kind: 'session', user_id, session_id, organization_id, mfa, amr, auth_time,
-   * email_verified, superadmin, permissions}`; undefined before them. Switch on `kind`.
+   * email_verified, superadmin, permissions}` for an access token,
+   * `{kind: 'api_key', user_id, organization_id, api_key_id, permissions}` for an API key;
+   * undefined before them. Switch on `kind`.
    */
   caller(req: Request): Caller | undefined;
   /** Stops the password workers; destroys the Knex pool only if the router created it. */
@@ -140,11 +147,13 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 
-  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved, store.repos.rateLimitCounters, logger), readiness, logger }) as IdentityRouter;
+  const limiters = buildRateLimiters(resolved, store.repos.rateLimitCounters, logger);
+  const router = buildRouter({ services, routes: allRoutes(services), limiters, readiness, logger }) as IdentityRouter;
+  const host = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
   router.ready = ready;
   router.service = services;
-  router.authenticate = () => hostMiddleware(services, readiness, logger);
-  router.requirePermission = (permission) => hostMiddleware(services, readiness, logger, permission);
+  router.authenticate = (options) => hostMiddleware(host, undefined, options);
+  router.requirePermission = (permission, options) => hostMiddleware(host, permission, options);
   // `caller` is a restricted property of functions (Function.prototype.caller throws on
   // assignment), so the accessor is defined as an own property instead.
   Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });

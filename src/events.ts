@@ -34,6 +34,8 @@ export const EVENT_TYPES = [
   'user.disabled',
   'user.enabled',
   'user.deleted',
+  'api_key.created',
+  'api_key.revoked',
 ] as const;
 
 export type IdentityEventType = (typeof EVENT_TYPES)[number];

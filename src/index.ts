@@ -1,4 +1,5 @@
 export { createIdentityRouter, type IdentityAdapters, type IdentityRouter } from './create-identity-router.js';
+export type { HostMiddlewareOptions } from './http/host-middleware.js';
 export { createDevMailer } from './adapters/dev-mailer.js';
 export { createDevSmsSender, noopSender } from './adapters/dev-sms.js';
 export { createNodemailerMailer } from './adapters/nodemailer-mailer.js';
@@ -26,4 +27,4 @@ export { IdentityError, type IdentityErrorCode } from './errors.js';
 export { EVENT_TYPES, type IdentityEvent, type IdentityEventType, type IdentityEventListener } from './events.js';
 export type { IdentityServices } from './services/identity-services.js';
 export { CORE_PERMISSIONS } from './services/permission-catalog.js';
-export type { Caller, SessionCaller } from './services/access-policy.js';
+export type { ApiKeyCaller, Caller, SessionCaller } from './services/access-policy.js';

@@ -87,8 +87,9 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
   app.use('/identity', identity);
   app.use('/api', refreshTokenCookie({ mountPath: '/api', maxAgeSeconds: REFRESH_TTL_SECONDS, secure: !development }), identity);
 
-  // A host route guarded by a permission from the catalog, resolved from the database.
-  app.get('/invoices', identity.requirePermission('invoices.read'), (_req, res) => {
+  // A host route guarded by a permission from the catalog, resolved from the database. It
+  // accepts an access token or an API key (the API keys page creates one).
+  app.get('/invoices', identity.requirePermission('invoices.read', { apiKeys: true }), (_req, res) => {
     res.json({ data: [{ id: 'inv_1', total: 4200 }] });
   });
 

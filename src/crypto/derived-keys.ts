@@ -23,6 +23,8 @@ export interface DerivedKeys {
   mfaTicketSigning: Buffer;
   /** HMAC key for WebAuthn challenges (stored only as keyed hashes). */
   passkeyChallengeHash: Buffer;
+  /** HMAC key for API keys (CONTRACT 10), separate so no other digest can be replayed as one. */
+  apiKeyHash: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -42,5 +44,6 @@ export function deriveKeys(secret: string): DerivedKeys {
     identifierHash: derive(secret, 'hmac:identifier'),
     mfaTicketSigning: derive(secret, 'hmac:mfa-ticket'),
     passkeyChallengeHash: derive(secret, 'hmac:passkey-challenge'),
+    apiKeyHash: derive(secret, 'hmac:api-key'),
   };
 }

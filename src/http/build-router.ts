@@ -2,9 +2,11 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup } from '../config/types.js';
 import { errors, IdentityError } from '../errors.js';
+import { apiKeyNotAccepted } from '../services/access-policy.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
+import { presentedCredential } from './credentials.js';
 import { bearerValue, principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { validateInput } from './validate.js';
@@ -99,12 +101,14 @@ function readinessGate(readiness: Readiness): RequestHandler {
 
 function authenticateBearer(services: IdentityServices, answersSessionEnded: boolean): RequestHandler {
   return asyncStep(async (req, res) => {
-    const token = bearerValue(req);
-    if (!token) throw errors.unauthorized();
+    const credential = presentedCredential(req);
+    // The router's own routes never accept an API key (CONTRACT 10): keys are for the host's routes.
+    if (credential.kind === 'api_key') throw apiKeyNotAccepted();
+    if (credential.kind === 'none') throw errors.unauthorized();
     try {
-      setPrincipal(res, await services.policy.authenticate(token));
+      setPrincipal(res, await services.policy.authenticate(credential.token));
     } catch (error) {
-      if (answersSessionEnded && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(token))) throw errors.sessionEnded();
+      if (answersSessionEnded && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(credential.token))) throw errors.sessionEnded();
       throw error;
     }
   });

@@ -1,12 +1,13 @@
 import express, { type Request, type RequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
-import type { AccessRequirement, Caller } from '../services/access-policy.js';
+import type { AccessRequirement, Actor, Caller } from '../services/access-policy.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { asyncStep } from './build-router.js';
+import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
-import { bearerValue, setPrincipal } from './request-state.js';
+import { findApiKeyPrincipal, principalOf, setApiKeyPrincipal, setPrincipal } from './request-state.js';
 
 /*
  * The caller of a host route, keyed by the request object itself: nothing is added to
@@ -19,32 +20,62 @@ export function callerOf(req: Request): Caller | undefined {
   return callers.get(req);
 }
 
+/** What the host middleware needs from the router. */
+export interface HostMiddlewareParts {
+  services: IdentityServices;
+  readiness: Readiness;
+  logger: Logger;
+  /** The router's own `authenticated` limiter, so a key has one budget wherever it is used. */
+  authenticatedLimiter: RequestHandler;
+}
+
+export interface HostMiddlewareOptions {
+  /** Also accept API keys (CONTRACT 10), from `Authorization: Bearer irk_…` or `X-API-Key`. Default false. */
+  apiKeys?: boolean;
+}
+
 /**
  * Host middleware (CONTRACT 6). `identity.authenticate()` with no permission,
  * `identity.requirePermission(key)` with one: both evaluate the same access policy as the
  * router's own routes (grace enrollment, the active organization's `require_mfa`, a live
  * session of a user who may authenticate, the active-organization rule) and answer in the
- * router's error shapes.
+ * router's error shapes. With `{apiKeys: true}` an API key is one more kind of caller for
+ * the same policy (CONTRACT 10): its own organization, its share of its owner's authority.
  */
-export function hostMiddleware(services: IdentityServices, readiness: Readiness, logger: Logger, permission?: string): RequestHandler {
+export function hostMiddleware({ services, readiness, logger, authenticatedLimiter }: HostMiddlewareParts, permission?: string, options: HostMiddlewareOptions = {}): RequestHandler {
   if (permission !== undefined && !services.catalog.has(permission)) {
     throw new TypeError(`requirePermission: "${permission}" is not in the permission catalog; add it to config.permissions`);
   }
-  const requirement: AccessRequirement = permission === undefined ? { auth: 'bearer', actsInActiveOrganization: true } : { auth: 'bearer', permission };
+  const requirement: AccessRequirement = {
+    auth: 'bearer',
+    ...(permission === undefined ? { actsInActiveOrganization: true } : { permission }),
+    ...(options.apiKeys ? { acceptsApiKeys: true } : {}),
+  };
   const chain = express.Router();
   chain.use(
     asyncStep(async (req, res) => {
       await readiness.ensure().catch((error: unknown) => {
         throw errors.unavailable(error);
       });
-      const token = bearerValue(req);
-      if (!token) throw errors.unauthorized();
-      const principal = await services.policy.authenticate(token);
-      services.policy.assertNotLocked(principal);
-      const authority =
-        (await services.policy.authorize(principal, requirement, principal.organizationId ?? undefined)) ?? (await services.policy.authorityOf(principal));
-      setPrincipal(res, principal);
-      callers.set(req, services.policy.caller(principal, authority));
+      const credential = presentedCredential(req);
+      if (credential.kind === 'none') throw errors.unauthorized();
+      if (credential.kind === 'api_key') setApiKeyPrincipal(res, await services.policy.authenticateApiKey(credential.key, requirement));
+      else {
+        const principal = await services.policy.authenticate(credential.token);
+        services.policy.assertNotLocked(principal.user);
+        setPrincipal(res, principal);
+      }
+    }),
+  );
+  // Each key has its own budget in the `authenticated` group (CONTRACT 10), counted before
+  // the permission check so a key probing for permissions spends it too.
+  chain.use((req, res, next) => (findApiKeyPrincipal(res) ? authenticatedLimiter(req, res, next) : next()));
+  chain.use(
+    asyncStep(async (req, res) => {
+      const actor: Actor = findApiKeyPrincipal(res) ?? principalOf(res);
+      const organizationId = actor.organizationId ?? undefined;
+      const authority = (await services.policy.authorize(actor, requirement, organizationId)) ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);
+      callers.set(req, services.policy.caller(actor, authority));
     }),
   );
   chain.use(errorHandler(logger));

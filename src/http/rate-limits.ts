@@ -4,7 +4,7 @@ import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
 import { RATE_LIMIT_GROUPS } from '../config/defaults.js';
-import { principalOf } from './request-state.js';
+import { findApiKeyPrincipal, principalOf } from './request-state.js';
 import { DatabaseRateLimitStore, guardStore, type RateLimitCounters } from './rate-limit-stores.js';
 
 const passThrough: RequestHandler = (_req, _res, next) => next();
@@ -20,7 +20,8 @@ function storeFor(group: RateLimitGroup, config: ResolvedConfig, counters: RateL
 /**
  * One express-rate-limit instance per group of spec section 8 (fixed windows). Per-IP
  * groups use the library's IP key (IPv6 grouped by subnet); `authenticated` is keyed by
- * user id and runs after token authentication.
+ * user id and runs after token authentication; a request made with an API key is keyed by
+ * the key's id instead, so each key has its own budget (CONTRACT 10).
  */
 export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCounters, logger: Logger): Record<RateLimitGroup, RequestHandler> {
   return Object.fromEntries(
@@ -41,7 +42,7 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
           error: () => logger.warn(`identity-router: the rate-limit store of group ${group} is unavailable; the request passes without a limit (passOnStoreError)`),
           warn: (error, message) => logger.warn(`identity-router: express-rate-limit: ${message ?? (error as Error)?.message ?? 'warning'}`),
         },
-        ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => `user:${principalOf(res).userId}` } : {}),
+        ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res) } : {}),
         handler: (req, _res, next) => {
           const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
           next(errors.rateLimited(resetTime ? (resetTime.getTime() - Date.now()) / 1000 : rule.windowSec));
@@ -50,4 +51,9 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
       return [group, limiter];
     }),
   ) as Record<RateLimitGroup, RequestHandler>;
+}
+
+function authenticatedBudgetKey(res: Response): string {
+  const apiKey = findApiKeyPrincipal(res);
+  return apiKey ? `api_key:${apiKey.apiKeyId}` : `user:${principalOf(res).userId}`;
 }

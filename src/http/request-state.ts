@@ -1,4 +1,5 @@
 import type { Response } from 'express';
+import type { ApiKeyPrincipal } from '../services/access-policy.js';
 import type { RequestMeta } from '../services/context.js';
 import type { MfaTicket } from '../services/mfa-ticket.js';
 import type { Principal } from '../services/principal.js';
@@ -13,6 +14,8 @@ const STATE = Symbol.for('identity-router.request-state');
 interface RequestState {
   principal?: Principal;
   ticket?: MfaTicket;
+  /** Set instead of `principal` when the host middleware accepted an API key (CONTRACT 10). */
+  apiKeyPrincipal?: ApiKeyPrincipal;
 }
 
 function stateOf(res: Response): RequestState {
@@ -29,6 +32,15 @@ export function principalOf(res: Response): Principal {
   const principal = stateOf(res).principal;
   if (!principal) throw new Error('principalOf called before authentication');
   return principal;
+}
+
+export function setApiKeyPrincipal(res: Response, principal: ApiKeyPrincipal): void {
+  stateOf(res).apiKeyPrincipal = principal;
+}
+
+/** The API-key actor of a host-middleware request, if a key authenticated it (CONTRACT 10). */
+export function findApiKeyPrincipal(res: Response): ApiKeyPrincipal | undefined {
+  return stateOf(res).apiKeyPrincipal;
 }
 
 export function setTicket(res: Response, ticket: MfaTicket): void {

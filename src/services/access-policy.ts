@@ -1,3 +1,4 @@
+import { apiKeyDigest, isApiKeyShaped } from '../crypto/api-key.js';
 import { errors, IdentityError } from '../errors.js';
 import type { Repositories } from '../store/store.js';
 import { type GateReads, uncachedReads } from './access-reads.js';
@@ -35,13 +36,49 @@ export interface AccessRequirement {
    * organization's `require_mfa` applies even without a permission (CONTRACT 6).
    */
   actsInActiveOrganization?: boolean;
+  /**
+   * Host middleware opted in with `{apiKeys: true}` (CONTRACT 10). The router's own routes
+   * never set it: they refuse every key.
+   */
+  acceptsApiKeys?: boolean;
 }
 
 /**
- * The caller the host middleware sets (CONTRACT 6 and 10), read with `identity.caller(req)`.
- * A union on `kind`: API-key callers join it later with `kind: 'api_key'`.
+ * The actor behind an API key (CONTRACT 10): one member of one organization, with no
+ * session. Its authority is never stored: `authorize` intersects `keyPermissions` with the
+ * owner's live authority on every request.
  */
-export type Caller = SessionCaller;
+export interface ApiKeyPrincipal {
+  kind: 'api_key';
+  userId: string;
+  organizationId: string;
+  apiKeyId: string;
+  keyPermissions: readonly string[];
+  lastUsedAt: number | null;
+  /** What the enrollment gate needs, read in the same query as the key. */
+  owner: { mfaEnforced: boolean; hasConfirmedFactor: boolean; inMfaRequiringOrganization: boolean };
+}
+
+/** Whoever a request acts as: a session (access token) or an API key. */
+export type Actor = Principal | ApiKeyPrincipal;
+
+/**
+ * The caller the host middleware sets (CONTRACT 6 and 10), read with `identity.caller(req)`.
+ * A union on `kind`.
+ */
+export type Caller = SessionCaller | ApiKeyCaller;
+
+/** A request made with an API key (CONTRACT 10). */
+export interface ApiKeyCaller {
+  kind: 'api_key';
+  /** The key's owner. */
+  user_id: string;
+  /** The key's organization. */
+  organization_id: string;
+  api_key_id: string;
+  /** The key's permission keys that its owner holds there, resolved from the database for this request. */
+  permissions: string[];
+}
 
 export interface SessionCaller {
   kind: 'session';
@@ -84,6 +121,19 @@ export function mayAuthenticate(user: { status: string; deletedAt: number | null
   return user.status === 'active' && user.deletedAt === null;
 }
 
+/** `last_used_at` is written at most this often per key, so a busy key does not write on every request. */
+const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
+
+/** The router's own routes, and host routes that did not opt in, never take a key (CONTRACT 10). */
+export function apiKeyNotAccepted(): IdentityError {
+  return errors.unauthorized('API keys are accepted only by host routes that opt in with {apiKeys: true}.');
+}
+
+/** Every way a key can have stopped working answers the same, so a probe learns nothing. */
+function apiKeyStopped(): IdentityError {
+  return errors.unauthorized('The API key is invalid, expired or revoked.');
+}
+
 export class AccessPolicy {
   constructor(
     private readonly context: ServiceContext,
@@ -103,11 +153,40 @@ export class AccessPolicy {
   }
 
   /**
+   * A presented API key → its actor, or 401 once it has stopped working: revoked, expired by
+   * the injected clock, owner no longer allowed to authenticate (disabled, deleted), or
+   * organization deleted. Membership and permissions are `authorize`'s. One indexed query on
+   * the key's hash; nothing about a key is cached, so every instance sees a change at once.
+   */
+  async authenticateApiKey(presented: string, requirement: AccessRequirement): Promise<ApiKeyPrincipal> {
+    if (!requirement.acceptsApiKeys) throw apiKeyNotAccepted();
+    if (!isApiKeyShaped(presented)) throw apiKeyStopped();
+    const found = await this.context.store.repos.apiKeys.findForUse(apiKeyDigest(this.context.keys.apiKeyHash, presented));
+    if (!found) throw apiKeyStopped();
+    const { key, owner } = found;
+    if (key.revokedAt !== null || key.expiresAt <= this.context.clock.now()) throw apiKeyStopped();
+    if (!mayAuthenticate(owner) || !found.organizationActive) throw apiKeyStopped();
+    // A locked account is refused by the host middleware, whichever credential it presents (CONTRACT 6).
+    this.assertNotLocked(owner);
+    return {
+      kind: 'api_key',
+      userId: key.userId,
+      organizationId: key.organizationId,
+      apiKeyId: key.id,
+      keyPermissions: key.permissionKeys,
+      lastUsedAt: key.lastUsedAt,
+      owner: { mfaEnforced: owner.mfaEnforced, hasConfirmedFactor: owner.hasConfirmedFactor, inMfaRequiringOrganization: owner.inMfaRequiringOrganization },
+    };
+  }
+
+  /**
    * Evaluates a requirement for an authenticated caller, in this order: grace enrollment,
    * organization scope (active organization, existence, `require_mfa`, permission), step-up.
    * Superadmin is resolved once. Answers the caller's authority in the organization.
    */
-  async authorize(principal: Principal, requirement: AccessRequirement, organizationId?: string): Promise<ResolvedAuthority | undefined> {
+  async authorize(actor: Actor, requirement: AccessRequirement, organizationId?: string): Promise<ResolvedAuthority | undefined> {
+    if (actor.kind === 'api_key') return this.authorizeApiKey(actor, requirement);
+    const principal = actor;
     const repos = this.context.access;
     if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
     let authority: ResolvedAuthority | undefined;
@@ -123,8 +202,8 @@ export class AccessPolicy {
   }
 
   /** CONTRACT 6: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
-  assertNotLocked(principal: Principal): void {
-    const { lockedUntil } = principal.user;
+  assertNotLocked(account: { lockedUntil: number | null }): void {
+    const { lockedUntil } = account;
     if (lockedUntil !== null && lockedUntil > this.context.clock.now()) throw errors.unauthorized('The account is locked.');
   }
 
@@ -159,7 +238,11 @@ export class AccessPolicy {
   }
 
   /** The caller as the host middleware exposes it. */
-  caller(principal: Principal, authority: ResolvedAuthority | undefined): Caller {
+  caller(actor: Actor, authority: ResolvedAuthority | undefined): Caller {
+    if (actor.kind === 'api_key') {
+      return { kind: 'api_key', user_id: actor.userId, organization_id: actor.organizationId, api_key_id: actor.apiKeyId, permissions: authority ? [...authority.permissions].sort() : [] };
+    }
+    const principal = actor;
     return {
       kind: 'session',
       user_id: principal.userId,
@@ -177,6 +260,27 @@ export class AccessPolicy {
   /** Resolves the caller's authority (for `caller()`) when no permission was asked. */
   async authorityOf(principal: Principal): Promise<ResolvedAuthority> {
     return this.context.access.authority(this.catalog, principal.userId, principal.organizationId);
+  }
+
+  /**
+   * A key's authority in its organization: the owner must still be an active member (else
+   * the key has stopped: 401), grace enrollment binds the owner's keys as it binds the
+   * owner's sessions, a key never passes step-up, and the permissions are the key's
+   * intersected with the owner's live ones (403 for one it lacks).
+   */
+  private async authorizeApiKey(actor: ApiKeyPrincipal, requirement: AccessRequirement): Promise<ResolvedAuthority> {
+    const owner = await this.context.access.authority(this.catalog, actor.userId, actor.organizationId);
+    if (!owner.member) throw apiKeyStopped();
+    const mfaEnforced = this.context.config.mfa.enforce || actor.owner.mfaEnforced || actor.owner.inMfaRequiringOrganization;
+    if (!requirement.allowedDuringEnrollment && mfaEnforced && !actor.owner.hasConfirmedFactor) throw mfaEnrollmentRequired();
+    const now = this.context.clock.now();
+    if (actor.lastUsedAt === null || now - actor.lastUsedAt >= API_KEY_LAST_USED_RESOLUTION_MS) {
+      await this.context.store.repos.apiKeys.touchLastUsed(actor.apiKeyId, now, API_KEY_LAST_USED_RESOLUTION_MS);
+    }
+    if (requirement.stepUp) throw errors.stepUpRequired();
+    const permissions = new Set(actor.keyPermissions.filter((permission) => owner.permissions.has(permission)));
+    if (requirement.permission !== undefined && !permissions.has(requirement.permission)) throw errors.forbidden();
+    return { ...owner, permissions };
   }
 
   /** Grace enrollment (CONTRACT 5): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */

@@ -2,6 +2,7 @@ import type { KeyRing } from './key-ring.js';
 import { errors } from '../errors.js';
 import { AccountService } from './account-service.js';
 import { AccessPolicy } from './access-policy.js';
+import { ApiKeyService } from './api-key-service.js';
 import type { ServiceContext } from './context.js';
 import { IdentityService } from './identity-service.js';
 import { InviteService } from './invite-service.js';
@@ -33,6 +34,7 @@ export class IdentityServices {
   readonly invites: InviteService;
   readonly roles: RoleService;
   readonly users: UserAdminService;
+  readonly apiKeys: ApiKeyService;
 
   constructor(readonly context: ServiceContext) {
     this.catalog = buildPermissionCatalog(context.config.permissions);
@@ -48,6 +50,7 @@ export class IdentityServices {
     this.invites = new InviteService(context, this.catalog, this.policy);
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
+    this.apiKeys = new ApiKeyService(context, this.catalog);
   }
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */

@@ -1,6 +1,7 @@
 import { errors } from '../errors.js';
 import type { MemberRow, MembershipRecord, RoleRecord } from '../store/organization-repository.js';
 import { isOwnerEquivalent, isOwnerRole, mayActOnOwner, type AccessPolicy } from './access-policy.js';
+import { revokeKeysOfMember } from './api-key-service.js';
 import { assertHolds, assertHoldsEveryKey, resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
@@ -109,6 +110,7 @@ export class MemberService {
       const user = await uow.repos.users.findById(userId);
       if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
       await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_removed', userId);
+      await revokeKeysOfMember(uow, organizationId, userId, principal.userId, 'member_removed');
       await uow.emit({ type: 'member.removed', actorId: principal.userId, userId, organizationId, data: { from: target.membership.status, roles: target.roles.map((role) => role.slug).sort() } });
     });
   }

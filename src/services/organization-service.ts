@@ -146,6 +146,7 @@ export class OrganizationService {
       if (!(await uow.repos.organizations.suspend(organizationId, uow.now))) throw errors.notFound('Organization');
       const sessionsRevoked = await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
       const invitesRevoked = await uow.repos.invites.revokeAllPending(organizationId, uow.now);
+      await uow.repos.apiKeys.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
       await uow.emit({ type: 'org.deleted', actorId: principal.userId, organizationId, data: { sessions_revoked: sessionsRevoked, invites_revoked: invitesRevoked } });
     });
   }

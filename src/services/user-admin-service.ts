@@ -112,6 +112,8 @@ export class UserAdminService {
       await uow.repos.users.deleteSecondFactorData(user.id);
       await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
       const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
+      // API keys go with the user (CONTRACT 10); the row stays a tombstone, so the cascade would not fire.
+      await uow.repos.apiKeys.deleteAllForUser(user.id);
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
       const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
       const sentInvitesRevoked = await this.revokeInvitesSentBy(uow, user.id);

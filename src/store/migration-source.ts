@@ -3,6 +3,7 @@ import * as initialSchema from './migrations/001-initial-schema.js';
 import * as hardening from './migrations/003-hardening.js';
 import * as severalInstances from './migrations/004-several-instances.js';
 import * as passkeys from './migrations/005-passkeys.js';
+import * as apiKeys from './migrations/007-api-keys.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -21,6 +22,7 @@ const MIGRATIONS: Migration[] = [
   { name: '003-hardening', up: hardening.up },
   { name: '004-several-instances', up: severalInstances.up },
   { name: '005-passkeys', up: passkeys.up },
+  { name: '007-api-keys', up: apiKeys.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

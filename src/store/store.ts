@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { ApiKeyRepository } from './api-key-repository.js';
 import { AuditRepository, RateEventRepository } from './audit-repository.js';
 import type { Dialect } from './database.js';
 import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
@@ -30,6 +31,7 @@ export interface Repositories {
   invites: InviteRepository;
   rateLimitCounters: RateLimitCounterRepository;
   passkeys: PasskeyRepository;
+  apiKeys: ApiKeyRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -51,6 +53,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     invites: new InviteRepository(context),
     rateLimitCounters: new RateLimitCounterRepository(context),
     passkeys: new PasskeyRepository(context),
+    apiKeys: new ApiKeyRepository(context),
   };
 }
 

@@ -18,6 +18,7 @@ export const TABLES = [
   'invites',
   'rateLimitCounters',
   'webauthnChallenges',
+  'apiKeys',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];

@@ -1,0 +1,34 @@
+import type { Request } from 'express';
+import { looksLikeApiKey } from '../crypto/api-key.js';
+import { errors } from '../errors.js';
+import { bearerValue } from './request-state.js';
+
+/** The one credential a request presents (CONTRACT 6 and 10). */
+export type PresentedCredential = { kind: 'none' } | { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string };
+
+/** Lines of a header as sent: Node keeps only the first `Authorization` in `req.headers`. */
+function headerLines(req: Request, name: string): string[] {
+  const lines: string[] = [];
+  for (let index = 0; index + 1 < req.rawHeaders.length; index += 2) {
+    if (req.rawHeaders[index]!.toLowerCase() === name) lines.push(req.rawHeaders[index + 1]!);
+  }
+  return lines;
+}
+
+/**
+ * Which credential the request carries. Two `Authorization` lines, two keys, or an access
+ * token beside a key are ambiguous and answer 401: picking one would let whichever layer
+ * reads the other (a proxy, a log, the host) act on a different caller.
+ */
+export function presentedCredential(req: Request): PresentedCredential {
+  const authorization = headerLines(req, 'authorization');
+  const apiKeys = headerLines(req, 'x-api-key');
+  if (authorization.length > 1 || apiKeys.length > 1 || (authorization.length > 0 && apiKeys.length > 0)) {
+    throw errors.unauthorized('The request carries more than one credential.');
+  }
+  if (apiKeys.length === 1) return { kind: 'api_key', key: apiKeys[0]!.trim() };
+  if (authorization.length === 0) return { kind: 'none' };
+  const value = bearerValue(req);
+  if (!value) throw errors.unauthorized();
+  return looksLikeApiKey(value) ? { kind: 'api_key', key: value } : { kind: 'access_token', token: value };
+}

@@ -1,0 +1,49 @@
+import Joi from 'joi';
+import type { IdentityServices } from '../../services/identity-services.js';
+import { API_KEY_MAX_TTL_SECONDS, API_KEY_NAME_MAX_LENGTH } from '../../services/api-key-service.js';
+import { created, ok, type RouteDefinition } from '../route.js';
+import { idSchema } from '../schemas.js';
+
+const orgParams = Joi.object({ orgId: idSchema.required() });
+const keyParams = Joi.object({ orgId: idSchema.required(), keyId: idSchema.required() });
+
+/**
+ * CONTRACT 10: API keys of the token's active organization. The organization and membership
+ * checks live in the service, because listing and revoking are open to every member for
+ * their own keys and widen with members.update.
+ */
+export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
+  return [
+    {
+      method: 'post',
+      path: '/orgs/:orgId/api-keys',
+      auth: 'bearer',
+      stepUp: true,
+      params: orgParams,
+      body: Joi.object({
+        name: Joi.string().prefs({ convert: true }).trim().min(1).max(API_KEY_NAME_MAX_LENGTH).pattern(/^[^\u0000-\u001f\u007f]*$/, 'no control characters').required(),
+        permission_keys: Joi.array().items(Joi.string().min(1).max(200)).max(500).required(),
+        expires_in: Joi.number().integer().min(60).max(API_KEY_MAX_TTL_SECONDS),
+      }),
+      handler: async ({ params, body, principal, meta }) =>
+        created(await services.apiKeys.create(principal, params.orgId, { name: body.name, permissionKeys: body.permission_keys, expiresIn: body.expires_in }, meta)),
+    },
+    {
+      method: 'get',
+      path: '/orgs/:orgId/api-keys',
+      auth: 'bearer',
+      params: orgParams,
+      handler: async ({ params, principal }) => ok({ keys: await services.apiKeys.list(principal, params.orgId) }),
+    },
+    {
+      method: 'delete',
+      path: '/orgs/:orgId/api-keys/:keyId',
+      auth: 'bearer',
+      params: keyParams,
+      handler: async ({ params, principal, meta }) => {
+        await services.apiKeys.revoke(principal, params.orgId, params.keyId, meta);
+        return ok({ status: 'revoked' });
+      },
+    },
+  ];
+}

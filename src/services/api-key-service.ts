@@ -1,0 +1,146 @@
+import { randomUUID } from 'node:crypto';
+import { apiKeyDigest, newApiKey } from '../crypto/api-key.js';
+import { errors } from '../errors.js';
+import type { ApiKeyRecord } from '../store/api-key-repository.js';
+import { resolveAuthority, type ResolvedAuthority } from './authority.js';
+import type { RequestMeta, ServiceContext } from './context.js';
+import { isWellFormedId } from './ids.js';
+import { GLOBAL_ONLY_PERMISSIONS, type PermissionCatalog } from './permission-catalog.js';
+import type { Principal } from './principal.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+
+const DAY_SECONDS = 24 * 3600;
+/** CONTRACT 10: every key expires; 90 days unless asked otherwise, never beyond 365. */
+export const API_KEY_DEFAULT_TTL_SECONDS = 90 * DAY_SECONDS;
+export const API_KEY_MAX_TTL_SECONDS = 365 * DAY_SECONDS;
+export const API_KEY_NAME_MAX_LENGTH = 120;
+
+/** A key as lists show it: never the key, never its hash. */
+export interface ApiKeyView {
+  id: string;
+  user_id: string;
+  name: string;
+  start: string;
+  permission_keys: string[];
+  expires_at: string;
+  created_at: string;
+  last_used_at: string | null;
+}
+
+/** The answer to creation, the only time the key itself is shown. */
+export interface CreatedApiKeyView {
+  id: string;
+  name: string;
+  key: string;
+  start: string;
+  permission_keys: string[];
+  expires_at: string;
+  created_at: string;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+function apiKeyView(key: ApiKeyRecord): ApiKeyView {
+  return {
+    id: key.id,
+    user_id: key.userId,
+    name: key.name,
+    start: key.start,
+    permission_keys: [...key.permissionKeys],
+    expires_at: iso(key.expiresAt),
+    created_at: iso(key.createdAt),
+    last_used_at: key.lastUsedAt === null ? null : iso(key.lastUsedAt),
+  };
+}
+
+/**
+ * API keys (CONTRACT 10): a script's credential for the host's own routes, on behalf of one
+ * member of one organization. Creating, listing and revoking live here; using a key is the
+ * access policy's (`AccessPolicy.authenticateApiKey` and `authorize`), like any other caller.
+ */
+export class ApiKeyService {
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly catalog: PermissionCatalog,
+  ) {}
+
+  /** POST /orgs/{id}/api-keys (step-up is checked by the route before this runs). */
+  async create(principal: Principal, organizationId: string, input: { name: string; permissionKeys: string[]; expiresIn?: number | undefined }, meta: RequestMeta): Promise<CreatedApiKeyView> {
+    assertActiveOrganization(principal, organizationId);
+    const permissionKeys = [...new Set(input.permissionKeys)];
+    for (const key of permissionKeys) {
+      if (GLOBAL_ONLY_PERMISSIONS.has(key)) throw errors.forbidden(`An API key can never hold "${key}".`);
+      if (!this.catalog.organizationKeys.includes(key)) throw errors.forbidden(`"${key}" is not an organization permission of the catalog.`);
+    }
+    const ttlSeconds = input.expiresIn ?? API_KEY_DEFAULT_TTL_SECONDS;
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const authority = await this.memberAuthority(uow, principal.userId, organizationId);
+      // No escalation: a key carries only what its creator holds now (a superadmin holds everything).
+      for (const key of permissionKeys) {
+        if (!authority.permissions.has(key)) throw errors.forbidden(`You cannot give a key "${key}", which you do not hold.`);
+      }
+      const { key, start } = newApiKey();
+      const id = randomUUID();
+      const expiresAt = uow.now + ttlSeconds * 1000;
+      await uow.repos.apiKeys.insert({ id, userId: principal.userId, organizationId, name: input.name, keyHash: this.hashOf(key), start, permissionKeys, now: uow.now, expiresAt });
+      await uow.emit({ type: 'api_key.created', actorId: principal.userId, userId: principal.userId, organizationId, data: { api_key_id: id, name: input.name } });
+      return { id, name: input.name, key, start, permission_keys: permissionKeys, expires_at: iso(expiresAt), created_at: iso(uow.now) };
+    });
+  }
+
+  /** GET /orgs/{id}/api-keys: the caller's own keys; with members.update, every member's. */
+  async list(principal: Principal, organizationId: string): Promise<ApiKeyView[]> {
+    assertActiveOrganization(principal, organizationId);
+    const repos = this.context.store.repos;
+    const authority = await this.memberAuthority({ repos }, principal.userId, organizationId);
+    const everyone = authority.permissions.has('members.update');
+    return (await repos.apiKeys.listInOrganization(organizationId, everyone ? undefined : principal.userId)).map(apiKeyView);
+  }
+
+  /**
+   * DELETE /orgs/{id}/api-keys/{keyId}: the key's owner, or a holder of members.update.
+   * Someone else's key reads as 404 to a caller who may not touch it. Revoking twice answers
+   * the same and emits once.
+   */
+  async revoke(principal: Principal, organizationId: string, keyId: string, meta: RequestMeta): Promise<void> {
+    assertActiveOrganization(principal, organizationId);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const authority = await this.memberAuthority(uow, principal.userId, organizationId);
+      const key = isWellFormedId(keyId) ? await uow.repos.apiKeys.findInOrganization(organizationId, keyId) : undefined;
+      if (!key || (key.userId !== principal.userId && !authority.permissions.has('members.update'))) throw errors.notFound('API key');
+      if (await uow.repos.apiKeys.revoke(key.id, uow.now, key.userId === principal.userId ? 'revoked_by_owner' : 'revoked_by_admin')) {
+        await uow.emit({ type: 'api_key.revoked', actorId: principal.userId, userId: key.userId, organizationId, data: { api_key_id: key.id, name: key.name } });
+      }
+    });
+  }
+
+  /** The caller's authority in the organization; only active members manage keys there. */
+  private async memberAuthority(uow: Pick<UnitOfWork, 'repos'>, userId: string, organizationId: string): Promise<ResolvedAuthority> {
+    const [organization, authority] = await Promise.all([
+      uow.repos.organizations.findActive(organizationId),
+      resolveAuthority(uow.repos, this.catalog, userId, organizationId),
+    ]);
+    if (!organization) throw errors.notFound('Organization');
+    if (!authority.member) throw errors.forbidden('Only an active member of the organization can manage its API keys.');
+    return authority;
+  }
+
+  private hashOf(key: string): string {
+    return apiKeyDigest(this.context.keys.apiKeyHash, key);
+  }
+}
+
+/** The three routes work in the token's active organization only (CONTRACT 10). */
+function assertActiveOrganization(principal: Principal, organizationId: string): void {
+  if (principal.organizationId !== organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
+}
+
+/**
+ * A membership that ends takes its keys with it (CONTRACT 10): called inside the unit of
+ * work that removes the member, so the revocation commits with the removal.
+ */
+export async function revokeKeysOfMember(uow: UnitOfWork, organizationId: string, userId: string, actorId: string | null, reason: string): Promise<void> {
+  for (const key of await uow.repos.apiKeys.revokeAllForMember(organizationId, userId, uow.now, reason)) {
+    await uow.emit({ type: 'api_key.revoked', actorId, userId, organizationId, data: { api_key_id: key.id, name: key.name } });
+  }
+}
