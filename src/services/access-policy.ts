@@ -161,7 +161,7 @@ export class AccessPolicy {
   async authenticateApiKey(presented: string, requirement: AccessRequirement): Promise<ApiKeyPrincipal> {
     if (!requirement.acceptsApiKeys) throw apiKeyNotAccepted();
     if (!isApiKeyShaped(presented)) throw apiKeyStopped();
-    const found = await this.context.store.repos.apiKeys.findForUse(apiKeyDigest(this.context.keys.apiKeyHash, presented));
+    const found = await this.context.access.apiKeyForUse(apiKeyDigest(this.context.keys.apiKeyHash, presented));
     if (!found) throw apiKeyStopped();
     const { key, owner } = found;
     if (key.revokedAt !== null || key.expiresAt <= this.context.clock.now()) throw apiKeyStopped();

@@ -1,4 +1,5 @@
 import type { Clock } from '../adapters/types.js';
+import type { ApiKeyForUse } from '../store/api-key-repository.js';
 import type { OrganizationRecord, MembershipAuthorityRow } from '../store/organization-repository.js';
 import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
@@ -50,6 +51,19 @@ export class AccessReads implements GateReads {
     // refresh may have extended it since (refreshes do not invalidate), so the database decides.
     if (!found || found.session.expiresAt > this.clock.now()) return found;
     return this.repos.sessions.findLiveWithUser(sessionId, this.clock.now());
+  }
+
+  /**
+   * An API key by its keyed digest, with its owner's gate facts (CONTRACT 10). Revocation,
+   * the owner's changes and the organization's emit events that drop the entry; expiry is
+   * checked by the caller on every read. Unknown digests are not kept, so guessing fills nothing.
+   */
+  apiKeyForUse(digest: string): Promise<ApiKeyForUse | undefined> {
+    return this.cache.read(
+      `api_key:${digest}`,
+      () => this.repos.apiKeys.findForUse(digest),
+      (value) => (value ? [dependsOnUser(value.key.userId), dependsOnOrganization(value.key.organizationId)] : undefined),
+    );
   }
 
   isSuperadmin(userId: string): Promise<boolean> {
