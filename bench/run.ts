@@ -15,6 +15,7 @@
  *
  *   BENCH_SECONDS=2 BENCH_WARMUP=0.5 npm run bench     a short smoke run
  *   BENCH_SKIP_SCALE=1                                  skip the member-page scale bench
+ *   BENCH_SKIP_API_KEYS=1                               skip the API-key vs access-token rows
  *   BENCH_PASSWORD_WORKERS=n                            password.workers of the router
  *   BENCH_PROFILE_DIR=dir                               CPU profile of the router's process
  *   BENCH_ONLY=refresh,login                            only the rows whose name contains a word
@@ -302,6 +303,12 @@ async function main(): Promise<void> {
   };
   writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
   console.log(`\nwritten to ${file}`);
+
+  if (!process.env.BENCH_SKIP_API_KEYS) {
+    console.log('\n== bench/api-key-vs-token.ts (a host route with an API key beside an access token) ==');
+    const apiKeys = spawnSync(process.execPath, ['--import', 'tsx', join(here, 'api-key-vs-token.ts')], { stdio: 'inherit' });
+    if (apiKeys.status !== 0) process.exitCode = 1;
+  }
 
   if (!process.env.BENCH_SKIP_SCALE) {
     console.log('\n== bench/org-members-page.ts (member page cost against organization size) ==');
