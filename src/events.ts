@@ -32,6 +32,9 @@ export const EVENT_TYPES = [
   'user.disabled',
   'user.enabled',
   'user.deleted',
+  // CONTRACT 9.8
+  'user.social_linked',
+  'user.social_unlinked',
 ] as const;
 
 export type IdentityEventType = (typeof EVENT_TYPES)[number];

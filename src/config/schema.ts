@@ -1,6 +1,7 @@
 import Joi from 'joi';
 import { DEFAULTS, DEFAULT_RATE_LIMITS, RATE_LIMIT_GROUPS } from './defaults.js';
 import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } from './types.js';
+import { resolveSocialConfig, socialConfigProblems, socialConfigSchema } from './social.js';
 
 const seconds = Joi.number().integer().min(1);
 const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
@@ -57,6 +58,7 @@ const configSchema = Joi.object<IdentityConfig>({
     }),
   ).unique('key'),
   links: Joi.object({ verifyEmail: urlTemplate, resetPassword: urlTemplate, acceptInvite: urlTemplate }),
+  social: socialConfigSchema,
 });
 
 /** Thrown by `createIdentityRouter` when the config is wrong; lists every problem at once. */
@@ -79,6 +81,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   const problems = error ? error.details.map((detail) => detail.message) : [];
   const password = { ...DEFAULTS.password, ...input?.password };
   if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
+  problems.push(...socialConfigProblems(input.social));
   if (problems.length > 0) throw new IdentityConfigError(problems);
 
   const databaseObject = typeof input.database === 'function' ? undefined : input.database;
@@ -112,5 +115,6 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
     security: { stepUp: { maxAge: input.security?.stepUp?.maxAge ?? DEFAULTS.stepUpMaxAge } },
     permissions: input.permissions ?? [],
     links: input.links ?? {},
+    social: resolveSocialConfig(input.social),
   };
 }

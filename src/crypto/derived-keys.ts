@@ -19,6 +19,10 @@ export interface DerivedKeys {
   passwordPepper: Buffer;
   /** HMAC key for identifiers kept out of plain sight: tombstone e-mails, rate-budget keys. */
   identifierHash: Buffer;
+  /** AES-256-GCM key for the PKCE verifier and nonce of a social-login flow (CONTRACT 9.10). */
+  socialFlowEncryption: Buffer;
+  /** HMAC key for social-login `state` values and exchange codes. */
+  socialFlowHash: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -36,5 +40,7 @@ export function deriveKeys(secret: string): DerivedKeys {
     recoveryCodeHash: derive(secret, 'hmac:recovery-code'),
     passwordPepper: derive(secret, 'hmac:password-pepper'),
     identifierHash: derive(secret, 'hmac:identifier'),
+    socialFlowEncryption: derive(secret, 'aead:social-flow'),
+    socialFlowHash: derive(secret, 'hmac:social-flow'),
   };
 }

@@ -19,12 +19,16 @@ export interface RouteRequest<Body = Record<string, unknown>, Query = Record<str
   principal: Principal;
   /** Present on ticket routes. */
   ticket: MfaTicket;
+  /** The raw `Authorization: Bearer` value on a public route that takes one optionally (the social exchange of a link). */
+  bearer: string | undefined;
 }
 
 export interface RouteResponse {
   status: number;
   body: unknown;
   headers?: Record<string, string>;
+  /** A redirect (302/303) to this absolute URL, with no body. */
+  location?: string;
 }
 
 /** A route is data: method, path, schemas, guards, and a handler that calls one service method. */
@@ -43,6 +47,8 @@ export interface RouteDefinition {
   permission?: string;
   /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
   allowedDuringEnrollment?: boolean;
+  /** A feature the host did not configure (e.g. social login): the route answers 404 before any guard. */
+  unavailable?: boolean;
   body?: Joi.ObjectSchema;
   query?: Joi.ObjectSchema;
   params?: Joi.ObjectSchema;
@@ -54,3 +60,4 @@ export interface RouteDefinition {
 export const ok = (data: unknown, headers?: Record<string, string>): RouteResponse => ({ status: 200, body: { data }, ...(headers ? { headers } : {}) });
 export const created = (data: unknown): RouteResponse => ({ status: 201, body: { data } });
 export const accepted = (message: string): RouteResponse => ({ status: 202, body: { message } });
+export const redirect = (status: 302 | 303, location: string, headers?: Record<string, string>): RouteResponse => ({ status, body: undefined, location, ...(headers ? { headers } : {}) });

@@ -9,6 +9,7 @@ import { assertPasswordAcceptable, normaliseEmail } from './password-policy.js';
 import type { Principal } from './principal.js';
 import type { SessionService, TokenResponse } from './session-service.js';
 import { countFailedAuthentication } from './lockout.js';
+import { evictLinksNotVouchingForProvenEmail } from './social-links.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export type LoginResult =
@@ -50,6 +51,7 @@ export class AccountService {
       await uow.repos.oneTimeTokens.consume(stored.id, uow.now);
       if (await uow.repos.users.markEmailVerified(user.id, uow.now)) {
         await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id });
+        await evictLinksNotVouchingForProvenEmail(uow, user);
       }
     });
   }
@@ -96,7 +98,7 @@ export class AccountService {
 
     const tokens = await runUnitOfWork(this.context, meta, async (uow) => {
       const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'] } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'], method: 'password' } });
       return opened;
     });
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
@@ -127,6 +129,11 @@ export class AccountService {
       if (!(await uow.repos.oneTimeTokens.consume(stored.id, uow.now))) throw invalid();
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
       await uow.repos.users.clearFailedLogins(user.id);
+      // The reset link reached the mailbox, which proves the address (CONTRACT 9.4: rule 5 runs on first proof).
+      if (await uow.repos.users.markEmailVerified(user.id, uow.now)) {
+        await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id, data: { method: 'password_reset' } });
+        await evictLinksNotVouchingForProvenEmail(uow, user);
+      }
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
     });

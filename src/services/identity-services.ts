@@ -11,6 +11,7 @@ import { OrganizationService } from './organization-service.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
+import { SocialService } from './social-service.js';
 import { UserAdminService } from './user-admin-service.js';
 
 /**
@@ -30,6 +31,8 @@ export class IdentityServices {
   readonly invites: InviteService;
   readonly roles: RoleService;
   readonly users: UserAdminService;
+  /** Present only with a `social` config (CONTRACT 9). */
+  readonly social: SocialService | undefined;
 
   constructor(readonly context: ServiceContext) {
     this.catalog = buildPermissionCatalog(context.config.permissions);
@@ -44,6 +47,7 @@ export class IdentityServices {
     this.invites = new InviteService(context, this.catalog, this.authentication);
     this.roles = new RoleService(context, this.catalog);
     this.users = new UserAdminService(context, this.catalog);
+    this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.authentication) : undefined;
   }
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */

@@ -64,7 +64,7 @@ export class MfaService {
    * factors when it does, nothing when a session may open, and refuses the login in
    * 'block' mode when MFA is enforced and no factor is confirmed.
    */
-  async loginGate(user: UserRecord, meta: RequestMeta): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
+  async loginGate(user: UserRecord, meta: RequestMeta, firstFactor: 'pwd' | 'fed' = 'pwd'): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
     const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.isEnforcedFor(user))) {
@@ -74,7 +74,7 @@ export class MfaService {
     }
     const ticketId = randomUUID();
     const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
-    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent });
+    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor });
     return { mfaToken: token, factors: confirmed.map(loginFactorView) };
   }
 
@@ -88,7 +88,7 @@ export class MfaService {
     if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
     // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, it is dead.
     if (ticket.failedAttempts >= this.context.config.otp.maxAttempts) throw invalid();
-    return { id: ticket.id, userId: ticket.userId };
+    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor };
   }
 
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
@@ -124,10 +124,12 @@ export class MfaService {
       if (!(await uow.repos.mfaTickets.consume(ticket.id, uow.now, this.context.config.otp.maxAttempts))) {
         throw errors.unauthorized('The MFA ticket is invalid or expired.');
       }
-      const tokens = await this.sessions.open(uow, user, { mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now }, meta);
+      // CONTRACT 9.6: after a social sign-in the first factor is `fed`, not `pwd`.
+      const amr = ticket.firstFactor === 'fed' ? ['fed', 'otp'] : SECOND_FACTOR_AMR;
+      const tokens = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr: SECOND_FACTOR_AMR, method } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.firstFactor === 'fed' ? { method: 'social' } : { method }) } });
       return { tokens };
     });
     if ('failed' in outcome) throw errors.invalidCode();

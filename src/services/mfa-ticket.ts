@@ -2,4 +2,6 @@
 export interface MfaTicket {
   id: string;
   userId: string;
+  /** `fed` when the ticket follows a social sign-in (CONTRACT 9.6). */
+  firstFactor?: 'pwd' | 'fed';
 }

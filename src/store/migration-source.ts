@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import * as initialSchema from './migrations/001-initial-schema.js';
+import * as socialLogin from './migrations/006-social-login.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 
@@ -11,7 +12,10 @@ interface Migration {
 }
 
 /** Migrations ship inside the bundle, so they run the same from ESM, CJS and tsx. Append, never edit. */
-const MIGRATIONS: Migration[] = [{ name: '001-initial-schema', up: initialSchema.up }];
+const MIGRATIONS: Migration[] = [
+  { name: '001-initial-schema', up: initialSchema.up },
+  { name: '006-social-login', up: socialLogin.up },
+];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {
   constructor(private readonly table: TableNames) {}

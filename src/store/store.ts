@@ -6,6 +6,7 @@ import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRep
 import type { RepositoryContext } from './repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
+import { SocialFlowRepository, SocialIdentityRepository } from './social-repository.js';
 import type { TableNames } from './table-names.js';
 import { UserRepository } from './user-repository.js';
 
@@ -26,6 +27,8 @@ export interface Repositories {
   roles: RoleRepository;
   memberships: MembershipRepository;
   invites: InviteRepository;
+  socialIdentities: SocialIdentityRepository;
+  socialFlows: SocialFlowRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -45,6 +48,8 @@ function bindRepositories(context: RepositoryContext): Repositories {
     roles: new RoleRepository(context),
     memberships: new MembershipRepository(context),
     invites: new InviteRepository(context),
+    socialIdentities: new SocialIdentityRepository(context),
+    socialFlows: new SocialFlowRepository(context),
   };
 }
 

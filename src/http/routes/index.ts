@@ -3,9 +3,10 @@ import type { RouteDefinition } from '../route.js';
 import { accountRoutes } from './account.js';
 import { mfaRoutes } from './mfa.js';
 import { organizationRoutes } from './orgs.js';
+import { socialRoutes } from './social.js';
 import { userRoutes } from './users.js';
 
 /** Every route of the spec, by section. */
 export function allRoutes(services: IdentityServices): RouteDefinition[] {
-  return [...accountRoutes(services), ...mfaRoutes(services), ...organizationRoutes(services), ...userRoutes(services)];
+  return [...accountRoutes(services), ...mfaRoutes(services), ...organizationRoutes(services), ...userRoutes(services), ...socialRoutes(services)];
 }
