@@ -1,5 +1,5 @@
 import type { Request, RequestHandler, Response } from 'express';
-import { rateLimit } from 'express-rate-limit';
+import { ipKeyGenerator, rateLimit } from 'express-rate-limit';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
 import { RATE_LIMIT_GROUPS } from '../config/defaults.js';
@@ -26,6 +26,8 @@ export function buildRateLimiters(config: ResolvedConfig): Record<RateLimitGroup
         identifier: group,
         ...(config.auth.rateLimitStore ? { store: config.auth.rateLimitStore(group) } : {}),
         ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => `user:${principalOf(res).userId}` } : {}),
+        // CONTRACT 9.9: the social group counts each of its routes separately, per IP.
+        ...(group === 'social' ? { keyGenerator: (req: Request) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${String(req.route?.path ?? '')}` } : {}),
         handler: (req, _res, next) => {
           const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
           next(errors.rateLimited(resetTime ? (resetTime.getTime() - Date.now()) / 1000 : rule.windowSec));
