@@ -65,6 +65,7 @@ describe('state', () => {
     assert.ok(first.code);
     const replay = await h.get(callbackPath);
     assertError(replay, 400, 'social_state_invalid');
+    assert.equal(replay.headers.get('referrer-policy'), 'no-referrer');
   });
 
   test('an expired state is 400 social_state_invalid (the injected clock decides)', async () => {
@@ -369,6 +370,27 @@ describe('sign-up policy and login rules', () => {
       assert.equal(await countRows(strict, 'users'), 1);
     } finally {
       await strict.close();
+    }
+  });
+
+  test('MFA enforced in block mode: the exchange answers 403 mfa_enrollment_required, as login does', async () => {
+    const blocking = await startSocialHarness(op, { config: { mfa: { enforce: true, enforcementMode: 'block' } } });
+    try {
+      assertError(await socialLogin(blocking, op, verifiedAccount()), 403, 'mfa_enrollment_required');
+    } finally {
+      await blocking.close();
+    }
+  });
+
+  test('MFA enforced in grace mode: the social session is under grace enrollment', async () => {
+    const grace = await startSocialHarness(op, { config: { mfa: { enforce: true } } });
+    try {
+      const login = await socialLogin(grace, op, verifiedAccount());
+      assert.equal(login.status, 200, login.text);
+      assertError(await grace.get('/auth/social/identities', { token: login.body.data.access_token }), 403, 'mfa_enrollment_required');
+      assert.equal((await grace.get('/auth/me', { token: login.body.data.access_token })).status, 200);
+    } finally {
+      await grace.close();
     }
   });
 

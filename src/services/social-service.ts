@@ -177,7 +177,9 @@ export class SocialService {
     // A state issued for another provider is burned and signs no one in.
     if (!flow || flow.provider !== provider.id) {
       if (this.social.errorUrl) return withQuery(this.social.errorUrl, { social_error: 'social_state_invalid' });
-      throw new IdentityError(400, 'social_state_invalid', 'The sign-in attempt is unknown, expired or already used; start again.');
+      throw new IdentityError(400, 'social_state_invalid', 'The sign-in attempt is unknown, expired or already used; start again.', {
+        headers: { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' },
+      });
     }
     try {
       const claims = await this.fetchClaims(provider, flow, parameters);
