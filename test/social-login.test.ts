@@ -273,6 +273,7 @@ describe('e-mail from the ID token and from UserInfo', () => {
         assert.equal(login.status, 200, login.text);
         assert.equal(login.body.data.user.email, account.email);
         assert.equal(login.body.data.user.email_verified, true);
+        assert.equal(provider.userInfoRequests > 0, conformIdTokenClaims, 'UserInfo is asked only when the ID token has no e-mail');
       } finally {
         await harness.close();
         await provider.close();

@@ -37,6 +37,8 @@ export class TestOpenIdProvider {
   current: ProviderAccount | undefined;
   /** The next interaction answers `error=access_denied` instead. */
   denyNext = false;
+  /** Requests to the UserInfo endpoint, so a test can tell where the e-mail came from. */
+  userInfoRequests = 0;
   issuer!: string;
   private server!: Server;
   private provider: any;
@@ -102,6 +104,7 @@ export class TestOpenIdProvider {
         await this.provider.interactionFinished(req, res, { login: { accountId: account.sub }, consent: { grantId } }, { mergeWithLastSubmission: false });
         return;
       }
+      if (req.url?.startsWith('/me')) this.userInfoRequests += 1;
       this.provider.callback()(req, res);
     } catch (error) {
       res.statusCode = 500;
