@@ -76,6 +76,17 @@ describe('configuration and discovery', () => {
     assert.ok(!String(row.secrets_enc).includes(params.get('nonce')!));
   });
 
+  test('flows older than one day are pruned (injected clock)', async () => {
+    const handoff = handoffPair();
+    await h.post(`/auth/social/${PROVIDER_ID}/authorize`, { handoff_challenge: handoff.challenge, handoff_challenge_method: 'S256' });
+    const createdBefore = h.clock.now();
+    const oldFlows = async () => Number((await h.knex(`${h.tablePrefix}social_flows`).where('created_at', '<=', createdBefore).count({ count: '*' }).first())!.count);
+    assert.ok((await oldFlows()) > 0);
+    h.clock.advance(24 * 3600 + 1);
+    await h.post(`/auth/social/${PROVIDER_ID}/authorize`, { handoff_challenge: handoff.challenge, handoff_challenge_method: 'S256' });
+    assert.equal(await oldFlows(), 0);
+  });
+
   test('GET authorize answers 302 to the provider', async () => {
     const handoff = handoffPair();
     const response = await h.get(`/auth/social/${PROVIDER_ID}/authorize?handoff_challenge=${handoff.challenge}&handoff_challenge_method=S256`);
@@ -172,7 +183,9 @@ describe('sign-in', () => {
     const loggedIn = h.eventsOfType('user.logged_in').find((event) => event.user_id === data.user.id);
     assert.equal(loggedIn?.data.method, 'social');
     assert.equal(loggedIn?.data.provider, PROVIDER_ID);
-    // Events never carry the subject, the provider e-mail, codes or tokens.
+    // Neither the log nor the events carry the subject, the provider e-mail, codes or tokens.
+    const logText = JSON.stringify(h.logs);
+    assert.ok(!logText.includes(trip.code!) && !logText.includes(account.sub) && !logText.includes(data.refresh_token), 'the log holds no code, subject or token');
     for (const event of h.events.filter((candidate) => candidate.user_id === data.user.id)) {
       const text = JSON.stringify(event.data);
       assert.ok(!text.includes(account.sub) && !text.includes(account.email!) && !text.includes(trip.code!), `${event.type} leaks: ${text}`);
@@ -195,6 +208,22 @@ describe('sign-in', () => {
     assert.deepEqual(Object.keys(identity).sort(), ['created_at', 'email', 'email_verified', 'id', 'last_login_at', 'provider']);
     assert.equal(identity.email_verified, true, 'the string "true" counts as verified');
     assert.equal(identity.last_login_at, new Date(h.clock.now()).toISOString());
+  });
+
+  test('a link whose stored issuer differs from the configured one is never matched (warn log)', async () => {
+    const account = verifiedAccount();
+    const first = await socialLogin(h, op, account);
+    await h.knex(`${h.tablePrefix}social_identities`).where({ user_id: first.body.data.user.id }).update({ issuer: 'https://old-issuer.example' });
+    assert.equal((await socialRoundTrip(h, op, account)).error, 'account_link_required');
+    assert.ok(h.logs.some((line) => line.level === 'warn' && /issuer differs/.test(line.msg)));
+  });
+
+  test('a user disabled between the callback and the exchange gets 403 account_disabled from the exchange', async () => {
+    const account = verifiedAccount();
+    const first = await socialLogin(h, op, account);
+    const trip = await socialRoundTrip(h, op, account);
+    await h.knex(`${h.tablePrefix}users`).where({ id: first.body.data.user.id }).update({ status: 'disabled' });
+    assertError(await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }), 403, 'account_disabled');
   });
 
   test('the local e-mail never changes when the provider e-mail does', async () => {
