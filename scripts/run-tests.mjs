@@ -4,7 +4,9 @@
 //   node scripts/run-tests.mjs [--sqlite-only | --pg-only] [test files or globs...]
 //
 // The PostgreSQL run uses IDENTITY_TEST_PG_URL when set; otherwise it starts a
-// throwaway PostgreSQL cluster in a temp dir and removes it afterwards.
+// throwaway PostgreSQL cluster in a temp dir and removes it afterwards. Likewise Redis
+// (for the several-instances tests): IDENTITY_TEST_REDIS_URL, else a throwaway redis-server;
+// without one those tests skip, except under CI=true where that is a failure.
 
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -303,11 +305,69 @@ function removeThrowawayCluster() {
   fs.rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
 }
 
+// ---------------------------------------------------------------- Redis
+
+let redis = null;
+
+async function startThrowawayRedis() {
+  const server = findPgBinary('redis-server', '/usr/bin');
+  if (!server) throw new Error('redis-server not found (install it: apt-get install redis-server)');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'identity-redis-'));
+  const port = await findFreePort();
+  const child = spawn(server, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  redis = { child, dir };
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`redis-server did not start within 10 s\n${output}`)), 10_000);
+    const poll = setInterval(() => {
+      if (/Ready to accept connections/.test(output)) {
+        clearInterval(poll);
+        clearTimeout(timer);
+        resolve();
+      }
+    }, 50);
+    child.on('exit', (code) => {
+      clearInterval(poll);
+      clearTimeout(timer);
+      reject(new Error(`redis-server exited with ${code}\n${output}`));
+    });
+  });
+  return { url: `redis://127.0.0.1:${port}`, port };
+}
+
+function removeThrowawayRedis() {
+  if (!redis) return;
+  const { child, dir } = redis;
+  redis = null;
+  child.kill('SIGKILL');
+  fs.rmSync(dir, { recursive: true, force: true, maxRetries: 5 });
+}
+
+/** Environment for the PostgreSQL phase: a Redis URL, or the reason the Redis tests skip. */
+async function acquireRedisEnv() {
+  if (process.env.IDENTITY_TEST_REDIS_URL) return { IDENTITY_TEST_REDIS_URL: process.env.IDENTITY_TEST_REDIS_URL };
+  try {
+    const started = await startThrowawayRedis();
+    console.log(`started throwaway redis-server on port ${started.port}`);
+    return { IDENTITY_TEST_REDIS_URL: started.url };
+  } catch (error) {
+    removeThrowawayRedis();
+    if (isCi) throw new Error(`Redis unavailable under CI=true: ${error.message}`);
+    const reason = `no redis-server: install it (apt-get install redis-server) or set IDENTITY_TEST_REDIS_URL`;
+    console.warn(`\nrun-tests: WARNING: ${reason}; the tests that need Redis skip\n${error.message}`);
+    return { IDENTITY_TEST_REDIS_SKIP: reason };
+  }
+}
+
 function installCleanupHandlers() {
   process.on('exit', removeThrowawayCluster);
+  process.on('exit', removeThrowawayRedis);
   for (const signal of ['SIGINT', 'SIGTERM']) {
     process.on(signal, () => {
       activeTestProcess?.kill(signal);
+      removeThrowawayRedis();
       removeThrowawayCluster();
       process.exit(128 + os.constants.signals[signal]);
     });
@@ -369,13 +429,19 @@ async function main() {
       return results[0].exitCode;
     }
     try {
+      const redisEnv = await acquireRedisEnv();
       results.push(
         await runPhase('PostgreSQL', `identity-router tests on ${postgres.description}`, files, {
           IDENTITY_TEST_DB: 'pg',
           IDENTITY_TEST_PG_URL: postgres.url,
+          ...redisEnv,
         }),
       );
+    } catch (error) {
+      console.error(`\nrun-tests: ERROR: ${error.message}`);
+      results.push({ name: 'PostgreSQL', exitCode: 1, seconds: 0 });
     } finally {
+      removeThrowawayRedis();
       removeThrowawayCluster();
     }
   }
@@ -388,6 +454,7 @@ main().then(
   (exitCode) => process.exit(exitCode),
   (error) => {
     console.error(error);
+    removeThrowawayRedis();
     removeThrowawayCluster();
     process.exit(1);
   },

@@ -1,25 +1,29 @@
-import type { RequestHandler, Router } from 'express';
+import type { Request, RequestHandler, Router } from 'express';
 import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
+import { assertProductionAdapters } from './adapters/production-guard.js';
 import type { Clock, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
 import { resolveConfig } from './config/schema.js';
 import type { IdentityConfig } from './config/types.js';
 import { deriveKeys } from './crypto/derived-keys.js';
 import { JwtCodec } from './crypto/jwt.js';
-import { KeyRing } from './crypto/key-ring.js';
+import { KeyRing } from './services/key-ring.js';
 import { PasswordHasher } from './crypto/password-hasher.js';
 import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';
-import { requirePermissionMiddleware } from './http/host-middleware.js';
+import { callerOf, hostMiddleware } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
+import type { Caller } from './services/access-policy.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
 import { openDatabase } from './store/database.js';
+import { openInstanceNotifications } from './store/instance-notifications.js';
 import { migrationConfig } from './store/migration-source.js';
+import { withStartupLock } from './store/startup-lock.js';
 import { Store } from './store/store.js';
 import { tableNames } from './store/table-names.js';
 import { describeError } from './services/unit-of-work.js';
@@ -44,14 +48,26 @@ export interface IdentityRouter extends Router {
   ready: Promise<void>;
   /** The core service layer, usable without HTTP. */
   service: IdentityServices;
-  /** Middleware for the host's own routes: a valid bearer token whose holder has `permission` in the token's active organization. */
+  /**
+   * Middleware for the host's own routes: an access token of a live session, under every
+   * gate the router's own routes apply (CONTRACT 6). Read the caller with `caller(req)`.
+   */
+  authenticate(): RequestHandler;
+  /** `authenticate()` plus `permission` in the token's active organization, resolved from live authority. */
   requirePermission(permission: string): RequestHandler;
+  /**
+   * The caller set by `authenticate()` or `requirePermission()` on this request:
+   * `{kind: 'session', user_id, session_id, organization_id, mfa, amr, auth_time,
+   * email_verified, superadmin, permissions}`; undefined before them. Switch on `kind`.
+   */
+  caller(req: Request): Caller | undefined;
   /** Stops the password workers; destroys the Knex pool only if the router created it. */
   close(): Promise<void>;
 }
 
 export function createIdentityRouter(config: IdentityConfig, adapters: IdentityAdapters = {}): IdentityRouter {
   const resolved = resolveConfig(config);
+  assertProductionAdapters(adapters);
   const logger = adapters.logger ?? consoleLogger;
   const clock = adapters.clock ?? systemClock;
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');
@@ -66,8 +82,11 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const store = new Store(database.knex, table, database.dialect);
   const keys = deriveKeys(resolved.secret);
   const hasher = new PasswordHasher({ cost: resolved.password.bcryptCost, pepper: keys.passwordPepper });
-  const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl);
+  // Other instances' changes (key rotations) reach this one through the database.
+  const notifications = openInstanceNotifications(database.knex, database.dialect, resolved.tablePrefix, logger);
+  const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl, notifications);
   const jwt = new JwtCodec(keyRing, clock, {
+    mfaTicketKey: keys.mfaTicketSigning,
     issuer: resolved.issuer,
     audience: resolved.audience,
     accessTtl: resolved.tokens.accessTtl,
@@ -90,9 +109,12 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
 
   const readiness = new Readiness(async () => {
     try {
-      if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
-      await keyRing.initialise();
-      await services.initialise();
+      // Instances started together take turns: migrations and the first keys are made once (CONTRACT 7).
+      await withStartupLock(database.knex, database.dialect, resolved.tablePrefix, async () => {
+        if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
+        await keyRing.initialise();
+        await services.initialise();
+      });
     } catch (error) {
       logger.error('identity-router failed to start; requests answer 503 until a retry succeeds', { error: describeError(error) });
       throw error;
@@ -102,13 +124,19 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 
-  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved), readiness, logger }) as IdentityRouter;
+  const router = buildRouter({ services, routes: allRoutes(services), limiters: buildRateLimiters(resolved, store.repos.rateLimitCounters, logger), readiness, logger }) as IdentityRouter;
   router.ready = ready;
   router.service = services;
-  router.requirePermission = (permission) => requirePermissionMiddleware(services, readiness, logger, permission);
+  router.authenticate = () => hostMiddleware(services, readiness, logger);
+  router.requirePermission = (permission) => hostMiddleware(services, readiness, logger, permission);
+  // `caller` is a restricted property of functions (Function.prototype.caller throws on
+  // assignment), so the accessor is defined as an own property instead.
+  Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();
+    keyRing.close();
+    await notifications.close();
     if (database.owned) await database.knex.destroy();
   };
   return router;

@@ -15,6 +15,7 @@ export type IdentityErrorCode =
   | 'mfa_enrollment_required'
   | 'mfa_required'
   | 'not_found'
+  | 'method_not_allowed'
   | 'conflict'
   | 'last_factor_protected'
   | 'invalid_code'

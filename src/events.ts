@@ -12,6 +12,7 @@ export const EVENT_TYPES = [
   'user.password_reset_requested',
   'user.password_changed',
   'mfa.enrolled',
+  'mfa.factor_added',
   'mfa.verified',
   'mfa.recovery_used',
   'mfa.verify_failed',

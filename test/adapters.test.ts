@@ -6,7 +6,7 @@ import { createDevSmsSender, noopSender } from '../src/adapters/dev-sms.js';
 import { createNodemailerMailer } from '../src/adapters/nodemailer-mailer.js';
 import { escapeHtml, renderMail, renderSms } from '../src/adapters/templates.js';
 import type { Logger } from '../src/adapters/types.js';
-import { COMMON_PASSWORDS, isCommonPassword } from '../src/crypto/common-passwords.js';
+import { COMMON_PASSWORDS, isCommonPassword } from '../src/services/common-passwords.js';
 
 interface LogEntry {
   level: 'debug' | 'info' | 'warn' | 'error';

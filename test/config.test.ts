@@ -80,7 +80,7 @@ test('defaults follow CONTRACT 2 and a partial rate-limit object merges with the
     authenticated: { limit: 600, windowSec: 60 },
   });
   assert.equal(resolved.security.stepUp.maxAge, 300);
-  assert.equal(resolved.otp.totp.issuer, valid.issuer);
+  assert.equal(resolved.otp.totp.issuer, 'id.example.test', 'CONTRACT 2: the host of issuer, so the label has no colon');
   const allOff = resolveConfig({ ...valid, auth: { rateLimits: false } });
   assert.ok(Object.values(allOff.auth.rateLimits).every((rule) => rule === false));
   assert.equal(resolveConfig({ ...valid, database: { ...database, tablePrefix: 'acme_' } }).tablePrefix, 'acme_');

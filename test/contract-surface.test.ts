@@ -38,7 +38,7 @@ test('a request that arrives before start-up has finished waits for it instead o
     assert.equal(settled, false, 'the request went out before start-up finished');
     const response = await pending;
     assert.equal(response.status, 200);
-    assert.equal(((await response.json()) as { keys: unknown[] }).keys.length, 1);
+    assert.equal(((await response.json()) as { keys: unknown[] }).keys.length, 2, 'the active and the next signing key');
   } finally {
     await new Promise((resolve) => server.close(resolve));
     await identity.close();

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { countRows } from './helpers/account.js';
-import { Harness, uniqueEmail } from './helpers/harness.js';
+import { type Harness, uniqueEmail } from './helpers/harness.js';
 import { authorizeAtProvider, newSubject, startLogin, startSocialHarness, TestOpenIdProvider } from './helpers/oidc.js';
 
 // CONTRACT 9.10: single-use by one conditional update, and one user per new subject, under

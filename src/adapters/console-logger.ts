@@ -4,7 +4,7 @@ const PREFIX = '[identity-router]';
 
 // Read on every call rather than at import, so a host (or a test) can switch debug output on after loading.
 function isDebugEnabled(): boolean {
-  const flag = process.env['IDENTITY_ROUTER_DEBUG'];
+  const flag = process.env.IDENTITY_ROUTER_DEBUG;
   return flag !== undefined && flag !== '' && flag !== '0' && flag.toLowerCase() !== 'false';
 }
 

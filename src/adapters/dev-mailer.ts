@@ -1,10 +1,13 @@
 import { consoleLogger } from './console-logger.js';
+import { markDevelopmentAdapter } from './production-guard.js';
 import { renderMail } from './templates.js';
 import type { Logger, Mailer } from './types.js';
 
 export interface DevMailerOptions {
   /** Where rendered mail is written; default {@link consoleLogger}. */
   logger?: Logger;
+  /** Under `NODE_ENV=production` the router refuses to start with this mailer unless this is `true`. */
+  allowInProduction?: boolean;
 }
 
 /**
@@ -13,7 +16,7 @@ export interface DevMailerOptions {
  */
 export function createDevMailer(options: DevMailerOptions = {}): Mailer {
   const logger = options.logger ?? consoleLogger;
-  return {
+  return markDevelopmentAdapter({
     send(message) {
       // Rendering errors become a rejected promise, like a real transport's failure, for the router to log.
       try {
@@ -24,5 +27,5 @@ export function createDevMailer(options: DevMailerOptions = {}): Mailer {
         return Promise.reject(error);
       }
     },
-  };
+  }, options.allowInProduction === true);
 }

@@ -151,7 +151,7 @@ function composeInvite(context: Record<string, unknown>): MailContent {
   const appName = requiredText('invite', context, 'app_name');
   const organizationName = requiredText('invite', context, 'organization_name');
   const inviterEmail = optionalText(context, 'inviter_email');
-  const expiresAt = formatExpiry(context['expires_at']);
+  const expiresAt = formatExpiry(context.expires_at);
   const blocks: Block[] = [
     {
       kind: 'paragraph',
@@ -182,7 +182,7 @@ function composeInvite(context: Record<string, unknown>): MailContent {
 function composeOtpCode(context: Record<string, unknown>): MailContent {
   const appName = requiredText('otp_code', context, 'app_name');
   const code = requiredText('otp_code', context, 'code');
-  const purpose = context['purpose'];
+  const purpose = context.purpose;
   const purposeWords =
     typeof purpose === 'string' && Object.hasOwn(PURPOSE_WORDS, purpose)
       ? PURPOSE_WORDS[purpose as OtpPurpose]

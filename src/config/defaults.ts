@@ -45,5 +45,11 @@ export const DEFAULTS = {
     },
     verifyBudget: { limit: 20, windowSec: 15 * MINUTE },
   },
+  invites: {
+    sendBudget: {
+      perOrganization: { limit: 50, windowSec: HOUR },
+      perAddress: { limit: 5, windowSec: DAY },
+    },
+  },
   stepUpMaxAge: 5 * MINUTE,
 } as const;

@@ -5,7 +5,7 @@ import { resolveSocialConfig, socialConfigProblems, socialConfigSchema } from '.
 
 const seconds = Joi.number().integer().min(1);
 const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
-const rateLimitRule = Joi.alternatives(Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() }), Joi.valid(false));
+const rateLimitRule = Joi.alternatives(Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required(), passOnStoreError: Joi.boolean() }), Joi.valid(false));
 const urlTemplate = Joi.string().pattern(/\{token\}/, 'a {token} placeholder');
 
 const configSchema = Joi.object<IdentityConfig>({
@@ -38,7 +38,7 @@ const configSchema = Joi.object<IdentityConfig>({
       Joi.valid(false),
       Joi.object(Object.fromEntries(RATE_LIMIT_GROUPS.map((group) => [group, rateLimitRule]))),
     ),
-    rateLimitStore: Joi.function(),
+    rateLimitStore: Joi.alternatives(Joi.valid('memory', 'database'), Joi.function()),
   }),
   otp: Joi.object({
     length: Joi.number().integer().min(4).max(10),
@@ -47,8 +47,10 @@ const configSchema = Joi.object<IdentityConfig>({
     resendCooldown: Joi.number().integer().min(0),
     sendBudget: Joi.object({ perDestination: windowBudget, perAccount: windowBudget }),
     verifyBudget: windowBudget,
-    totp: Joi.object({ issuer: Joi.string().min(1) }),
+    // Key URI format: the label is `issuer:account`, so a `:` in the issuer breaks it.
+    totp: Joi.object({ issuer: Joi.string().min(1).pattern(/^[^:]*$/, 'no colon').messages({ 'string.pattern.name': '"otp.totp.issuer" must not contain ":" (the authenticator label is issuer:account)' }) }),
   }),
+  invites: Joi.object({ sendBudget: Joi.object({ perOrganization: windowBudget, perAddress: windowBudget }) }),
   mfa: Joi.object({ enforce: Joi.boolean(), enforcementMode: Joi.valid('grace', 'block') }),
   security: Joi.object({ stepUp: Joi.object({ maxAge: seconds }) }),
   permissions: Joi.array().items(
@@ -74,6 +76,22 @@ function resolveRateLimits(input: NonNullable<IdentityConfig['auth']>['rateLimit
   return { ...DEFAULT_RATE_LIMITS, ...(input ?? {}) } as Record<RateLimitGroup, RateLimitRule | false>;
 }
 
+/**
+ * CONTRACT 2: `otp.totp.issuer`, else `appName`, else the host name of `issuer` (a URL's
+ * `https:` and port would put a `:` in the label), else `issuer` as written.
+ */
+function defaultTotpIssuer(input: IdentityConfig): string {
+  if (input.otp?.totp?.issuer !== undefined) return input.otp.totp.issuer;
+  if (input.appName !== undefined) return input.appName;
+  try {
+    const { hostname } = new URL(input.issuer);
+    if (hostname) return hostname;
+  } catch {
+    // Not a URL: the issuer is a plain name.
+  }
+  return input.issuer;
+}
+
 export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   // A JavaScript host can call without one; answer like any other config problem, not with a TypeError.
   if (typeof input !== 'object' || input === null) throw new IdentityConfigError(['a config object is required']);
@@ -82,6 +100,8 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   const password = { ...DEFAULTS.password, ...input?.password };
   if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
   problems.push(...socialConfigProblems(input.social));
+  const totpIssuer = defaultTotpIssuer(input);
+  if (!error && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
   if (problems.length > 0) throw new IdentityConfigError(problems);
 
   const databaseObject = typeof input.database === 'function' ? undefined : input.database;
@@ -100,7 +120,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
       requireVerifiedEmail: input.auth?.requireVerifiedEmail ?? false,
       lockout: { ...DEFAULTS.lockout, ...input.auth?.lockout },
       rateLimits: resolveRateLimits(input.auth?.rateLimits),
-      rateLimitStore: input.auth?.rateLimitStore,
+      rateLimitStore: input.auth?.rateLimitStore ?? 'memory',
     },
     otp: {
       length: input.otp?.length ?? DEFAULTS.otp.length,
@@ -109,8 +129,9 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
       resendCooldown: input.otp?.resendCooldown ?? DEFAULTS.otp.resendCooldown,
       sendBudget: { ...DEFAULTS.otp.sendBudget, ...input.otp?.sendBudget },
       verifyBudget: input.otp?.verifyBudget ?? DEFAULTS.otp.verifyBudget,
-      totp: { issuer: input.otp?.totp?.issuer ?? input.issuer },
+      totp: { issuer: totpIssuer },
     },
+    invites: { sendBudget: { ...DEFAULTS.invites.sendBudget, ...input.invites?.sendBudget } },
     mfa: { enforce: input.mfa?.enforce ?? false, enforcementMode: input.mfa?.enforcementMode ?? 'grace' },
     security: { stepUp: { maxAge: input.security?.stepUp?.maxAge ?? DEFAULTS.stepUpMaxAge } },
     permissions: input.permissions ?? [],

@@ -17,7 +17,20 @@ export type RateLimitGroup =
 export interface RateLimitRule {
   limit: number;
   windowSec: number;
+  /**
+   * When the group's store (Redis, the database) fails or does not answer within 5 s: `true`
+   * lets the request through without a limit (fail open, logged); `false` (default) answers
+   * 503 `unavailable`.
+   */
+  passOnStoreError?: boolean;
 }
+
+/**
+ * Where the rate-limit counters live: `'memory'` (default; each instance counts on its own),
+ * `'database'` (the router's database, shared by every instance), or an express-rate-limit
+ * store per group, e.g. Redis through rate-limit-redis.
+ */
+export type RateLimitStoreOption = 'memory' | 'database' | ((group: RateLimitGroup) => RateLimitStore);
 
 export interface WindowBudget {
   limit: number;
@@ -69,8 +82,8 @@ export interface IdentityConfig {
     lockout?: { threshold?: number; window?: number; duration?: number };
     /** `auth.rate_limits`: per group `{limit, windowSec}` or `false`; `false` disables all. */
     rateLimits?: false | Partial<Record<RateLimitGroup, RateLimitRule | false>>;
-    /** An express-rate-limit store per group, for several instances (e.g. Redis). Default: in memory. */
-    rateLimitStore?: (group: RateLimitGroup) => RateLimitStore;
+    /** `'memory'` (default), `'database'`, or an express-rate-limit store per group (e.g. Redis): see {@link RateLimitStoreOption}. */
+    rateLimitStore?: RateLimitStoreOption;
   };
   otp?: {
     /** digits of SMS and e-mail codes, default 6 */ length?: number;
@@ -81,6 +94,13 @@ export interface IdentityConfig {
     /** failed verifications per account, default `{limit: 20, windowSec: 900}` */
     verifyBudget?: WindowBudget;
     totp?: { issuer?: string };
+  };
+  invites?: {
+    /**
+     * Invite mail sent (re-invites included), default `{perOrganization: {limit: 50, windowSec: 3600},
+     * perAddress: {limit: 5, windowSec: 86400}}`; over a budget: 429 rate_limited.
+     */
+    sendBudget?: { perOrganization?: WindowBudget; perAddress?: WindowBudget };
   };
   mfa?: {
     /** global enforcement, default false */ enforce?: boolean;
@@ -120,7 +140,7 @@ export interface ResolvedConfig {
     requireVerifiedEmail: boolean;
     lockout: { threshold: number; window: number; duration: number };
     rateLimits: Record<RateLimitGroup, RateLimitRule | false>;
-    rateLimitStore: ((group: RateLimitGroup) => RateLimitStore) | undefined;
+    rateLimitStore: RateLimitStoreOption;
   };
   otp: {
     length: number;
@@ -131,6 +151,7 @@ export interface ResolvedConfig {
     verifyBudget: WindowBudget;
     totp: { issuer: string };
   };
+  invites: { sendBudget: { perOrganization: WindowBudget; perAddress: WindowBudget } };
   mfa: { enforce: boolean; enforcementMode: 'grace' | 'block' };
   security: { stepUp: { maxAge: number } };
   permissions: PermissionDefinition[];

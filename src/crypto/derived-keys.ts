@@ -23,6 +23,8 @@ export interface DerivedKeys {
   socialFlowEncryption: Buffer;
   /** HMAC key for social-login `state` values and exchange codes. */
   socialFlowHash: Buffer;
+  /** HS256 key of MFA tickets: never published, so no JWKS verifier can accept a ticket (CONTRACT 5). */
+  mfaTicketSigning: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -42,5 +44,6 @@ export function deriveKeys(secret: string): DerivedKeys {
     identifierHash: derive(secret, 'hmac:identifier'),
     socialFlowEncryption: derive(secret, 'aead:social-flow'),
     socialFlowHash: derive(secret, 'hmac:social-flow'),
+    mfaTicketSigning: derive(secret, 'hmac:mfa-ticket'),
   };
 }

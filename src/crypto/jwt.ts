@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
 import type { Clock } from '../adapters/types.js';
-import type { KeyRing } from './key-ring.js';
+import type { KeyObject } from 'node:crypto';
+
+/** Where the codec gets its RS256 keys (the key ring in services implements it; crypto never reads the store). */
+export interface SigningKeySource {
+  signingKey(): Promise<{ kid: string; privateKey: KeyObject }>;
+  verificationKey(kid: string): Promise<KeyObject | undefined>;
+}
 
 export const ACCESS_TOKEN_TYP = 'at+jwt';
 export const MFA_TICKET_TYP = 'mfa+jwt';
@@ -39,6 +45,8 @@ export interface MfaTicketClaims {
 export type AccessTokenSubject = Omit<AccessTokenClaims, 'jti' | 'iss' | 'aud' | 'iat' | 'exp'>;
 
 export interface JwtSettings {
+  /** HS256 key of MFA tickets, derived from `secret` and never in the JWKS. */
+  mfaTicketKey: Buffer;
   issuer: string;
   audience: string | undefined;
   accessTtl: number;
@@ -51,7 +59,7 @@ export interface JwtSettings {
  */
 export class JwtCodec {
   constructor(
-    private readonly keyRing: KeyRing,
+    private readonly keyRing: SigningKeySource,
     private readonly clock: Clock,
     private readonly settings: JwtSettings,
   ) {}
@@ -80,7 +88,9 @@ export class JwtCodec {
       iat,
       exp: iat + this.settings.mfaTicketTtl,
     };
-    return { token: await this.sign(claims, MFA_TICKET_TYP), expiresAt: claims.exp * 1000 };
+    // HS256 with a private key: a resource server that trusts the JWKS cannot verify a ticket.
+    const token = jwt.sign(claims, this.settings.mfaTicketKey, { algorithm: 'HS256', header: { alg: 'HS256', typ: MFA_TICKET_TYP } });
+    return { token, expiresAt: claims.exp * 1000 };
   }
 
   /** The claims of a valid access token, or undefined. MFA tickets and any other `typ` are refused. */
@@ -99,7 +109,7 @@ export class JwtCodec {
   }
 
   async verifyMfaTicket(token: string): Promise<MfaTicketClaims | undefined> {
-    const payload = await this.verify(token, MFA_TICKET_TYP);
+    const payload = this.verifyTicketSignature(token);
     if (!payload || payload.purpose !== MFA_TICKET_PURPOSE || typeof payload.sub !== 'string' || typeof payload.jti !== 'string') return undefined;
     return payload as unknown as MfaTicketClaims;
   }
@@ -109,6 +119,13 @@ export class JwtCodec {
     return jwt.sign(claims, privateKey, { algorithm: 'RS256', keyid: kid, header: { alg: 'RS256', typ, kid } });
   }
 
+  private verifyTicketSignature(token: string): Record<string, unknown> | undefined {
+    const decoded = jwt.decode(token, { complete: true });
+    if (!decoded || typeof decoded.payload === 'string') return undefined;
+    if (decoded.header.alg !== 'HS256' || decoded.header.typ !== MFA_TICKET_TYP) return undefined;
+    return this.checkedPayload(token, this.settings.mfaTicketKey, 'HS256');
+  }
+
   private async verify(token: string, expectedTyp: string): Promise<Record<string, unknown> | undefined> {
     const decoded = jwt.decode(token, { complete: true });
     if (!decoded || typeof decoded.payload === 'string') return undefined;
@@ -116,9 +133,13 @@ export class JwtCodec {
     if (header.alg !== 'RS256' || header.typ !== expectedTyp || typeof header.kid !== 'string') return undefined;
     const publicKey = await this.keyRing.verificationKey(header.kid);
     if (!publicKey) return undefined;
+    return this.checkedPayload(token, publicKey, 'RS256');
+  }
+
+  private checkedPayload(token: string, key: jwt.Secret, algorithm: 'RS256' | 'HS256'): Record<string, unknown> | undefined {
     try {
-      const payload = jwt.verify(token, publicKey, {
-        algorithms: ['RS256'],
+      const payload = jwt.verify(token, key, {
+        algorithms: [algorithm],
         issuer: this.settings.issuer,
         ...(this.settings.audience ? { audience: this.settings.audience } : {}),
         clockTimestamp: Math.floor(this.clock.now() / 1000),

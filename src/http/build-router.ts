@@ -28,7 +28,13 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
   const router = express.Router();
   const whenReady = readinessGate(readiness);
   // Not strict: a JSON string or number is valid JSON and answers 422 from the schema, not 400 invalid_json.
-  const json = express.json({ limit: '100kb', strict: false });
+  const json = express.json({ limit: '100kb', strict: false, type: JSON_MEDIA_TYPES });
+
+  // Answers carry tokens, TOTP secrets and recovery codes: no cache may keep them. The JWKS route overrides this.
+  router.use((_req, res, next) => {
+    res.setHeader('Cache-Control', 'no-store');
+    next();
+  });
 
   for (const route of routes) {
     if (route.unavailable) {
@@ -38,23 +44,54 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     const chain: RequestHandler[] = [whenReady];
     // Per-IP groups count before anything else, so even malformed requests are budgeted (spec 8).
     if (route.rateLimit) chain.push(limiters[route.rateLimit]);
-    chain.push(json);
+    // Only routes that take a body read one; elsewhere a body (and its encoding) is ignored.
+    if (route.body) chain.push(requireJsonBody, json);
     if (route.auth === 'bearer') {
-      chain.push(authenticateBearer(services), limiters.authenticated);
-      if (!route.allowedDuringEnrollment) chain.push(asyncStep((_req, res) => services.authentication.assertEnrollmentNotPending(principalOf(res))));
+      chain.push(authenticateBearer(services, route.answersSessionEnded === true), limiters.authenticated);
+      chain.push(asyncStep((req, res) => authorize(services, route, req, res)));
     } else if (route.auth === 'ticket') {
       chain.push(authenticateTicket(services));
     }
-    if (route.permission !== undefined) {
-      chain.push(asyncStep((req, res) => services.organizations.assertPermission(principalOf(res), String(req.params.orgId), route.permission!)));
-    }
-    if (route.stepUp) chain.push(asyncStep((_req, res) => services.authentication.assertRecentStrongAuthentication(principalOf(res))));
     chain.push(handle(route));
     router[route.method](route.path, ...chain);
   }
 
+  router.use(unmatched(routes));
   router.use(errorHandler(logger));
   return router;
+}
+
+const JSON_MEDIA_TYPES = ['application/json', 'application/*+json'];
+
+/** A body of another media type (curl's default form encoding, text) is refused rather than read as "no fields". */
+const requireJsonBody: RequestHandler = (req, _res, next) => {
+  const announcesBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+  if (announcesBody && !req.is(JSON_MEDIA_TYPES)) {
+    next(new IdentityError(415, 'unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).'));
+    return;
+  }
+  next();
+};
+
+/**
+ * Every answer under the router is JSON: a path no route has is 404 `not_found`, a known
+ * path with another method is 405 `method_not_allowed` with `Allow`.
+ */
+function unmatched(routes: RouteDefinition[]): RequestHandler {
+  // Case-insensitive and trailing-slash tolerant, like Express's own matching.
+  const patterns = routes.map((route) => ({
+    method: route.method.toUpperCase(),
+    pattern: new RegExp(`^${route.path.split('/').map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}/?$`, 'i'),
+  }));
+  return (req, _res, next) => {
+    const allowed = patterns.filter(({ pattern }) => pattern.test(req.path)).map(({ method }) => method);
+    if (allowed.length === 0) {
+      next(errors.notFound());
+      return;
+    }
+    if (allowed.includes('GET')) allowed.push('HEAD');
+    next(new IdentityError(405, 'method_not_allowed', `${req.method} is not allowed here.`, { headers: { Allow: [...new Set(allowed)].join(', ') } }));
+  };
 }
 
 function readinessGate(readiness: Readiness): RequestHandler {
@@ -64,12 +101,22 @@ function readinessGate(readiness: Readiness): RequestHandler {
   };
 }
 
-function authenticateBearer(services: IdentityServices): RequestHandler {
+function authenticateBearer(services: IdentityServices, answersSessionEnded: boolean): RequestHandler {
   return asyncStep(async (req, res) => {
     const token = bearerValue(req);
     if (!token) throw errors.unauthorized();
-    setPrincipal(res, await services.authentication.authenticateBearer(token));
+    try {
+      setPrincipal(res, await services.policy.authenticate(token));
+    } catch (error) {
+      if (answersSessionEnded && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(token))) throw errors.sessionEnded();
+      throw error;
+    }
   });
+}
+
+/** The route's declared requirement, evaluated by the one access policy (organization from the path). */
+async function authorize(services: IdentityServices, route: RouteDefinition, req: Request, res: Response): Promise<void> {
+  await services.policy.authorize(principalOf(res), route, route.permission === undefined ? undefined : String(req.params.orgId));
 }
 
 function authenticateTicket(services: IdentityServices): RequestHandler {

@@ -1,7 +1,7 @@
 import type { ErrorRequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors, IdentityError } from '../errors.js';
-import { isConnectionError } from '../store/database.js';
+import { isConnectionError, isDatabaseError } from '../database-errors.js';
 import { describeError } from '../services/unit-of-work.js';
 
 interface BodyParserError {
@@ -9,6 +9,7 @@ interface BodyParserError {
   status?: number;
   statusCode?: number;
   expose?: boolean;
+  code?: unknown;
 }
 
 /** body-parser's failures, which arrive before any route code runs. */
@@ -26,8 +27,15 @@ function fromBodyParser(error: BodyParserError): IdentityError | undefined {
     case 'stream.encoding.set':
       return new IdentityError(400, 'invalid_json', 'The request body could not be read.');
     default:
-      return undefined;
+      break;
   }
+  // A body that fails to decode (`Content-Encoding: gzip` on bytes that are not gzip) arrives as
+  // zlib's error, which body-parser marks 400 without a type.
+  const status = error.status ?? error.statusCode;
+  if (status === 400 && (error.type !== undefined || typeof error.code === 'string')) {
+    return new IdentityError(400, 'invalid_json', 'The request body could not be decoded.');
+  }
+  return undefined;
 }
 
 /**
@@ -49,7 +57,8 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       identityError = new IdentityError(503, 'unavailable', 'The identity service is unavailable; try again shortly.');
     }
     if (!identityError) {
-      logger.error('unexpected error', { error: describeError(error), stack: error instanceof Error ? error.stack : undefined });
+      // A stack starts with the message, which for a database error may quote values.
+      logger.error('unexpected error', { error: describeError(error), stack: error instanceof Error && !isDatabaseError(error) ? error.stack : undefined });
       res.status(500).json({ error: 'internal_error', message: 'Internal error' });
       return;
     }

@@ -1,21 +1,36 @@
-import express, { type RequestHandler } from 'express';
+import express, { type Request, type RequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
+import type { AccessRequirement, Caller } from '../services/access-policy.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { asyncStep } from './build-router.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
 import { bearerValue, setPrincipal } from './request-state.js';
 
-/**
- * `identity.requirePermission('invoices.read')` for the host's own routes: authenticates
- * the bearer token and checks the permission in the token's active organization, resolved
- * from the database. Failures answer in the router's error shape.
+/*
+ * The caller of a host route, keyed by the request object itself: nothing is added to
+ * Express's global types in the host's program, and `identity.caller(req)` is typed.
  */
-export function requirePermissionMiddleware(services: IdentityServices, readiness: Readiness, logger: Logger, permission: string): RequestHandler {
-  if (!services.catalog.has(permission)) {
+const callers = new WeakMap<Request, Caller>();
+
+/** The caller set by `authenticate()` or `requirePermission()`, or undefined on a request they did not pass. */
+export function callerOf(req: Request): Caller | undefined {
+  return callers.get(req);
+}
+
+/**
+ * Host middleware (CONTRACT 6). `identity.authenticate()` with no permission,
+ * `identity.requirePermission(key)` with one: both evaluate the same access policy as the
+ * router's own routes (grace enrollment, the active organization's `require_mfa`, a live
+ * session of a user who may authenticate, the active-organization rule) and answer in the
+ * router's error shapes.
+ */
+export function hostMiddleware(services: IdentityServices, readiness: Readiness, logger: Logger, permission?: string): RequestHandler {
+  if (permission !== undefined && !services.catalog.has(permission)) {
     throw new TypeError(`requirePermission: "${permission}" is not in the permission catalog; add it to config.permissions`);
   }
+  const requirement: AccessRequirement = permission === undefined ? { auth: 'bearer', actsInActiveOrganization: true } : { auth: 'bearer', permission };
   const chain = express.Router();
   chain.use(
     asyncStep(async (req, res) => {
@@ -24,10 +39,11 @@ export function requirePermissionMiddleware(services: IdentityServices, readines
       });
       const token = bearerValue(req);
       if (!token) throw errors.unauthorized();
-      const principal = await services.authentication.authenticateBearer(token);
-      if (!principal.organizationId) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
-      await services.organizations.assertPermission(principal, principal.organizationId, permission);
+      const principal = await services.policy.authenticate(token);
+      const authority =
+        (await services.policy.authorize(principal, requirement, principal.organizationId ?? undefined)) ?? (await services.policy.authorityOf(principal));
       setPrincipal(res, principal);
+      callers.set(req, services.policy.caller(principal, authority));
     }),
   );
   chain.use(errorHandler(logger));

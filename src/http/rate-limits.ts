@@ -1,18 +1,28 @@
 import type { Request, RequestHandler, Response } from 'express';
-import { ipKeyGenerator, rateLimit } from 'express-rate-limit';
+import { ipKeyGenerator, MemoryStore, rateLimit, type Store as RateLimitStore } from 'express-rate-limit';
+import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
 import { RATE_LIMIT_GROUPS } from '../config/defaults.js';
 import { principalOf } from './request-state.js';
+import { DatabaseRateLimitStore, guardStore, type RateLimitCounters } from './rate-limit-stores.js';
 
 const passThrough: RequestHandler = (_req, _res, next) => next();
+
+/** The store of one group: in memory (per instance), in the router's database, or the host's (e.g. Redis). */
+function storeFor(group: RateLimitGroup, config: ResolvedConfig, counters: RateLimitCounters): RateLimitStore {
+  const choice = config.auth.rateLimitStore;
+  if (choice === 'memory') return new MemoryStore();
+  if (choice === 'database') return guardStore(new DatabaseRateLimitStore(counters, group));
+  return guardStore(choice(group));
+}
 
 /**
  * One express-rate-limit instance per group of spec section 8 (fixed windows). Per-IP
  * groups use the library's IP key (IPv6 grouped by subnet); `authenticated` is keyed by
  * user id and runs after token authentication.
  */
-export function buildRateLimiters(config: ResolvedConfig): Record<RateLimitGroup, RequestHandler> {
+export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCounters, logger: Logger): Record<RateLimitGroup, RequestHandler> {
   return Object.fromEntries(
     RATE_LIMIT_GROUPS.map((group) => {
       const rule = config.auth.rateLimits[group];
@@ -24,7 +34,13 @@ export function buildRateLimiters(config: ResolvedConfig): Record<RateLimitGroup
         legacyHeaders: true,
         standardHeaders: false,
         identifier: group,
-        ...(config.auth.rateLimitStore ? { store: config.auth.rateLimitStore(group) } : {}),
+        store: storeFor(group, config, counters),
+        // A store outage: fail open when the host chose it for this group, else 503 unavailable.
+        passOnStoreError: rule.passOnStoreError ?? false,
+        logger: {
+          error: () => logger.warn(`identity-router: the rate-limit store of group ${group} is unavailable; the request passes without a limit (passOnStoreError)`),
+          warn: (error, message) => logger.warn(`identity-router: express-rate-limit: ${message ?? (error as Error)?.message ?? 'warning'}`),
+        },
         ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => `user:${principalOf(res).userId}` } : {}),
         // CONTRACT 9.9: the social group counts each of its routes separately, per IP.
         ...(group === 'social' ? { keyGenerator: (req: Request) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${String(req.route?.path ?? '')}` } : {}),

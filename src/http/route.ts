@@ -3,12 +3,8 @@ import type { RateLimitGroup } from '../config/types.js';
 import type { RequestMeta } from '../services/context.js';
 import type { Principal } from '../services/principal.js';
 import type { MfaTicket } from '../services/mfa-ticket.js';
+import type { AccessRequirement } from '../services/access-policy.js';
 
-/**
- * Spec section 5: public, bearer, ticket (MFA ticket). Permission and step-up are
- * declared separately because they are added to `bearer`.
- */
-export type AuthRequirement = 'public' | 'bearer' | 'ticket';
 
 export interface RouteRequest<Body = Record<string, unknown>, Query = Record<string, unknown>, Params = Record<string, string>> {
   body: Body;
@@ -31,29 +27,24 @@ export interface RouteResponse {
   location?: string;
 }
 
-/** A route is data: method, path, schemas, guards, and a handler that calls one service method. */
-export interface RouteDefinition {
+/**
+ * A route is data: method, path, schemas, its access requirement (evaluated by the one
+ * access policy), and a handler that calls one service method.
+ */
+export interface RouteDefinition extends AccessRequirement {
   method: 'get' | 'post' | 'patch' | 'delete';
   path: string;
-  auth: AuthRequirement;
   /** The per-IP group of spec section 8 this route counts against. */
   rateLimit?: RateLimitGroup;
-  /** Needs a recent strong authentication (spec 5). */
-  stepUp?: boolean;
-  /**
-   * Organization routes (`/orgs/:orgId/...`): the permission the caller needs in that
-   * organization, resolved from the database; `null` for organization routes open to any member.
-   */
-  permission?: string;
-  /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
-  allowedDuringEnrollment?: boolean;
   /** A feature the host did not configure (e.g. social login): the route answers 404 before any guard. */
   unavailable?: boolean;
+  /** A valid token of a session that has ended answers 401 `session_ended`, not `unauthorized` (spec 7: switch-org). */
+  answersSessionEnded?: boolean;
   body?: Joi.ObjectSchema;
   query?: Joi.ObjectSchema;
   params?: Joi.ObjectSchema;
   // The schemas above guarantee the shapes the handler declares.
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  // biome-ignore lint/suspicious/noExplicitAny: each route's schemas fix its own request shape
   handler: (request: RouteRequest<any, any, any>) => Promise<RouteResponse>;
 }
 

@@ -1,4 +1,5 @@
 import Joi from 'joi';
+import { CONTROL_CHARACTERS_ALLOWED } from './validate.js';
 
 /**
  * Spec 2.4: RFC 5321 address, at most 320 octets. Bodies are validated without type
@@ -14,6 +15,9 @@ export const emailSchema = Joi.string()
 
 /** Bounded before any hashing so a megabyte "password" costs nothing; the policy gives the precise message. */
 export const passwordSchema = Joi.string().min(1).max(1024);
+
+/** A password being checked against the stored hash (login, current password) may hold control characters; see validate.ts. */
+export const storedPasswordSchema = passwordSchema.meta(CONTROL_CHARACTERS_ALLOWED);
 
 /** Opaque tokens we issued are 43 base64url characters; anything far longer is not one of ours. */
 export const opaqueTokenSchema = Joi.string().min(1).max(512);

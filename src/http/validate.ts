@@ -1,15 +1,81 @@
 import type Joi from 'joi';
 import { errors } from '../errors.js';
 
+/**
+ * C0 controls and DEL. PostgreSQL refuses a NUL byte in text with an error, and no field of
+ * the spec (names, e-mails, labels, slugs, ids, tokens, codes) has a use for a control
+ * character, newlines included.
+ */
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
+
+/**
+ * A key marked with this meta may hold control characters. Only a password being *checked*
+ * is marked (login, current password): it is hashed, never stored as text, and an account
+ * whose password was set before the rule must still be able to sign in. New passwords are
+ * refused like any other field.
+ */
+export const CONTROL_CHARACTERS_ALLOWED = { controlCharactersAllowed: true } as const;
+
+interface CheckedKeys {
+  /** The schema's own keys: anything else is stripped unread, so it is not checked. */
+  known: Set<string>;
+  exempt: Set<string>;
+}
+
+const checkedKeysCache = new WeakMap<Joi.ObjectSchema, CheckedKeys>();
+
+function checkedKeys(schema: Joi.ObjectSchema): CheckedKeys {
+  let keys = checkedKeysCache.get(schema);
+  if (!keys) {
+    const described = Object.entries((schema.describe() as { keys?: Record<string, { metas?: Array<Record<string, unknown>> }> }).keys ?? {});
+    keys = {
+      known: new Set(described.map(([name]) => name)),
+      exempt: new Set(described.filter(([, key]) => key.metas?.some((meta) => meta.controlCharactersAllowed === true)).map(([name]) => name)),
+    };
+    checkedKeysCache.set(schema, keys);
+  }
+  return keys;
+}
+
+/**
+ * Every string under the schema's keys, nested keys included, walked without recursion (a
+ * 100 kB body can nest arrays tens of thousands deep). Answers one message per offending field.
+ */
+function controlCharacterProblems(value: unknown, { known, exempt }: CheckedKeys): string[] {
+  const problems = new Set<string>();
+  const pending: Array<{ value: unknown; label: string; top: boolean }> = [{ value, label: '', top: true }];
+  while (pending.length > 0 && problems.size < 20) {
+    const { value: current, label, top } = pending.pop()!;
+    if (typeof current === 'string') {
+      if (CONTROL_CHARACTER.test(current)) problems.add(`"${label || 'value'}" must not contain control characters`);
+    } else if (Array.isArray(current)) {
+      current.forEach((item, index) => pending.push({ value: item, label: `${label}[${index}]`, top: false }));
+    } else if (current !== null && typeof current === 'object') {
+      for (const [key, inner] of Object.entries(current)) {
+        if (top && (!known.has(key) || exempt.has(key))) continue;
+        if (CONTROL_CHARACTER.test(key)) {
+          problems.add('field names must not contain control characters');
+          continue;
+        }
+        pending.push({ value: inner, label: label ? `${label}.${key}` : key, top: false });
+      }
+    }
+  }
+  return [...problems];
+}
+
 /** Runs a joi schema and answers 422 `{errors: [...]}` with every problem. */
 export function validateInput<T>(schema: Joi.ObjectSchema | undefined, value: unknown, options: { convert: boolean }): T {
   if (!schema) return (value ?? {}) as T;
+  const controlProblems = controlCharacterProblems(value, checkedKeys(schema));
   const { error, value: validated } = schema.validate(value ?? {}, {
     abortEarly: false,
     convert: options.convert,
     stripUnknown: true,
     errors: { wrap: { label: '"' } },
   });
-  if (error) throw errors.validation([...new Set(error.details.map((detail) => detail.message))]);
+  if (error || controlProblems.length > 0) {
+    throw errors.validation([...new Set([...controlProblems, ...(error?.details.map((detail) => detail.message) ?? [])])]);
+  }
   return validated as T;
 }

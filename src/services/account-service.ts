@@ -5,11 +5,13 @@ import type { OneTimeTokenPurpose } from '../store/session-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { MfaService, LoginFactorView } from './mfa-service.js';
-import { assertPasswordAcceptable, normaliseEmail } from './password-policy.js';
+import { assertPasswordAcceptable } from './password-policy.js';
+import { normaliseDisplayName, normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
 import type { SessionService, TokenResponse } from './session-service.js';
-import { countFailedAuthentication } from './lockout.js';
-import { evictLinksNotVouchingForProvenEmail } from './social-links.js';
+import { FailedAttemptSlot } from './lockout.js';
+import { mayAuthenticate } from './access-policy.js';
+import { recordFirstEmailProof } from './email-proof.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export type LoginResult =
@@ -34,7 +36,7 @@ export class AccountService {
     const passwordHash = await this.context.hasher.hash(input.password);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const userId = randomUUID();
-      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName: input.displayName?.trim() || null, passwordHash, now: uow.now });
+      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName: normaliseDisplayName(input.displayName), passwordHash, now: uow.now });
       if (!created) return;
       await uow.emit({ type: 'user.registered', actorId: userId, userId });
       await this.sendOneTimeToken(uow, { id: userId, email }, 'verify_email');
@@ -49,10 +51,7 @@ export class AccountService {
       const user = await uow.repos.users.findById(stored.userId);
       if (!user || user.deletedAt !== null) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
       await uow.repos.oneTimeTokens.consume(stored.id, uow.now);
-      if (await uow.repos.users.markEmailVerified(user.id, uow.now)) {
-        await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id });
-        await evictLinksNotVouchingForProvenEmail(uow, user);
-      }
+      await recordFirstEmailProof(uow, user, { method: 'link' });
     });
   }
 
@@ -60,7 +59,7 @@ export class AccountService {
     const email = normaliseEmail(emailInput);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const user = await uow.repos.users.findByEmail(email);
-      if (!user || user.emailVerified || user.status !== 'active' || user.deletedAt !== null) return;
+      if (!user || user.emailVerified || !mayAuthenticate(user)) return;
       await this.sendOneTimeToken(uow, user, 'verify_email');
     });
   }
@@ -68,20 +67,25 @@ export class AccountService {
   async login(input: { email: string; password: string }, meta: RequestMeta): Promise<LoginResult> {
     const email = normaliseEmail(input.email);
     const now = this.context.clock.now();
-    const user = await this.context.store.repos.users.findByEmail(email);
-    const locked = user !== undefined && user.lockedUntil !== null && user.lockedUntil > now;
+    const repos = this.context.store.repos;
+    const user = await repos.users.findByEmail(email);
+    // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared (issue 10).
+    const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now) : undefined;
 
-    if (!user || user.deletedAt !== null || !user.passwordHash || locked) {
+    if (!user || user.deletedAt !== null || !user.passwordHash || !slot) {
       // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.
       await this.context.hasher.burnVerification(input.password);
-      await this.recordLoginFailure(user, locked ? 'locked' : 'unknown_account', meta);
+      await this.recordLoginFailure(user, user?.passwordHash && user.deletedAt === null ? 'locked' : 'unknown_account', meta);
       throw errors.invalidCredentials();
     }
 
     if (!(await this.context.hasher.verify(input.password, user.passwordHash))) {
-      await this.recordLoginFailure(user, 'wrong_password', meta);
+      await this.recordLoginFailure(user, 'wrong_password', meta, slot);
       throw errors.invalidCredentials();
     }
+    // A correct password gives its slot back but does not clear earlier failures: those end
+    // only when the sign-in completes (a second factor may still be guessed, CONTRACT 5).
+    await slot.release();
     if (user.status === 'disabled') {
       await this.recordLoginFailure(user, 'account_disabled', meta);
       throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
@@ -91,16 +95,17 @@ export class AccountService {
         extra: { resend: '/auth/email/verify/resend' },
       });
     }
-    if (user.failedLoginCount > 0 || user.lockedUntil !== null) await this.context.store.repos.users.clearFailedLogins(user.id);
 
     const gate = await this.mfa.loginGate(user, meta);
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
 
-    const tokens = await runUnitOfWork(this.context, meta, async (uow) => {
+    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
+      if (user.failedLoginCount > 0 || user.lockedUntil !== null) await uow.repos.users.clearFailedLogins(user.id);
       const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
       await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'], method: 'password' } });
       return opened;
     });
+    const tokens = await this.sessions.signOpened(opened);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }
 
@@ -108,7 +113,7 @@ export class AccountService {
     const email = normaliseEmail(emailInput);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const user = await uow.repos.users.findByEmail(email);
-      if (!user || user.status !== 'active' || user.deletedAt !== null) return;
+      if (!user || !mayAuthenticate(user)) return;
       await uow.emit({ type: 'user.password_reset_requested', userId: user.id });
       await this.sendOneTimeToken(uow, user, 'password_reset');
     });
@@ -129,11 +134,11 @@ export class AccountService {
       if (!(await uow.repos.oneTimeTokens.consume(stored.id, uow.now))) throw invalid();
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
       await uow.repos.users.clearFailedLogins(user.id);
-      // The reset link reached the mailbox, which proves the address (CONTRACT 9.4: rule 5 runs on first proof).
-      if (await uow.repos.users.markEmailVerified(user.id, uow.now)) {
-        await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id, data: { method: 'password_reset' } });
-        await evictLinksNotVouchingForProvenEmail(uow, user);
-      }
+      // The reset link reached the address, which proves it: an unverified account is now
+      // verified, factors a squatter enrolled before that are gone (issue 9: pre-hijack), and
+      // links not vouching for the address go (CONTRACT 9.4 rule 5).
+      if (!user.emailVerified) await recordFirstEmailProof(uow, user, { method: 'password_reset' });
+      await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
     });
@@ -141,23 +146,44 @@ export class AccountService {
 
   async changePassword(principal: Principal, input: { currentPassword: string; newPassword: string }, meta: RequestMeta): Promise<void> {
     const user = principal.user;
-    if (!user.passwordHash || !(await this.context.hasher.verify(input.currentPassword, user.passwordHash))) {
+    // A wrong current password counts toward the lockout like a wrong login (issue 9: no
+    // password oracle behind a stolen access token); a locked account compares nothing.
+    const slot = user.passwordHash ? await FailedAttemptSlot.reserve(this.context.store.repos, this.context.config.auth.lockout, user.id, this.context.clock.now()) : undefined;
+    if (!user.passwordHash || !slot) throw errors.invalidCredentials(403);
+    if (!(await this.context.hasher.verify(input.currentPassword, user.passwordHash))) {
+      await runUnitOfWork(this.context, meta, (uow) => slot.fail(uow, 'password'));
       throw errors.invalidCredentials(403);
     }
+    await slot.release();
     assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
     const passwordHash = await this.context.hasher.hash(input.newPassword);
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
+      await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_changed', principal.sessionId);
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'change', sessions_revoked: count } });
     });
   }
 
-  /** Only a wrong password counts toward the lockout; unknown, locked and disabled accounts are only recorded. */
-  private async recordLoginFailure(user: UserRecord | undefined, reason: 'unknown_account' | 'locked' | 'wrong_password' | 'account_disabled', meta: RequestMeta): Promise<void> {
+  /**
+   * A new password ends what the old one (or the mailbox before it) had opened: pending MFA
+   * tickets, whose holder proved the old password, and outstanding reset links.
+   */
+  private async endPasswordBoundCredentials(uow: UnitOfWork, userId: string): Promise<void> {
+    await uow.repos.mfaTickets.endAllForUser(userId, uow.now);
+    await uow.repos.oneTimeTokens.expireOutstanding(userId, 'password_reset', uow.now);
+  }
+
+  /** Only a wrong password counts toward the lockout (its slot stays taken); unknown, locked and disabled accounts are only recorded. */
+  private async recordLoginFailure(
+    user: UserRecord | undefined,
+    reason: 'unknown_account' | 'locked' | 'wrong_password' | 'account_disabled',
+    meta: RequestMeta,
+    slot?: FailedAttemptSlot,
+  ): Promise<void> {
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data: { reason } });
-      if (user && reason === 'wrong_password') await countFailedAuthentication(uow, this.context.config.auth.lockout, user.id, 'password');
+      if (slot) await slot.fail(uow, 'password');
     });
   }
 

@@ -1,6 +1,6 @@
 import { errors } from '../errors.js';
 import type { PermissionCatalog } from './permission-catalog.js';
-import { OWNER_ROLE_SLUG, SUPERADMIN_ROLE_SLUG } from './permission-catalog.js';
+import { SUPERADMIN_ROLE_SLUG } from './permission-catalog.js';
 import type { Repositories } from '../store/store.js';
 
 /** What a user may do in one organization, resolved from the database (claims are never the authority). */
@@ -11,8 +11,6 @@ export interface ResolvedAuthority {
   roles: string[];
   permissions: ReadonlySet<string>;
 }
-
-export const NO_AUTHORITY: ResolvedAuthority = { superadmin: false, member: false, roles: [], permissions: new Set() };
 
 /** `knownSuperadmin` saves the query when the caller has just resolved it. */
 export async function resolveAuthority(
@@ -45,9 +43,4 @@ export function assertHoldsEveryKey(actor: ResolvedAuthority, keys: Iterable<str
 /** Re-checks the route permission inside the transaction, after the organization row is locked. */
 export function assertHolds(actor: ResolvedAuthority, permission: string): void {
   if (!actor.permissions.has(permission)) throw errors.forbidden();
-}
-
-/** Whether the actor may touch a member holding the owner role (spec 4.3 invariant 2). */
-export function isOwnerOrSuperadmin(actor: ResolvedAuthority): boolean {
-  return actor.superadmin || (actor.member && actor.roles.includes(OWNER_ROLE_SLUG));
 }

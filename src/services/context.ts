@@ -2,7 +2,7 @@ import type { Clock, Logger, Mailer, SmsSender } from '../adapters/types.js';
 import type { ResolvedConfig } from '../config/types.js';
 import type { DerivedKeys } from '../crypto/derived-keys.js';
 import type { JwtCodec } from '../crypto/jwt.js';
-import type { KeyRing } from '../crypto/key-ring.js';
+import type { KeyRing } from './key-ring.js';
 import type { PasswordHasher } from '../crypto/password-hasher.js';
 import type { IdentityEventListener } from '../events.js';
 import type { Store } from '../store/store.js';
@@ -27,5 +27,3 @@ export interface RequestMeta {
   ip: string | null;
   userAgent: string | null;
 }
-
-export const NO_REQUEST: RequestMeta = { ip: null, userAgent: null };

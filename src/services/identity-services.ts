@@ -1,7 +1,7 @@
-import { KeyRing } from '../crypto/key-ring.js';
+import type { KeyRing } from './key-ring.js';
 import { errors } from '../errors.js';
 import { AccountService } from './account-service.js';
-import { AuthenticationService } from './authentication-service.js';
+import { AccessPolicy } from './access-policy.js';
 import type { ServiceContext } from './context.js';
 import { IdentityService } from './identity-service.js';
 import { InviteService } from './invite-service.js';
@@ -24,7 +24,8 @@ export class IdentityServices {
   readonly sessions: SessionService;
   readonly mfa: MfaService;
   readonly accounts: AccountService;
-  readonly authentication: AuthenticationService;
+  /** The one access policy: router routes and host middleware evaluate requirements here. */
+  readonly policy: AccessPolicy;
   readonly identity: IdentityService;
   readonly organizations: OrganizationService;
   readonly members: MemberService;
@@ -37,17 +38,17 @@ export class IdentityServices {
   constructor(readonly context: ServiceContext) {
     this.catalog = buildPermissionCatalog(context.config.permissions);
     this.keyRing = context.keyRing;
+    this.policy = new AccessPolicy(context, this.catalog);
     this.sessions = new SessionService(context, this.catalog);
-    this.mfa = new MfaService(context, this.sessions);
+    this.mfa = new MfaService(context, this.sessions, this.policy);
     this.accounts = new AccountService(context, this.sessions, this.mfa);
-    this.authentication = new AuthenticationService(context, this.mfa);
     this.identity = new IdentityService(context, this.mfa);
     this.organizations = new OrganizationService(context, this.catalog);
-    this.members = new MemberService(context, this.catalog, this.authentication);
-    this.invites = new InviteService(context, this.catalog, this.authentication);
-    this.roles = new RoleService(context, this.catalog);
+    this.members = new MemberService(context, this.catalog, this.policy);
+    this.invites = new InviteService(context, this.catalog, this.policy);
+    this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
-    this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.authentication) : undefined;
+    this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
   }
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */
@@ -74,7 +75,7 @@ export class IdentityServices {
     return this.mfa.setMfaEnforced(userId, on);
   }
 
-  /** A new active signing key; the retiring one stays in the JWKS for one access-token lifetime. */
+  /** The published next key becomes active and a fresh next key is published; the retiring one stays in the JWKS until the last token it signed has expired (CONTRACT 7). */
   rotateSigningKey(): Promise<{ kid: string }> {
     return this.keyRing.rotate();
   }

@@ -3,13 +3,14 @@ import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
 import { errors, IdentityError } from '../errors.js';
 import { isUniqueViolation } from '../store/database.js';
 import type { InviteRecord } from '../store/organization-repository.js';
-import type { AuthenticationService } from './authentication-service.js';
+import { isOwnerEquivalent, type AccessPolicy } from './access-policy.js';
 import { assertHolds, assertHoldsEveryKey, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
-import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import { normaliseEmail } from './identity-rules.js';
+import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { decodeCursor, keysetPage } from './pagination.js';
-import { runUnitOfWork } from './unit-of-work.js';
+import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export interface InviteView {
   id: string;
@@ -42,15 +43,13 @@ export class InviteService {
   constructor(
     protected readonly context: ServiceContext,
     protected readonly catalog: PermissionCatalog,
-    private readonly authentication: AuthenticationService,
+    private readonly policy: AccessPolicy,
   ) {}
 
   /** POST /orgs/{id}/invites. Re-inviting a pending address rotates its token and extends the expiry. */
   async create(principal: Principal, organizationId: string, input: { email: string; roleSlugs: string[] }, meta: RequestMeta): Promise<InviteView> {
-    const email = input.email.trim().toLowerCase();
+    const email = normaliseEmail(input.email);
     const roleSlugs = [...new Set(input.roleSlugs)];
-    // Inviting someone as owner is an ownership transfer (spec 5): step-up, like PATCH roles.
-    if (roleSlugs.includes(OWNER_ROLE_SLUG)) await this.authentication.assertRecentStrongAuthentication(principal);
     try {
       return await this.createOnce(principal, organizationId, email, roleSlugs, meta);
     } catch (error) {
@@ -72,6 +71,8 @@ export class InviteService {
       const unknown = roleSlugs.filter((slug) => !roles.some((role) => role.slug === slug));
       if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
       for (const role of roles) assertHoldsEveryKey(actor, role.permissionKeys);
+      // Inviting with an owner-equivalent role is an ownership transfer (CONTRACT 5): step-up, like PATCH roles.
+      if (roles.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
 
       const invitee = await uow.repos.users.findByEmail(email);
       const membership = invitee ? await uow.repos.memberships.find(organizationId, invitee.id) : undefined;
@@ -80,6 +81,7 @@ export class InviteService {
         throw new IdentityError(422, 'invalid_state', 'That address belongs to a suspended member; reactivate the member instead of inviting.');
       }
 
+      await this.spendSendBudget(uow, organizationId, email);
       const expiresAt = uow.now + this.context.config.tokens.inviteTtl * 1000;
       const existing = await uow.repos.invites.findPendingForEmail(organizationId, email);
       let inviteId: string;
@@ -106,7 +108,8 @@ export class InviteService {
         actorId: principal.userId,
         userId: invitee?.id ?? null,
         organizationId,
-        data: { invite_id: inviteId, email, role_slugs: roleSlugs, reinvite: existing !== undefined },
+        // Event data never holds an address (CONTRACT 4): audit rows outlive the account.
+        data: { invite_id: inviteId, role_slugs: roleSlugs, reinvite: existing !== undefined },
       });
       const acceptInvite = this.context.config.links.acceptInvite;
       uow.afterCommit(() =>
@@ -127,6 +130,30 @@ export class InviteService {
     });
     const { createdAt: _createdAt, ...view } = result;
     return view;
+  }
+
+  /**
+   * Invite mail is budgeted per organization and per address (`invites.sendBudget`), so an
+   * inviter can neither mail-bomb an address nor probe many addresses. Over either budget:
+   * 429 rate_limited. Bucket names are keyed hashes, so no address sits in the table.
+   */
+  private async spendSendBudget(uow: UnitOfWork, organizationId: string, email: string): Promise<void> {
+    const { perOrganization, perAddress } = this.context.config.invites.sendBudget;
+    const buckets = [
+      { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:organization:${organizationId}`), budget: perOrganization },
+      { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:address:${email}`), budget: perAddress },
+    ];
+    for (const { bucket, budget } of buckets) {
+      const since = uow.now - budget.windowSec * 1000;
+      if ((await uow.repos.rateEvents.countSince(bucket, since)) >= budget.limit) {
+        const oldest = (await uow.repos.rateEvents.oldestSince(bucket, since)) ?? uow.now;
+        throw errors.rateLimited((oldest + budget.windowSec * 1000 - uow.now) / 1000, 'rate_limited');
+      }
+    }
+    for (const { bucket, budget } of buckets) {
+      await uow.repos.rateEvents.pruneBucketBefore(bucket, uow.now - budget.windowSec * 1000);
+      await uow.repos.rateEvents.record(bucket, uow.now);
+    }
   }
 
   /** GET /orgs/{id}/invites: pending and unexpired only, keyset by id. */
@@ -154,17 +181,20 @@ export class InviteService {
    */
   async accept(principal: Principal, token: string, meta: RequestMeta): Promise<{ organization_id: string }> {
     const tokenHash = keyedHash(this.context.keys.tokenHash, token);
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const refused = () => uow.failAfterCommit(errors.invalidToken(400));
       const invite = await uow.repos.invites.findByTokenHash(tokenHash);
-      if (!invite) return { failure: 'invalid' as const };
-      if (invite.email !== principal.user.email.toLowerCase()) throw errors.forbidden('This invitation was sent to another e-mail address.');
+      if (!invite) return refused();
+      // Pre-hijack (issue 9): an account nobody has proven to own the address of cannot join.
+      if (!principal.user.emailVerified) throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before accepting an invitation.', { extra: { resend: '/auth/email/verify/resend' } });
+      if (invite.email !== normaliseEmail(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
       if (invite.status === 'pending' && invite.expiresAt <= uow.now) {
         await uow.repos.invites.markExpired(invite.id, uow.now);
         await uow.repos.memberships.deleteInvited(invite.organizationId, principal.userId);
-        return { failure: 'invalid' as const };
+        return refused();
       }
       const organization = await uow.repos.organizations.findActive(invite.organizationId);
-      if (!organization || !(await uow.repos.invites.consume(invite.id, uow.now))) return { failure: 'invalid' as const };
+      if (!organization || !(await uow.repos.invites.consume(invite.id, uow.now))) return refused();
 
       const membership = await uow.repos.memberships.find(invite.organizationId, principal.userId);
       let membershipId: string;
@@ -187,9 +217,7 @@ export class InviteService {
         organizationId: invite.organizationId,
         data: { invite_id: invite.id, role_slugs: roles.map((role) => role.slug).sort() },
       });
-      return { organizationId: invite.organizationId };
+      return { organization_id: invite.organizationId };
     });
-    if ('failure' in outcome) throw errors.invalidToken(400);
-    return { organization_id: outcome.organizationId };
   }
 }

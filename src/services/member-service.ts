@@ -1,9 +1,9 @@
 import { errors } from '../errors.js';
 import type { MemberRow, MembershipRecord, RoleRecord } from '../store/organization-repository.js';
-import type { AuthenticationService } from './authentication-service.js';
-import { assertHolds, assertHoldsEveryKey, isOwnerOrSuperadmin, resolveAuthority, type ResolvedAuthority } from './authority.js';
+import { isOwnerEquivalent, isOwnerRole, mayActOnOwner, type AccessPolicy } from './access-policy.js';
+import { assertHolds, assertHoldsEveryKey, resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
-import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
@@ -20,10 +20,11 @@ export interface MemberView {
 /** Spec 2.10: invited and suspended members' e-mails only for holders of members.invite. */
 export function memberView(member: MemberRow, viewer: ResolvedAuthority): MemberView {
   const showEmail = member.status === 'active' || viewer.permissions.has('members.invite');
-  return { user_id: member.userId, email: showEmail ? member.email : null, display_name: member.displayName, status: member.status, roles: member.roleSlugs };
+  // An invited entry says only that an address was invited: its account's display name would tell
+  // an inviter which addresses have accounts (issue 10).
+  const displayName = member.status === 'invited' ? null : member.displayName;
+  return { user_id: member.userId, email: showEmail ? member.email : null, display_name: displayName, status: member.status, roles: member.roleSlugs };
 }
-
-const isOwnerRole = (role: RoleRecord) => role.slug === OWNER_ROLE_SLUG && role.isSystem;
 
 interface MemberMutationTarget {
   actor: ResolvedAuthority;
@@ -37,7 +38,7 @@ export class MemberService {
   constructor(
     protected readonly context: ServiceContext,
     protected readonly catalog: PermissionCatalog,
-    private readonly authentication: AuthenticationService,
+    private readonly policy: AccessPolicy,
   ) {}
 
   /** One page, keyset by user id; `nextCursor` goes to the X-Next-Cursor header. */
@@ -51,17 +52,13 @@ export class MemberService {
   }
 
   /**
-   * PATCH members/{userId}/roles: replaces the member's roles. Granting `owner` needs
-   * step-up (CONTRACT 5: ownership transfer); added roles must be within the actor's own
-   * permissions; the last active owner keeps the owner role.
+   * PATCH members/{userId}/roles: replaces the member's roles. Granting an owner-equivalent
+   * role needs step-up (CONTRACT 5: ownership transfer), decided inside the transaction;
+   * added roles must be within the actor's own permissions; the last active owner keeps
+   * the owner role.
    */
   async changeRoles(principal: Principal, organizationId: string, userId: string, roleSlugs: string[], meta: RequestMeta): Promise<MemberView> {
     const wantedSlugs = [...new Set(roleSlugs)];
-    if (wantedSlugs.includes(OWNER_ROLE_SLUG)) {
-      const current = await this.context.store.repos.memberships.find(organizationId, userId);
-      const currentRoles = current ? await this.context.store.repos.memberships.rolesOf(current.id) : [];
-      if (!currentRoles.some(isOwnerRole)) await this.authentication.assertRecentStrongAuthentication(principal);
-    }
     return runUnitOfWork(this.context, meta, async (uow) => {
       const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.update');
       if (target.membership.status === 'invited') throw errors.conflict('The member has not accepted the invitation yet; re-invite with the roles instead.');
@@ -69,8 +66,10 @@ export class MemberService {
       const unknown = wantedSlugs.filter((slug) => !wanted.some((role) => role.slug === slug));
       if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
       const currentIds = new Set(target.roles.map((role) => role.id));
-      for (const role of wanted) if (!currentIds.has(role.id)) assertHoldsEveryKey(target.actor, role.permissionKeys);
-      if (target.isOwner && !wanted.some(isOwnerRole)) await this.assertNotLastOwner(uow, organizationId, target.membership);
+      const added = wanted.filter((role) => !currentIds.has(role.id));
+      for (const role of added) assertHoldsEveryKey(target.actor, role.permissionKeys);
+      if (added.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
+      if (target.isOwner && !wanted.some(isOwnerRole)) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.replaceRoles(target.membership.id, wanted.map((role) => role.id));
       await uow.emit({
         type: 'member.roles_changed',
@@ -91,7 +90,7 @@ export class MemberService {
       if (from === 'invited') throw errors.conflict('An invited member cannot be suspended or activated; revoke the invitation instead.');
       if (from !== status) {
         if (status === 'suspended') {
-          if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership);
+          if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
           await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_suspended', userId);
         }
         await uow.repos.memberships.setStatus(target.membership.id, status, uow.now);
@@ -105,7 +104,7 @@ export class MemberService {
   async remove(principal: Principal, organizationId: string, userId: string, meta: RequestMeta): Promise<void> {
     await runUnitOfWork(this.context, meta, async (uow) => {
       const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.remove');
-      if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership);
+      if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.delete(target.membership.id);
       const user = await uow.repos.users.findById(userId);
       if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
@@ -128,14 +127,16 @@ export class MemberService {
     if (!membership) throw errors.notFound('Member');
     const roles = await uow.repos.memberships.rolesOf(membership.id);
     const isOwner = roles.some(isOwnerRole);
-    if (isOwner && !isOwnerOrSuperadmin(actor)) throw errors.forbidden('Only an owner can change, suspend or remove an owner.');
+    if (isOwner && !mayActOnOwner(actor)) throw errors.forbidden('Only an owner can change, suspend or remove an owner.');
     return { actor, membership, roles, isOwner };
   }
 
-  /** Last-owner protection (spec 4.3 invariant 3), even for a superadmin. */
-  private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord): Promise<void> {
+  /** Last-owner protection (spec 4.3 invariant 3), even for a superadmin. `roles` are the member's, the owner role among them. */
+  private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord, roles: RoleRecord[]): Promise<void> {
     if (membership.status !== 'active') return;
-    if ((await uow.repos.memberships.countActiveOwners(organizationId)) <= 1) throw errors.conflict('The last active owner cannot be demoted, suspended or removed.');
+    const ownerRole = roles.find(isOwnerRole);
+    if (!ownerRole) return;
+    if ((await uow.repos.memberships.countActiveHolders(organizationId, ownerRole.id)) <= 1) throw errors.conflict('The last active owner cannot be demoted, suspended or removed.');
   }
 
   private async view(uow: UnitOfWork, organizationId: string, userId: string, viewer: ResolvedAuthority): Promise<MemberView> {

@@ -51,12 +51,17 @@ export class MfaCodes {
     const destination = factor.destination ?? '';
     // Serialise sends for one factor so the cooldown holds under concurrent requests.
     await uow.repos.mfaFactors.findOwnedForUpdate(factor.id, factor.userId);
-    const lastSent = await uow.repos.otpChallenges.lastSentAt(factor.id);
+    // Confirming a factor ends its enrollment cooldown: that code has been used.
+    const lastSent = await uow.repos.otpChallenges.lastSentAt(factor.id, factor.confirmedAt !== null ? 'enroll' : undefined);
     if (lastSent !== undefined && uow.now - lastSent < otp.resendCooldown * 1000) {
       throw errors.rateLimited((lastSent + otp.resendCooldown * 1000 - uow.now) / 1000, input.cooldownCode);
     }
+    // An unconfirmed factor is only a claim on the destination: its sends are budgeted per
+    // (user, destination), so enrolling someone else's phone or address never spends the
+    // budget of the account whose confirmed factor it is.
+    const destinationKey = factor.confirmedAt !== null ? `${channel}:${destination}` : `${channel}:${destination}:unconfirmed-of:${factor.userId}`;
     const buckets = [
-      { bucket: this.bucket(`otp-send:destination:${channel}:${destination}`), budget: otp.sendBudget.perDestination },
+      { bucket: this.bucket(`otp-send:destination:${destinationKey}`), budget: otp.sendBudget.perDestination },
       { bucket: this.bucket(`otp-send:account:${factor.userId}`), budget: otp.sendBudget.perAccount },
     ];
     for (const { bucket, budget } of buckets) await this.assertWithinBudget(uow.repos, bucket, budget, uow.now);

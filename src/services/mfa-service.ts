@@ -7,10 +7,11 @@ import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { MfaCodes, maskedDestination } from './mfa-codes.js';
 import type { MfaTicket } from './mfa-ticket.js';
-import { normaliseEmail } from './password-policy.js';
+import { normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
 import type { AccessTokenResponse, SessionService, TokenResponse } from './session-service.js';
-import { countFailedAuthentication } from './lockout.js';
+import { FailedAttemptSlot } from './lockout.js';
+import { mayAuthenticate, type AccessPolicy } from './access-policy.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 /** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
@@ -53,6 +54,7 @@ export class MfaService {
   constructor(
     private readonly context: ServiceContext,
     private readonly sessions: SessionService,
+    private readonly policy: AccessPolicy,
   ) {
     this.codes = new MfaCodes(context);
   }
@@ -67,7 +69,7 @@ export class MfaService {
   async loginGate(user: UserRecord, meta: RequestMeta, firstFactor: 'pwd' | 'fed' = 'pwd'): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
     const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
-      if (this.context.config.mfa.enforcementMode === 'block' && (await this.isEnforcedFor(user))) {
+      if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {
         throw new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required for this account; enroll a factor first.');
       }
       return undefined;
@@ -78,7 +80,10 @@ export class MfaService {
     return { mfaToken: token, factors: confirmed.map(loginFactorView) };
   }
 
-  /** An MFA ticket presented as a bearer value (spec 2.2); anything else is 401 unauthorized. */
+  /**
+   * An MFA ticket presented as a bearer value (spec 2.2); anything else is 401 unauthorized.
+   * An exhausted ticket is still a ticket: its codes answer 422 invalid_code (CONTRACT 5).
+   */
   async authenticateTicket(token: string): Promise<MfaTicket> {
     const invalid = () => errors.unauthorized('The MFA ticket is invalid or expired.');
     const claims = await this.context.jwt.verifyMfaTicket(token);
@@ -86,13 +91,13 @@ export class MfaService {
     const ticket = await this.context.store.repos.mfaTickets.findById(claims.jti);
     const now = this.context.clock.now();
     if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
-    // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, it is dead.
-    if (ticket.failedAttempts >= this.context.config.otp.maxAttempts) throw invalid();
-    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor };
+    // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, no code is looked at.
+    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
   }
 
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
   async sendLoginCode(ticket: MfaTicket, factorId: string, meta: RequestMeta): Promise<CodeSent> {
+    if (ticket.exhausted) throw errors.invalidCode();
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, ticket.userId, factorId);
       assertCodeCanBeSent(factor);
@@ -106,34 +111,33 @@ export class MfaService {
    * counts against the challenge, the ticket, the verify window and the lockout.
    */
   async verifyLogin(ticket: MfaTicket, input: { code: string; factorId?: string; type?: string }, meta: RequestMeta): Promise<TokenResponse> {
+    if (ticket.exhausted) throw errors.invalidCode();
     const user = await this.context.store.repos.users.findById(ticket.userId);
-    const now = this.context.clock.now();
-    if (!user || user.status !== 'active' || user.deletedAt !== null || (user.lockedUntil !== null && user.lockedUntil > now)) {
-      throw errors.unauthorized('The MFA ticket is invalid or expired.');
-    }
-    await this.codes.assertVerifyBudget(this.context.store.repos, user.id, now);
+    if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
     const factorId = input.type === 'recovery' ? undefined : input.factorId;
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    // A locked account compares no code (the lock holds across passwords and second factors).
+    const opened = await this.withSecondFactorAttempt(user.id, meta, () => errors.unauthorized('The MFA ticket is invalid or expired.'), async (uow, slot) => {
       const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input.code, 'login_mfa', ticket.id);
       if (!accepted) {
         await uow.repos.mfaTickets.recordFailure(ticket.id);
-        await this.recordSecondFactorFailure(uow, user.id, { context: 'login', method, factorId: factor?.id ?? null });
-        return { failed: true as const };
+        await this.recordSecondFactorFailure(uow, slot, { context: 'login', method, factorId: factor?.id ?? null });
+        return undefined;
       }
       // Single use: of concurrent verifies only the one whose update takes the ticket goes on.
       if (!(await uow.repos.mfaTickets.consume(ticket.id, uow.now, this.context.config.otp.maxAttempts))) {
         throw errors.unauthorized('The MFA ticket is invalid or expired.');
       }
+      // The sign-in is complete: only now do earlier failures stop counting.
+      await uow.repos.users.clearFailedLogins(user.id);
       // CONTRACT 9.6: after a social sign-in the first factor is `fed`, not `pwd`.
       const amr = ticket.firstFactor === 'fed' ? ['fed', 'otp'] : SECOND_FACTOR_AMR;
-      const tokens = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
+      const opened = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
       await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.firstFactor === 'fed' ? { method: 'social' } : { method }) } });
-      return { tokens };
+      return opened;
     });
-    if ('failed' in outcome) throw errors.invalidCode();
-    return outcome.tokens;
+    return this.sessions.signOpened(opened);
   }
 
   // ---------------------------------------------------------------- step-up
@@ -146,26 +150,56 @@ export class MfaService {
     });
   }
 
-  /** POST /auth/mfa/step-up: re-stamps the session's auth_time; the refresh token is untouched. */
+  /**
+   * POST /auth/mfa/step-up: re-stamps the session's auth_time; the refresh token is untouched.
+   * A locked account answers like a wrong code, without comparing (issue 9: the lock is
+   * checked on step-up).
+   */
   async stepUp(principal: Principal, input: { code: string; factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
-    await this.codes.assertVerifyBudget(this.context.store.repos, principal.userId, this.context.clock.now());
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    const subject = await this.withSecondFactorAttempt(principal.userId, meta, () => errors.invalidCode(), async (uow, slot) => {
       const { accepted, method, factor } = await this.checkSecondFactor(uow, principal.userId, input.factorId, input.code, 'step_up', principal.sessionId);
       if (!accepted) {
-        await this.recordSecondFactorFailure(uow, principal.userId, { context: 'step_up', method, factorId: factor?.id ?? null });
-        return { failed: true as const };
+        await this.recordSecondFactorFailure(uow, slot, { context: 'step_up', method, factorId: factor?.id ?? null });
+        return undefined;
       }
       const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();
       await uow.repos.sessions.recordStrongAuthentication(session.id, uow.now, SECOND_FACTOR_AMR);
       const refreshed = { ...session, mfa: true, amr: SECOND_FACTOR_AMR, authTime: uow.now };
-      const { access_token, token_type } = await this.sessions.accessTokenFor(uow.repos, refreshed, principal.user);
+      const subject = await this.sessions.accessSubjectFor(uow.repos, refreshed, principal.user);
       await uow.emit({ type: 'mfa.step_up_completed', actorId: principal.userId, userId: principal.userId, data: { method, factor_id: factor?.id ?? null, session_id: session.id } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, principal.userId);
-      return { access: { access_token, token_type } };
+      return subject;
     });
-    if ('failed' in outcome) throw errors.invalidCode();
-    return outcome.access;
+    const { access_token, token_type } = await this.sessions.sign(subject);
+    return { access_token, token_type };
+  }
+
+  /**
+   * One second-factor attempt: a lockout slot is reserved before any code is compared, and
+   * the per-account verify budget is checked and recorded in the same transaction, under
+   * the user's row lock (issue 9). `work` answers undefined for a wrong code: its failure
+   * rows commit and the request answers 422 invalid_code.
+   */
+  private async withSecondFactorAttempt<T>(
+    userId: string,
+    meta: RequestMeta,
+    lockedError: () => Error,
+    work: (uow: UnitOfWork, slot: FailedAttemptSlot) => Promise<T | undefined>,
+  ): Promise<T> {
+    const slot = await FailedAttemptSlot.reserve(this.context.store.repos, this.context.config.auth.lockout, userId, this.context.clock.now());
+    if (!slot) throw lockedError();
+    try {
+      return await runUnitOfWork(this.context, meta, async (uow) => {
+        await uow.repos.users.findByIdForUpdate(userId);
+        await this.codes.assertVerifyBudget(uow.repos, userId, uow.now);
+        const result = await work(uow, slot);
+        return result === undefined ? uow.failAfterCommit(errors.invalidCode()) : result;
+      });
+    } finally {
+      // A success (or a refusal that compared nothing) gives the slot back; a failure keeps it.
+      await slot.release();
+    }
   }
 
   // ---------------------------------------------------------------- enrollment
@@ -175,6 +209,8 @@ export class MfaService {
     const secret = generateTotpSecret();
     await runUnitOfWork(this.context, meta, async (uow) => {
       await this.prunePendingFactors(uow, principal.userId);
+      // A new enrollment replaces the caller's pending one instead of piling up secrets.
+      await uow.repos.mfaFactors.deleteUnconfirmed(principal.userId, 'totp');
       await uow.repos.mfaFactors.insert({ id: factorId, userId: principal.userId, type: 'totp', destination: null, secretSealed: this.codes.sealTotpSecret(factorId, secret), now: uow.now });
     });
     const otpauthUri = totpProvisioningUri(this.context.config.otp.totp.issuer, principal.user.email, secret);
@@ -205,31 +241,35 @@ export class MfaService {
 
   /**
    * The confirm routes: a valid code confirms the factor. The first confirmed factor becomes the
-   * default, gets a batch of recovery codes and emits mfa.enrolled.
+   * default, gets a batch of recovery codes and emits mfa.enrolled; every later one needs
+   * step-up (decided under the user's row lock) and emits mfa.factor_added (CONTRACT 5).
    */
   async confirmFactor(principal: Principal, type: FactorType, factorId: string, code: string, meta: RequestMeta): Promise<{ status: 'confirmed'; recovery_codes?: string[] }> {
-    await this.codes.assertVerifyBudget(this.context.store.repos, principal.userId, this.context.clock.now());
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
-      // One MFA change per user at a time: "first confirmed factor" must mean exactly one.
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      // One MFA change per user at a time: "first confirmed factor" must mean exactly one,
+      // and the verify budget is checked and recorded atomically.
       await uow.repos.users.findByIdForUpdate(principal.userId);
+      await this.codes.assertVerifyBudget(uow.repos, principal.userId, uow.now);
+      await this.policy.assertStepUp(uow.repos, principal);
       await this.prunePendingFactors(uow, principal.userId);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
       if (!factor || factor.type !== type) throw errors.notFound('Factor');
       if (factor.confirmedAt !== null) throw new IdentityError(422, 'invalid_state', 'This factor is already confirmed.');
       if (!(await this.codes.checkFactorCode(uow, factor, code, 'enroll', null))) {
         await this.codes.recordVerifyFailure(uow, principal.userId);
-        return { failed: true as const };
+        return uow.failAfterCommit(errors.invalidCode());
       }
       const firstFactor = !(await uow.repos.mfaFactors.hasConfirmed(principal.userId));
-      if (!(await uow.repos.mfaFactors.markConfirmed(factor.id, uow.now))) return { failed: true as const };
+      if (!(await uow.repos.mfaFactors.markConfirmed(factor.id, uow.now))) return uow.failAfterCommit(errors.invalidCode());
       if (!(await uow.repos.mfaFactors.hasDefault(principal.userId))) await uow.repos.mfaFactors.makeDefault(principal.userId, factor.id);
-      if (!firstFactor) return { result: { status: 'confirmed' as const } };
+      if (!firstFactor) {
+        await uow.emit({ type: 'mfa.factor_added', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type } });
+        return { status: 'confirmed' as const };
+      }
       const recoveryCodes = await this.codes.issueRecoveryCodes(uow, principal.userId);
       await uow.emit({ type: 'mfa.enrolled', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type } });
-      return { result: { status: 'confirmed' as const, recovery_codes: recoveryCodes } };
+      return { status: 'confirmed' as const, recovery_codes: recoveryCodes };
     });
-    if ('failed' in outcome) throw errors.invalidCode();
-    return outcome.result;
   }
 
   // ---------------------------------------------------------------- management
@@ -256,7 +296,7 @@ export class MfaService {
 
   /** Step-up guarded at the route. The last confirmed factor stays while MFA is enforced for the user. */
   async removeFactor(principal: Principal, factorId: string, meta: RequestMeta): Promise<void> {
-    const enforced = await this.isEnforcedFor(principal.user);
+    const enforced = await this.policy.isMfaEnforcedFor(this.context.store.repos, principal.user);
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
@@ -288,16 +328,6 @@ export class MfaService {
   }
 
   // ---------------------------------------------------------------- queries used elsewhere
-
-  async hasConfirmedFactor(userId: string): Promise<boolean> {
-    return this.context.store.repos.mfaFactors.hasConfirmed(userId);
-  }
-
-  /** CONTRACT 5: global enforcement, the per-user flag, or an organization that requires MFA. */
-  async isEnforcedFor(user: Pick<UserRecord, 'id' | 'mfaEnforced'>): Promise<boolean> {
-    if (this.context.config.mfa.enforce || user.mfaEnforced) return true;
-    return this.context.store.repos.organizations.userBelongsToMfaRequiringOrganization(user.id);
-  }
 
   async recoveryCodesRemaining(userId: string): Promise<number> {
     return this.context.store.repos.recoveryCodes.countUnused(userId);
@@ -338,10 +368,11 @@ export class MfaService {
     await uow.repos.mfaFactors.pruneUnconfirmed(userId, uow.now - PENDING_FACTOR_LIFETIME_MS);
   }
 
-  private async recordSecondFactorFailure(uow: UnitOfWork, userId: string, failure: { context: 'login' | 'step_up'; method: CodeMethod; factorId: string | null }): Promise<void> {
+  private async recordSecondFactorFailure(uow: UnitOfWork, slot: FailedAttemptSlot, failure: { context: 'login' | 'step_up'; method: CodeMethod; factorId: string | null }): Promise<void> {
+    const userId = slot.userId;
     await this.codes.recordVerifyFailure(uow, userId);
     await uow.emit({ type: 'mfa.verify_failed', actorId: userId, userId, data: { context: failure.context, method: failure.method, factor_id: failure.factorId } });
-    await countFailedAuthentication(uow, this.context.config.auth.lockout, userId, 'second_factor');
+    await slot.fail(uow, 'second_factor');
   }
 
   private async emitRecoveryUsed(uow: UnitOfWork, userId: string): Promise<void> {

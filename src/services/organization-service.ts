@@ -8,7 +8,6 @@ import type { RequestMeta, ServiceContext } from './context.js';
 import { OWNER_ROLE_SLUG, SYSTEM_ROLE_SLUGS, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import type { IdentityEvent } from '../events.js';
-import { isWellFormedId } from './ids.js';
 import { decodeCursor, keysetPage } from './pagination.js';
 import { eventFromAuditRecord, runUnitOfWork } from './unit-of-work.js';
 
@@ -56,31 +55,12 @@ function firstFreeSlug(base: string, taken: ReadonlySet<string>): string {
   }
 }
 
-/** Organizations (spec 2.9, 4.3) and the authority chain of every `/orgs/{id}` route. */
+/** Organizations (spec 2.9, 4.3); the authority chain of `/orgs/{id}` routes is the access policy's. */
 export class OrganizationService {
   constructor(
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
   ) {}
-
-  /**
-   * The authority chain of every `/orgs/{id}` route: the path organization must be the
-   * token's active one (superadmins exempt), must exist and be active (404), and the
-   * caller must hold `permission` there, resolved from the database (403).
-   */
-  async assertPermission(principal: Principal, organizationId: string, permission: string): Promise<void> {
-    const repos = this.context.store.repos;
-    const superadmin = await repos.roles.isSuperadmin(principal.userId);
-    if (!superadmin && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
-    // Only a superadmin reaches here with a path value that did not come from our own token.
-    if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
-    const [organization, authority] = await Promise.all([
-      repos.organizations.findActive(organizationId),
-      resolveAuthority(repos, this.catalog, principal.userId, organizationId, superadmin),
-    ]);
-    if (!organization) throw errors.notFound('Organization');
-    if (!authority.permissions.has(permission)) throw errors.forbidden();
-  }
 
   /** GET /permissions: the core catalog plus the host's keys. */
   permissions(): PermissionDefinition[] {

@@ -1,5 +1,6 @@
-import { isCommonPassword } from '../crypto/common-passwords.js';
+import { isCommonPassword } from './common-passwords.js';
 import { errors } from '../errors.js';
+import { normaliseEmail } from './identity-rules.js';
 
 /** CONTRACT 2: length bounds, no composition rules, a blocklist, and not the e-mail itself. */
 export function assertPasswordAcceptable(password: string, email: string, policy: { minLength: number; maxLength: number }, field = 'password'): void {
@@ -13,9 +14,4 @@ export function assertPasswordAcceptable(password: string, email: string, policy
     problems.push(`"${field}" must not be your e-mail address`);
   }
   if (problems.length > 0) throw errors.validation(problems);
-}
-
-/** One form of an address everywhere: trimmed, Unicode-normalised, lower-cased. */
-export function normaliseEmail(email: string): string {
-  return email.trim().normalize('NFC').toLowerCase();
 }

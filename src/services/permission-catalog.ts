@@ -16,8 +16,6 @@ export const CORE_PERMISSIONS = [
   { key: 'audit.read', description: "Read the organization's audit log" },
 ] as const satisfies readonly PermissionDefinition[];
 
-export type CorePermissionKey = (typeof CORE_PERMISSIONS)[number]['key'];
-
 /** Keys that only the global superadmin role holds. */
 export const GLOBAL_ONLY_PERMISSIONS: ReadonlySet<string> = new Set(['users.read', 'users.manage']);
 

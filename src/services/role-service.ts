@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { errors } from '../errors.js';
 import { isUniqueViolation } from '../store/database.js';
 import type { RoleRecord } from '../store/organization-repository.js';
+import { isOwnerEquivalent, isOwnerRole, type AccessPolicy } from './access-policy.js';
 import { assertHolds, assertHoldsEveryKey, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
-import { GLOBAL_ONLY_PERMISSIONS, OWNER_ROLE_SLUG, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import { GLOBAL_ONLY_PERMISSIONS, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
@@ -32,6 +33,7 @@ export class RoleService {
   constructor(
     protected readonly context: ServiceContext,
     protected readonly catalog: PermissionCatalog,
+    private readonly policy: AccessPolicy,
   ) {}
 
   /** The global superadmin role has no organization and so never appears here. */
@@ -46,6 +48,8 @@ export class RoleService {
       return await runUnitOfWork(this.context, meta, async (uow) => {
         const actor = await this.actor(uow, principal, organizationId);
         assertHoldsEveryKey(actor, permissionKeys);
+        // A role holding org.delete or roles.manage is owner-equivalent (CONTRACT 5): step-up.
+        if (isOwnerEquivalent({ slug: input.slug, isSystem: false, permissionKeys })) await this.policy.assertStepUp(uow.repos, principal);
         if ((await uow.repos.roles.findBySlugs(organizationId, [input.slug])).length > 0) throw errors.conflict('A role with that slug already exists in this organization.');
         const role: RoleRecord = {
           id: randomUUID(),
@@ -75,8 +79,10 @@ export class RoleService {
       const actor = await this.actor(uow, principal, organizationId);
       const role = await uow.repos.roles.findInOrganization(organizationId, roleId);
       if (!role) throw errors.notFound('Role');
-      if (role.isSystem && role.slug === OWNER_ROLE_SLUG) throw errors.conflict('The owner role cannot be edited.');
+      if (isOwnerRole(role)) throw errors.conflict('The owner role cannot be edited.');
       if (permissionKeys) assertHoldsEveryKey(actor, permissionKeys.filter((key) => !role.permissionKeys.includes(key)));
+      // Editing a role that is, or becomes, owner-equivalent (CONTRACT 5): step-up.
+      if (isOwnerEquivalent(role) || (permissionKeys && isOwnerEquivalent({ ...role, permissionKeys }))) await this.policy.assertStepUp(uow.repos, principal);
       const update = {
         ...(changes.name !== undefined ? { name: changes.name } : {}),
         ...(changes.description !== undefined ? { description: changes.description } : {}),

@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { errors, IdentityError } from '../errors.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
+import type { AccessTokenSubject } from '../crypto/jwt.js';
 import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
+import { mayAuthenticate } from './access-policy.js';
 import { resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
@@ -33,6 +35,12 @@ export interface SessionView {
   last_used_at: string;
 }
 
+/** A session opened or rotated inside a transaction, its access token not yet signed. */
+export interface OpenedSession {
+  subject: AccessTokenSubject;
+  refreshToken: string;
+}
+
 export interface StrongAuthentication {
   mfa: boolean;
   amr: string[];
@@ -49,8 +57,12 @@ export class SessionService {
     private readonly catalog: PermissionCatalog,
   ) {}
 
-  /** Opens a session (one refresh-token family) inside the caller's unit of work. */
-  async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<TokenResponse> {
+  /**
+   * Opens a session (one refresh-token family) inside the caller's unit of work. The access
+   * token is signed only after commit (`signOpened`): no token exists for a session that
+   * rolled back, and no transaction waits on an RSA signature.
+   */
+  async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
     const sessionId = randomUUID();
     const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
     const session: SessionRecord = {
@@ -69,15 +81,25 @@ export class SessionService {
     };
     await uow.repos.sessions.insert({ ...session, now: uow.now });
     const refreshToken = await this.issueRefreshToken(uow.repos, sessionId, uow.now);
-    const access = await this.accessTokenFor(uow.repos, session, user);
-    return { ...access, refresh_token: refreshToken };
+    return { subject: await this.accessSubjectFor(uow.repos, session, user), refreshToken };
   }
 
-  /** A new access token for a session, with roles and scope re-resolved from the database. */
-  async accessTokenFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenResponse> {
+  /** After commit: the tokens of an opened (or rotated) session. */
+  async signOpened(opened: OpenedSession): Promise<TokenResponse> {
+    return { ...(await this.sign(opened.subject)), refresh_token: opened.refreshToken };
+  }
+
+  /** After commit: an access token for claims resolved inside the transaction. */
+  async sign(subject: AccessTokenSubject): Promise<AccessTokenResponse> {
+    const { token } = await this.context.jwt.signAccessToken(subject);
+    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl };
+  }
+
+  /** The claims of a new access token for a session, with roles and scope re-resolved from the database. */
+  async accessSubjectFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenSubject> {
     const authority = await resolveAuthority(repos, this.catalog, user.id, session.organizationId);
     const organizationId = authority.member || authority.superadmin ? session.organizationId : null;
-    const { token } = await this.context.jwt.signAccessToken({
+    return {
       sub: user.id,
       sid: session.id,
       org: organizationId,
@@ -87,8 +109,7 @@ export class SessionService {
       mfa: session.mfa,
       amr: session.amr,
       auth_time: Math.floor(session.authTime / 1000),
-    });
-    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl };
+    };
   }
 
   /**
@@ -97,32 +118,32 @@ export class SessionService {
    */
   async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
     const tokenHash = keyedHash(this.context.keys.tokenHash, refreshToken);
-    const outcome = await runUnitOfWork(this.context, meta, async (uow) => {
+    const rotated = await runUnitOfWork(this.context, meta, async (uow): Promise<OpenedSession> => {
+      const refused = () => uow.failAfterCommit(errors.invalidGrant());
       const stored = await uow.repos.refreshTokens.findByHash(tokenHash);
-      if (!stored) return { failure: 'unknown' as const };
+      if (!stored) return refused();
       const session = await uow.repos.sessions.findLive(stored.sessionId, uow.now);
-      if (!session) return { failure: 'unknown' as const };
+      if (!session) return refused();
       const rotation = this.context.config.tokens.refreshRotation;
       const reused = stored.consumedAt !== null || (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now)));
       if (reused) {
-        if (stored.expiresAt <= uow.now && stored.consumedAt === null) return { failure: 'expired' as const };
+        if (stored.expiresAt <= uow.now && stored.consumedAt === null) return refused();
         await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
         await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
-        return { failure: 'reuse' as const };
+        return refused();
       }
-      if (stored.expiresAt <= uow.now) return { failure: 'expired' as const };
+      if (stored.expiresAt <= uow.now) return refused();
       const user = await uow.repos.users.findById(session.userId);
-      if (!user || user.status !== 'active' || user.deletedAt !== null) return { failure: 'unknown' as const };
+      if (!user || !mayAuthenticate(user)) return refused();
 
       const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
       await uow.repos.sessions.touch(session.id, uow.now, rotation ? expiresAt : Math.max(session.expiresAt, stored.expiresAt));
       const nextRefreshToken = rotation ? await this.issueRefreshToken(uow.repos, session.id, uow.now) : refreshToken;
-      const access = await this.accessTokenFor(uow.repos, session, user);
+      const subject = await this.accessSubjectFor(uow.repos, session, user);
       await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
-      return { tokens: { ...access, refresh_token: nextRefreshToken } };
+      return { subject, refreshToken: nextRefreshToken };
     });
-    if ('failure' in outcome) throw errors.invalidGrant();
-    return outcome.tokens;
+    return this.signOpened(rotated);
   }
 
   async logout(principal: Principal, meta: RequestMeta): Promise<void> {
@@ -164,9 +185,18 @@ export class SessionService {
     if (!revoked) throw errors.notFound('Session');
   }
 
+  /** Whether a token is genuine but its session has ended (revoked or expired): spec 7's `session_ended`. */
+  async isEndedSession(token: string): Promise<boolean> {
+    const claims = await this.context.jwt.verifyAccessToken(token);
+    if (!claims) return false;
+    const session = await this.context.store.repos.sessions.findById(claims.sid);
+    if (!session || session.userId !== claims.sub) return false;
+    return (await this.context.store.repos.sessions.findLive(session.id, this.context.clock.now())) === undefined;
+  }
+
   /** Re-points the live session at another organization and mints a token scoped to it. */
   async switchOrganization(principal: Principal, organizationId: string, meta: RequestMeta): Promise<AccessTokenResponse> {
-    return runUnitOfWork(this.context, meta, async (uow) => {
+    const subject = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();
       const organization = await uow.repos.organizations.findActive(organizationId);
@@ -178,7 +208,7 @@ export class SessionService {
       }
       if (!(await uow.repos.sessions.setOrganization(session.id, organizationId))) throw errors.sessionEnded();
       const user = await uow.repos.users.findById(principal.userId);
-      const access = await this.accessTokenFor(uow.repos, { ...session, organizationId }, user!);
+      const subject = await this.accessSubjectFor(uow.repos, { ...session, organizationId }, user!);
       await uow.emit({
         type: 'auth.org_switched',
         actorId: principal.userId,
@@ -186,8 +216,9 @@ export class SessionService {
         organizationId,
         data: { session_id: session.id, from_organization_id: session.organizationId },
       });
-      return access;
+      return subject;
     });
+    return this.sign(subject);
   }
 
   private async issueRefreshToken(repos: Repositories, sessionId: string, now: number): Promise<string> {

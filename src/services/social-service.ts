@@ -6,15 +6,15 @@ import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
 import { errors, IdentityError, type SocialErrorCode } from '../errors.js';
 import type { SocialFlowOutcome, SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../store/social-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
-import type { AuthenticationService } from './authentication-service.js';
+import type { AccessPolicy } from './access-policy.js';
 import type { LoginResult } from './account-service.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { userStatus } from './identity-service.js';
 import type { MfaService } from './mfa-service.js';
-import { normaliseEmail } from './password-policy.js';
+import { normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
 import type { SessionService } from './session-service.js';
-import { evictLinksNotVouchingForProvenEmail } from './social-links.js';
+import { recordFirstEmailProof } from './email-proof.js';
 import { isUnreachable, SocialProviderClients } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
@@ -86,7 +86,7 @@ export class SocialService {
     private readonly social: ResolvedSocialConfig,
     private readonly sessions: SessionService,
     private readonly mfa: MfaService,
-    private readonly authentication: AuthenticationService,
+    private readonly policy: AccessPolicy,
   ) {
     this.clients = new SocialProviderClients(context.clock, context.logger);
   }
@@ -103,20 +103,11 @@ export class SocialService {
   }
 
   /**
-   * POST /auth/social/{provider}/link: a link flow for the signed-in user. Freshness is
-   * checked here, never at the callback (CONTRACT 9.5).
+   * POST /auth/social/{provider}/link: a link flow for the signed-in user. Its route declares
+   * `freshAuthentication`, which the access policy checks at link start, never at the callback (CONTRACT 9.5).
    */
   async startLink(principal: Principal, providerId: string, input: { returnTo?: string | undefined; handoffChallenge: string }, meta: RequestMeta): Promise<AuthorizationStart> {
-    const provider = this.provider(providerId);
-    const maxAgeMs = this.context.config.security.stepUp.maxAge * 1000;
-    const fresh = this.context.clock.now() - principal.session.authTime <= maxAgeMs;
-    if (!fresh) {
-      if (await this.mfa.hasConfirmedFactor(principal.userId)) throw errors.stepUpRequired();
-      throw new IdentityError(401, 'reauthentication_required', 'Sign in again before linking an account.', {
-        headers: { 'WWW-Authenticate': 'Bearer error="reauthentication_required"' },
-      });
-    }
-    return this.start(provider, 'link', input, principal, meta);
+    return this.start(this.provider(providerId), 'link', input, principal, meta);
   }
 
   private async start(
@@ -205,13 +196,13 @@ export class SocialService {
       throw new SocialRefusal('provider_error', FORWARDED_PROVIDER_ERRORS.has(parameters.error) ? parameters.error : undefined);
     }
     const secrets = JSON.parse(decrypt(this.context.keys.socialFlowEncryption, flow.secretsEnc, `social-flow:${flow.id}`).toString('utf8')) as { code_verifier: string; nonce: string };
-    let configuration;
-    let client;
+    let provided: Awaited<ReturnType<SocialProviderClients['configuration']>>;
     try {
-      ({ client, configuration } = await this.clients.configuration(provider));
+      provided = await this.clients.configuration(provider);
     } catch (error) {
       throw error instanceof IdentityError && error.code === 'provider_unavailable' ? new SocialRefusal('provider_unavailable') : error;
     }
+    const { client, configuration } = provided;
     const currentUrl = new URL(this.redirectUri(provider));
     for (const [name, value] of Object.entries(parameters)) if (value !== undefined) currentUrl.searchParams.set(name, value);
     try {
@@ -341,10 +332,7 @@ export class SocialService {
     const identityId = await this.insertLink(uow, user.id, provider, claims);
     await uow.emit({ type: 'user.social_linked', actorId: user.id, userId: user.id, data: { identity_id: identityId, provider: provider.id, method: 'explicit' } });
     // Linking also verifies: a provider vouching for the account's own address proves it (rule 5 then runs).
-    if (claims.emailVerified && claims.email === user.email && !user.emailVerified && (await repos.users.markEmailVerified(user.id, uow.now))) {
-      await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id, data: { method: 'social', provider: provider.id } });
-      await evictLinksNotVouchingForProvenEmail(uow, user);
-    }
+    if (claims.emailVerified && claims.email === user.email && !user.emailVerified) await recordFirstEmailProof(uow, user, { method: 'social', provider: provider.id });
     return { user_id: user.id, identity_id: identityId, is_new_user: false };
   }
 
@@ -387,7 +375,7 @@ export class SocialService {
     const outcome = flow.outcome;
 
     if (flow.purpose === 'link') {
-      const principal = input.bearer ? await this.authentication.authenticateBearer(input.bearer).catch(() => undefined) : undefined;
+      const principal = input.bearer ? await this.policy.authenticate(input.bearer).catch(() => undefined) : undefined;
       if (!principal || principal.userId !== outcome.user_id) throw errors.unauthorized('Linking needs the access token of the account that started it.');
       const identity = await this.context.store.repos.socialIdentities.findOwned(outcome.identity_id, principal.userId);
       if (!identity) throw errors.notFound('Identity');
@@ -402,11 +390,13 @@ export class SocialService {
     // CONTRACT 9.6: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
     const gate = await this.mfa.loginGate(user, meta, 'fed');
     if (gate) return { purpose: 'login', isNewUser: outcome.is_new_user, login: { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors } };
-    const tokens = await runUnitOfWork(this.context, meta, async (uow) => {
-      const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
+    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
+      const session = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
       await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], method: 'social', provider } });
-      return opened;
+      return session;
     });
+    // Tokens are signed only after commit (no token for a session that was never stored).
+    const tokens = await this.sessions.signOpened(opened);
     return {
       purpose: 'login',
       isNewUser: outcome.is_new_user,

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EventInput, IdentityEvent, IdentityEventType } from '../events.js';
 import type { AuditEventRecord } from '../store/audit-repository.js';
+import { isDatabaseError } from '../store/database.js';
 import type { Repositories } from '../store/store.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 
@@ -12,6 +13,7 @@ import type { RequestMeta, ServiceContext } from './context.js';
 export class UnitOfWork {
   private readonly committedEvents: IdentityEvent[] = [];
   private readonly afterCommitTasks: Array<() => Promise<void> | void> = [];
+  private failure: Error | undefined;
 
   constructor(
     readonly repos: Repositories,
@@ -48,6 +50,22 @@ export class UnitOfWork {
     this.afterCommitTasks.push(task);
   }
 
+  /**
+   * Commits what was written (audit rows, failure counters, a revoked family) and then
+   * answers `error`: a refused attempt must leave its trace although the request fails.
+   * Typed `never` so `return uow.failAfterCommit(...)` ends the work; `runUnitOfWork`
+   * throws the error after commit, so the returned value is never observed.
+   */
+  failAfterCommit(error: Error): never {
+    this.failure = error;
+    return undefined as never;
+  }
+
+  /** @internal */
+  get pendingFailure(): Error | undefined {
+    return this.failure;
+  }
+
   /** @internal */
   drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void> } {
     return { events: this.committedEvents, tasks: this.afterCommitTasks };
@@ -68,6 +86,7 @@ export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
   };
 }
 
+/** Runs `work` in one transaction; throws the `failAfterCommit` error, if any, once committed. */
 export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
   const now = context.clock.now();
   let unit: UnitOfWork | undefined;
@@ -75,7 +94,10 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
     unit = new UnitOfWork(repos, now, meta);
     return work(unit);
   });
-  if (unit) dispatchAfterCommit(context, unit);
+  if (unit) {
+    dispatchAfterCommit(context, unit);
+    if (unit.pendingFailure) throw unit.pendingFailure;
+  }
   return result;
 }
 
@@ -100,6 +122,8 @@ function runSafely(context: ServiceContext, message: string, task: () => Promise
   }
 }
 
+/** A log line for an error. A database error is logged by its code and a fixed text: its message may hold bound values. */
 export function describeError(error: unknown): string {
+  if (isDatabaseError(error)) return `${error.name} ${error.code ?? '(no code)'}: database error (message withheld: it may quote values)`;
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

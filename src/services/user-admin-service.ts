@@ -2,6 +2,7 @@ import { keyedHash } from '../crypto/keyed-hash.js';
 import { errors } from '../errors.js';
 import type { UserRecord } from '../store/user-repository.js';
 import { resolveAuthority } from './authority.js';
+import { normaliseDisplayName } from './identity-rules.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { userStatus } from './identity-service.js';
 import type { PermissionCatalog } from './permission-catalog.js';
@@ -27,7 +28,6 @@ export interface UserProfileChanges {
 /** The reserved domain of tombstone addresses (RFC 2606 `.invalid` never resolves). */
 export const TOMBSTONE_EMAIL_DOMAIN = 'deleted.invalid';
 
-const DISPLAY_NAME_MAX_LENGTH = 120;
 
 type UserPermission = 'users.read' | 'users.manage';
 
@@ -115,6 +115,7 @@ export class UserAdminService {
       const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
       const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
+      const sentInvitesRevoked = await this.revokeInvitesSentBy(uow, user.id);
       // Each organization's own audit trail learns that the member left.
       for (const membership of endedMemberships) {
         await uow.emit({
@@ -129,9 +130,25 @@ export class UserAdminService {
         type: 'user.deleted',
         actorId: principal.userId,
         userId: user.id,
-        data: { self: principal.userId === user.id, sessions_revoked: revoked, memberships_ended: endedMemberships.length, invites_revoked: invitesRevoked },
+        data: { self: principal.userId === user.id, sessions_revoked: revoked, memberships_ended: endedMemberships.length, invites_revoked: invitesRevoked, sent_invites_revoked: sentInvitesRevoked },
       });
+      // Erasure, after the events above: where the person connected from goes with them (the
+      // audit rows themselves stay).
+      await uow.repos.sessions.eraseClientDetails(user.id);
+      await uow.repos.audit.eraseIpOf(user.id);
     });
+  }
+
+  /** Invites the deleted user sent stop being acceptable, with the `invited` member rows they made. */
+  private async revokeInvitesSentBy(uow: UnitOfWork, userId: string): Promise<number> {
+    let revoked = 0;
+    for (const invite of await uow.repos.invites.listPendingSentBy(userId)) {
+      if (!(await uow.repos.invites.revoke(invite.organizationId, invite.id, uow.now))) continue;
+      revoked += 1;
+      const invitee = await uow.repos.users.findByEmail(invite.email);
+      if (invitee) await uow.repos.memberships.deleteInvited(invite.organizationId, invitee.id);
+    }
+    return revoked;
   }
 
   /**
@@ -159,11 +176,4 @@ export class UserAdminService {
   private view(user: UserRecord, now: number): UserView {
     return { id: user.id, email: user.email, display_name: user.displayName, status: userStatus(user, now) };
   }
-}
-
-function normaliseDisplayName(value: string | null): string | null {
-  const trimmed = value?.trim() ?? '';
-  if (trimmed === '') return null;
-  if ([...trimmed].length > DISPLAY_NAME_MAX_LENGTH) throw errors.validation([`"display_name" must be at most ${DISPLAY_NAME_MAX_LENGTH} characters long`]);
-  return trimmed;
 }

@@ -48,6 +48,18 @@ export class AuditRepository extends Repository {
     return (await query).map(mapEvent);
   }
 
+  /**
+   * A deleted account's events keep what happened but not the IP it came from: every event it
+   * acted in, and those about it with no actor (a failed login). An administrator's IP on an
+   * event about the user is the administrator's and stays.
+   */
+  async eraseIpOf(userId: string): Promise<void> {
+    await this.db(this.table.auditEvents)
+      .where({ actor_id: userId })
+      .orWhere((query) => query.where({ user_id: userId }).whereNull('actor_id'))
+      .update({ ip: null });
+  }
+
   async listForUser(userId: string): Promise<AuditEventRecord[]> {
     return (await this.db(this.table.auditEvents).where({ user_id: userId }).orderBy('seq', 'asc')).map(mapEvent);
   }
@@ -66,10 +78,6 @@ export class RateEventRepository extends Repository {
   async oldestSince(bucket: string, since: number): Promise<number | undefined> {
     const row = await this.db(this.table.rateEvents).where({ bucket }).andWhere('occurred_at', '>', since).min({ oldest: 'occurred_at' }).first();
     return row?.oldest === null || row?.oldest === undefined ? undefined : toNumber(row.oldest);
-  }
-
-  async pruneBefore(before: number): Promise<void> {
-    await this.db(this.table.rateEvents).where('occurred_at', '<=', before).delete();
   }
 
   /** Drops one bucket's events that have left its window, so budgets do not grow without bound. */

@@ -40,6 +40,9 @@ export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDa
     },
     ...(isSqlite ? { useNullAsDefault: true } : {}),
     ...knexConfig,
+    // Knex otherwise inlines the bound values (password hashes, e-mails, token hashes) into the
+    // message of a failed query, and messages reach logs. Not overridable.
+    compileSqlOnError: false,
     pool: {
       ...(isSqlite
         ? {
@@ -63,18 +66,4 @@ export const toNumber = (value: unknown): number => (typeof value === 'number' ?
 export const toNullableNumber = (value: unknown): number | null => (value === null || value === undefined ? null : toNumber(value));
 export const toBoolean = (value: unknown): boolean => value === true || value === 1 || value === '1' || value === 't';
 
-/** Unique-constraint violation on either database. */
-export function isUniqueViolation(error: unknown): boolean {
-  const candidate = error as { code?: string; message?: string } | undefined;
-  return candidate?.code === '23505' || candidate?.code === 'SQLITE_CONSTRAINT_UNIQUE' || candidate?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
-}
-
-/** Errors that mean "the database is not there right now" rather than a bug. */
-export function isConnectionError(error: unknown): boolean {
-  const candidate = error as { code?: string; name?: string; message?: string } | undefined;
-  if (!candidate) return false;
-  if (candidate.name === 'KnexTimeoutError') return true;
-  const code = candidate.code ?? '';
-  return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08006', 'SQLITE_BUSY', 'SQLITE_CANTOPEN'].includes(code)
-    || /Connection terminated|connect ECONNREFUSED|timeout acquiring a connection/i.test(candidate.message ?? '');
-}
+export { isConnectionError, isDatabaseError, isUniqueViolation } from '../database-errors.js';

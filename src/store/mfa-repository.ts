@@ -81,6 +81,11 @@ export class MfaFactorRepository extends Repository {
     });
   }
 
+  /** A user's unconfirmed factors of one type (a new TOTP enrollment replaces the pending one). */
+  async deleteUnconfirmed(userId: string, type: FactorType): Promise<number> {
+    return this.db(this.table.mfaFactors).where({ user_id: userId, type }).whereNull('confirmed_at').delete();
+  }
+
   /** Spec 2.6: a factor never confirmed is pruned (here: once it is older than `createdBefore`). */
   async pruneUnconfirmed(userId: string, createdBefore: number): Promise<number> {
     return this.db(this.table.mfaFactors).where({ user_id: userId }).whereNull('confirmed_at').andWhere('created_at', '<=', createdBefore).delete();
@@ -172,9 +177,14 @@ export class OtpChallengeRepository extends Repository {
     });
   }
 
-  /** When the factor last had a code sent (the resend cooldown, CONTRACT 5: per factor). */
-  async lastSentAt(factorId: string): Promise<number | undefined> {
-    const row = await this.db(this.table.otpChallenges).where({ factor_id: factorId }).max({ latest: 'created_at' }).first();
+  /**
+   * When the factor last had a code sent (the resend cooldown, CONTRACT 5: per factor).
+   * `exceptPurpose` leaves out one kind of send (a confirmed factor's enrollment code).
+   */
+  async lastSentAt(factorId: string, exceptPurpose?: OtpPurpose): Promise<number | undefined> {
+    const query = this.db(this.table.otpChallenges).where({ factor_id: factorId });
+    if (exceptPurpose !== undefined) query.whereNot({ purpose: exceptPurpose });
+    const row = await query.max({ latest: 'created_at' }).first();
     return row?.latest === null || row?.latest === undefined ? undefined : toNumber(row.latest);
   }
 
@@ -268,6 +278,11 @@ export class MfaTicketRepository extends Repository {
       .andWhere('failed_attempts', '<', maxAttempts)
       .update({ consumed_at: now });
     return changed === 1;
+  }
+
+  /** Ends every open ticket of a user (a password change or reset: a ticket won with the old password must not finish the login). */
+  async endAllForUser(userId: string, now: number): Promise<void> {
+    await this.db(this.table.mfaTickets).where({ user_id: userId }).whereNull('consumed_at').update({ consumed_at: now });
   }
 }
 

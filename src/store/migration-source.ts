@@ -1,8 +1,12 @@
 import type { Knex } from 'knex';
 import * as initialSchema from './migrations/001-initial-schema.js';
+import * as hardening from './migrations/003-hardening.js';
+import * as severalInstances from './migrations/004-several-instances.js';
 import * as socialLogin from './migrations/006-social-login.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
+import { dialectOf } from './database.js';
+import { withStartupLock } from './startup-lock.js';
 
 const DEFAULT_TABLE_PREFIX = DEFAULTS.tablePrefix;
 
@@ -14,6 +18,8 @@ interface Migration {
 /** Migrations ship inside the bundle, so they run the same from ESM, CJS and tsx. Append, never edit. */
 const MIGRATIONS: Migration[] = [
   { name: '001-initial-schema', up: initialSchema.up },
+  { name: '003-hardening', up: hardening.up },
+  { name: '004-several-instances', up: severalInstances.up },
   { name: '006-social-login', up: socialLogin.up },
 ];
 
@@ -49,5 +55,6 @@ export function migrationConfig(table: TableNames, prefix: string): Knex.Migrato
  */
 export async function migrateIdentityDatabase(knex: Knex, options: { tablePrefix?: string } = {}): Promise<void> {
   const prefix = options.tablePrefix ?? DEFAULT_TABLE_PREFIX;
-  await knex.migrate.latest(migrationConfig(tableNames(prefix), prefix));
+  // Several deploy jobs (or a job and a starting router) take turns instead of racing Knex's lock table.
+  await withStartupLock(knex, dialectOf(knex), prefix, () => knex.migrate.latest(migrationConfig(tableNames(prefix), prefix)));
 }

@@ -206,12 +206,7 @@ export class RoleRepository extends Repository {
   }
 
   async isSuperadmin(userId: string): Promise<boolean> {
-    const row = await this.db(`${this.table.globalRoleGrants} as g`)
-      .join(`${this.table.roles} as r`, 'r.id', 'g.role_id')
-      .where({ 'g.user_id': userId, 'r.slug': 'superadmin' })
-      .whereNull('r.organization_id')
-      .first('g.user_id');
-    return row !== undefined;
+    return (await this.db(this.table.globalRoleGrants).where({ user_id: userId, role_id: SUPERADMIN_ROLE_ID }).first('user_id')) !== undefined;
   }
 }
 
@@ -340,12 +335,11 @@ export class MembershipRepository extends Repository {
     return rows.map(mapRole);
   }
 
-  /** Active members holding the organization's system owner role (read after lockActive in the same transaction). */
-  async countActiveOwners(organizationId: string): Promise<number> {
+  /** Active members holding one role of the organization (read after lockActive in the same transaction). */
+  async countActiveHolders(organizationId: string, roleId: string): Promise<number> {
     const row = await this.db(`${this.table.memberships} as m`)
       .join(`${this.table.memberRoles} as mr`, 'mr.membership_id', 'm.id')
-      .join(`${this.table.roles} as r`, 'r.id', 'mr.role_id')
-      .where({ 'm.organization_id': organizationId, 'm.status': 'active', 'r.organization_id': organizationId, 'r.slug': 'owner', 'r.is_system': true })
+      .where({ 'm.organization_id': organizationId, 'm.status': 'active', 'mr.role_id': roleId })
       .countDistinct({ count: 'm.id' })
       .first();
     return toNumber(row?.count ?? 0);
@@ -508,6 +502,11 @@ export class InviteRepository extends Repository {
   /** Answers whether this call revoked it. */
   async revoke(organizationId: string, id: string, now: number): Promise<boolean> {
     return (await this.db(this.table.invites).where({ organization_id: organizationId, id, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now })) === 1;
+  }
+
+  /** Pending invites a user sent, in every organization (they die with the account). */
+  async listPendingSentBy(userId: string): Promise<InviteRecord[]> {
+    return (await this.db(this.table.invites).where({ invited_by: userId, status: 'pending' }).orderBy('id')).map(mapInvite);
   }
 
   async revokePendingForEmail(organizationId: string, email: string, now: number): Promise<void> {

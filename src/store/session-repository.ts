@@ -146,6 +146,11 @@ export class SessionRepository extends Repository {
     return query.update({ revoked_at: now, revoked_reason: reason });
   }
 
+  /** A deleted account's sessions keep their ids and times but no longer say where from. */
+  async eraseClientDetails(userId: string): Promise<void> {
+    await this.db(this.table.sessions).where({ user_id: userId }).update({ ip: null, user_agent: null });
+  }
+
   async revokeAllForOrganization(organizationId: string, now: number, reason: SessionRevocationReason, userId?: string): Promise<number> {
     const query = this.db(this.table.sessions).where({ organization_id: organizationId }).whereNull('revoked_at');
     if (userId) query.andWhere({ user_id: userId });

@@ -5,6 +5,7 @@ import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, Recov
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
+import { RateLimitCounterRepository } from './rate-limit-counter-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
 import { SocialFlowRepository, SocialIdentityRepository } from './social-repository.js';
 import type { TableNames } from './table-names.js';
@@ -29,6 +30,7 @@ export interface Repositories {
   invites: InviteRepository;
   socialIdentities: SocialIdentityRepository;
   socialFlows: SocialFlowRepository;
+  rateLimitCounters: RateLimitCounterRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -50,6 +52,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     invites: new InviteRepository(context),
     socialIdentities: new SocialIdentityRepository(context),
     socialFlows: new SocialFlowRepository(context),
+    rateLimitCounters: new RateLimitCounterRepository(context),
   };
 }
 

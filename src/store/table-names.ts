@@ -18,6 +18,7 @@ export const TABLES = [
   'invites',
   'socialIdentities',
   'socialFlows',
+  'rateLimitCounters',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];

@@ -116,23 +116,44 @@ export class UserRepository extends Repository {
   }
 
   /**
-   * Counts one failed login inside the lockout window and locks the account when the
-   * threshold is reached. One statement per step so concurrent failures all count.
-   * Answers whether this failure locked the account.
+   * Reserves one failed-attempt slot before a password or code is compared (issue 10:
+   * parallel guesses cannot beat the cap). The slot is taken by one conditional update,
+   * so of any number of concurrent attempts at most `threshold` hold a slot at once; an
+   * attempt without one is refused without comparing. Answers false when the account is
+   * locked or every slot of the window is taken.
    */
-  async recordFailedLogin(id: string, now: number, lockout: { threshold: number; windowMs: number; durationMs: number }): Promise<boolean> {
-    const windowOpenedAfter = now - lockout.windowMs;
-    // Restart the window when the previous one has lapsed.
+  async reserveFailedAttempt(id: string, now: number, lockout: { threshold: number; windowMs: number }): Promise<boolean> {
+    // A fresh window when the previous one has lapsed, or when a lock has run out.
     await this.db(this.table.users)
       .where({ id })
-      .andWhere((query) => query.whereNull('failed_login_window_start').orWhere('failed_login_window_start', '<=', windowOpenedAfter))
-      .update({ failed_login_count: 0, failed_login_window_start: now });
-    await this.db(this.table.users).where({ id }).increment('failed_login_count', 1);
+      .andWhere((query) =>
+        query
+          .where((expired) => expired.whereNotNull('locked_until').andWhere('locked_until', '<=', now))
+          .orWhere((lapsed) =>
+            lapsed.whereNull('locked_until').andWhere((window) => window.whereNull('failed_login_window_start').orWhere('failed_login_window_start', '<=', now - lockout.windowMs)),
+          ),
+      )
+      .update({ failed_login_count: 0, failed_login_window_start: now, locked_until: null });
+    const reserved = await this.db(this.table.users)
+      .where({ id })
+      .andWhere('failed_login_count', '<', lockout.threshold)
+      .andWhere((query) => query.whereNull('locked_until').orWhere('locked_until', '<=', now))
+      .update({ failed_login_count: this.db.raw('?? + 1', ['failed_login_count']) });
+    return reserved === 1;
+  }
+
+  /** Gives back a slot whose attempt succeeded: the attempt is not a failure, and earlier failures still count. */
+  async releaseFailedAttempt(id: string): Promise<void> {
+    await this.db(this.table.users).where({ id }).andWhere('failed_login_count', '>', 0).decrement('failed_login_count', 1);
+  }
+
+  /** After a failed attempt kept its slot: locks the account when the window holds `threshold` failures. Answers whether this call locked it. */
+  async lockIfThresholdReached(id: string, now: number, lockout: { threshold: number; durationMs: number }): Promise<boolean> {
     const locked = await this.db(this.table.users)
       .where({ id })
       .andWhere('failed_login_count', '>=', lockout.threshold)
       .andWhere((query) => query.whereNull('locked_until').orWhere('locked_until', '<=', now))
-      .update({ locked_until: now + lockout.durationMs, failed_login_count: 0, failed_login_window_start: null });
+      .update({ locked_until: now + lockout.durationMs });
     return locked === 1;
   }
 

@@ -165,7 +165,7 @@ export class Harness {
     // Redirects (the social callback) are answers to inspect, not to follow.
     const response = await fetch(this.baseUrl + path, { method: method.toUpperCase(), headers, body, redirect: 'manual' });
     const text = await response.text();
-    let parsed: unknown = undefined;
+    let parsed: unknown ;
     try {
       parsed = text ? JSON.parse(text) : undefined;
     } catch {

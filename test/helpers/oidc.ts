@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 // oidc-provider ships no types; the tests use the small surface CONTRACT 9.11 names.
 // eslint-disable-next-line @typescript-eslint/ban-ts-comment
-// @ts-ignore
+// @ts-expect-error
 import Provider from 'oidc-provider';
 import { Harness, type HarnessOptions, type TestResponse } from './harness.js';
 

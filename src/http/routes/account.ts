@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import type { IdentityServices } from '../../services/identity-services.js';
 import { accepted, ok, type RouteDefinition } from '../route.js';
-import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, paginationQuery, passwordSchema } from '../schemas.js';
+import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, paginationQuery, passwordSchema, storedPasswordSchema } from '../schemas.js';
 
 const GENERIC_REGISTER = 'If the address can be registered, a verification e-mail is on its way.';
 const GENERIC_RESEND = 'If the address belongs to an unverified account, a new verification e-mail is on its way.';
@@ -54,7 +54,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/login',
       auth: 'public',
       rateLimit: 'login',
-      body: Joi.object({ email: emailSchema.required(), password: passwordSchema.required() }),
+      body: Joi.object({ email: emailSchema.required(), password: storedPasswordSchema.required() }),
       handler: async ({ body, meta }) => {
         const result = await services.accounts.login({ email: body.email, password: body.password }, meta);
         if (result.kind === 'mfa_required') return ok({ mfa_required: true, mfa_token: result.mfaToken, factors: result.factors });
@@ -94,6 +94,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/switch-org',
       auth: 'bearer',
+      answersSessionEnded: true,
       body: Joi.object({ organization_id: idSchema.required() }),
       handler: async ({ body, principal, meta }) => ok(await services.sessions.switchOrganization(principal, body.organization_id, meta)),
     },
@@ -144,7 +145,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/password/change',
       auth: 'bearer',
       stepUp: true,
-      body: Joi.object({ current_password: passwordSchema.required(), new_password: passwordSchema.required() }),
+      body: Joi.object({ current_password: storedPasswordSchema.required(), new_password: passwordSchema.required() }),
       handler: async ({ body, principal, meta }) => {
         await services.accounts.changePassword(principal, { currentPassword: body.current_password, newPassword: body.new_password }, meta);
         return ok({ status: 'password_changed' });

@@ -19,6 +19,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/enroll',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_enroll',
       allowedDuringEnrollment: true,
       body: Joi.object({}),
@@ -29,6 +31,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/confirm',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,
@@ -38,6 +42,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/enroll',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
       body: Joi.object({ phone_e164: phoneSchema.required() }),
@@ -47,6 +53,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/confirm',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,
@@ -56,6 +64,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/enroll',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
       body: Joi.object({ email: emailSchema }),
@@ -65,6 +75,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/confirm',
       auth: 'bearer',
+      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
+      stepUp: true,
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,

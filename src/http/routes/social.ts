@@ -83,6 +83,7 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/social/:provider/link',
       auth: 'bearer',
+      freshAuthentication: true,
       params: providerParams,
       body: Joi.object(handoffFields),
       handler: async ({ params, body, principal, meta }) =>

@@ -3,16 +3,8 @@ import type { IdentityServices } from '../../services/identity-services.js';
 import { ok, type RouteDefinition } from '../route.js';
 import { idSchema } from '../schemas.js';
 
-const DISPLAY_NAME_MAX_LENGTH = 120;
-
-/** Spec 2.4 / 8: at most 120 characters once trimmed; null or '' clears it. */
-const profileDisplayNameSchema = Joi.string()
-  .allow(null, '')
-  .max(4 * DISPLAY_NAME_MAX_LENGTH)
-  .custom((value: string, helpers) => {
-    const trimmed = value.trim();
-    return [...trimmed].length > DISPLAY_NAME_MAX_LENGTH ? helpers.error('string.max', { limit: DISPLAY_NAME_MAX_LENGTH }) : trimmed;
-  });
+/** Only bounded here: the display-name rule itself lives in services/identity-rules.ts (one rule for every route). */
+const profileDisplayNameSchema = Joi.string().allow(null, '').max(1024);
 
 const userParams = Joi.object({ userId: idSchema.required() });
 

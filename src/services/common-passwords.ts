@@ -1,7 +1,8 @@
 // Generated once from well-known entries of public breach-frequency lists plus their common systematic variants
 // (word + digits/"!", word + year, keyboard walks, repeated digits). Only entries of 8+ characters are kept,
 // because shorter passwords are already refused by the minimum length; all entries are lower-case.
-// Kept as one newline-separated string so the file stays readable and diffable without 1,000+ array elements.
+// Kept as one newline-separated string in a TS data module beside the password policy, so the bundle (ESM and CJS)
+// embeds it with no file to locate at run time; the Set below is built once, when the module loads.
 const COMMON_PASSWORDS_SOURCE = `
 !qaz1qaz
 !qaz2wsx

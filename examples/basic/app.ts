@@ -1,0 +1,155 @@
+/**
+ * The example host app as a factory, so `server.ts` runs it and the browser tests start it
+ * in-process on a free port with a temporary database and a test clock.
+ *
+ *   /identity/...   the router, as any API client (curl, a mobile app) uses it
+ *   /api/...        the same router for the web app, refresh token in an httpOnly cookie
+ *   /invoices       a host route guarded by a permission from the catalog
+ *   /api-docs       docs/openapi.yaml in Swagger UI, served from node_modules
+ *   /dev/inbox      the development inbox (development only)
+ *   everything else the web app in public/ (one HTML shell, one ES module per page)
+ */
+import { readdirSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import express, { type Express } from 'express';
+import { createIdentityRouter, type Clock, type IdentityConfig, type IdentityEvent, type IdentityRouter } from '../../src/index.js';
+import { createDevInbox, type DevInbox } from './dev-inbox.js';
+import { refreshTokenCookie } from './refresh-token-cookie.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repositoryRoot = resolve(here, '../..');
+const publicDir = join(here, 'public');
+const REFRESH_TTL_SECONDS = 30 * 24 * 3600;
+
+export interface ExampleOptions {
+  /** Where the browser reaches the app, e.g. `http://localhost:3000`: the mailed links start with it. */
+  publicUrl: string;
+  databaseFile: string;
+  secret: string;
+  /** Development mode mounts the inbox; production never does. */
+  development: boolean;
+  clock?: Clock;
+  /** Echo mail and SMS to the console too (the inbox keeps them either way). */
+  echoToConsole?: boolean;
+  onEvent?: (event: IdentityEvent) => void;
+  /** Merged over the example's configuration (tests lower bcrypt cost and turn off IP rate limits). */
+  config?: Partial<IdentityConfig>;
+}
+
+export interface ExampleApp {
+  app: Express;
+  identity: IdentityRouter;
+  /** Present in development only. */
+  inbox: DevInbox | undefined;
+}
+
+export function createExampleApp(options: ExampleOptions): ExampleApp {
+  const { publicUrl, development } = options;
+  const now = () => options.clock?.now() ?? Date.now();
+  const inbox = development ? createDevInbox({ now, echoToConsole: options.echoToConsole ?? true }) : undefined;
+  const identity = createIdentityRouter(
+    {
+      database: { client: 'better-sqlite3', connection: { filename: options.databaseFile }, useNullAsDefault: true },
+      secret: options.secret,
+      issuer: `${publicUrl}/identity`,
+      appName: 'Identity Router Example',
+      permissions: [{ key: 'invoices.read', description: 'Read invoices' }],
+      // Every link the library mails opens a page of the web app below.
+      links: {
+        verifyEmail: `${publicUrl}/verify-email?token={token}`,
+        resetPassword: `${publicUrl}/reset-password?token={token}`,
+        acceptInvite: `${publicUrl}/accept-invite?token={token}`,
+      },
+      ...options.config,
+    },
+    {
+      ...(inbox ? { mailer: inbox.mailer, sms: inbox.sms } : {}),
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+    },
+  );
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.use((_req, res, next) => {
+    // The access token lives in page memory, so script injection is the threat that matters: only our own scripts run.
+    res.set('Content-Security-Policy', "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'");
+    res.set('X-Content-Type-Options', 'nosniff');
+    res.set('Referrer-Policy', 'no-referrer');
+    next();
+  });
+
+  app.use('/identity', identity);
+  app.use('/api', refreshTokenCookie({ mountPath: '/api', maxAgeSeconds: REFRESH_TTL_SECONDS, secure: !development }), identity);
+
+  // A host route guarded by a permission from the catalog, resolved from the database.
+  app.get('/invoices', identity.requirePermission('invoices.read'), (_req, res) => {
+    res.json({ data: [{ id: 'inv_1', total: 4200 }] });
+  });
+
+  if (inbox) app.use(inbox.router());
+
+  app.get('/openapi.yaml', (_req, res) => res.type('application/yaml').sendFile(join(repositoryRoot, 'docs/openapi.yaml')));
+  app.use('/vendor/swagger-ui', express.static(join(repositoryRoot, 'node_modules/swagger-ui-dist'), { index: false }));
+  app.get('/api-docs', (_req, res) => res.sendFile(join(publicDir, 'api-docs.html')));
+
+  // The web app finds its pages here, so adding a page is adding one file to public/pages/.
+  app.get('/app/pages.json', (_req, res) => {
+    const pages = readdirSync(join(publicDir, 'pages'))
+      .filter((file) => file.endsWith('.js'))
+      .sort()
+      .map((file) => `/pages/${file}`);
+    res.json({ pages, development });
+  });
+  app.use(express.static(publicDir, { index: false }));
+  // Any other GET that wants HTML is a page of the single-page app: it routes on the path itself.
+  app.get(/^\/(?!identity\/|api\/|dev\/|vendor\/).*/, (req, res, next) => {
+    if (!req.accepts('html')) return next();
+    res.sendFile(join(publicDir, 'index.html'));
+  });
+
+  return { app, identity, inbox };
+}
+
+export interface RunningExample extends ExampleApp {
+  url: string;
+  server: Server;
+  close(): Promise<void>;
+}
+
+/**
+ * Listens first and builds the app second, so that with port 0 the mailed links still carry
+ * the port the system picked.
+ */
+export async function startExampleServer(
+  options: Omit<ExampleOptions, 'publicUrl'> & { port: number; host?: string; publicHost?: string },
+): Promise<RunningExample> {
+  const server = createServer();
+  await new Promise<void>((resolveListen, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host ?? '127.0.0.1', () => resolveListen());
+  });
+  const { port } = server.address() as AddressInfo;
+  const url = `http://${options.publicHost ?? options.host ?? '127.0.0.1'}:${port}`;
+  const example = createExampleApp({ ...options, publicUrl: url });
+  server.on('request', example.app);
+  try {
+    await example.identity.ready;
+  } catch (error) {
+    server.close();
+    throw error;
+  }
+  return {
+    ...example,
+    url,
+    server,
+    close: () =>
+      new Promise<void>((resolveClose) => {
+        server.closeAllConnections();
+        server.close(() => void example.identity.close().then(() => resolveClose()));
+      }),
+  };
+}

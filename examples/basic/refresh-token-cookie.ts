@@ -1,0 +1,65 @@
+/**
+ * A small backend-for-frontend in front of the router: for the browser mount, the refresh
+ * token travels only in an httpOnly, SameSite=Strict cookie, so page scripts (and any script
+ * injected into them) never see it, and the page survives a reload or a click on a mailed
+ * link without keeping a token in localStorage. See "Tokens in the browser" in
+ * docs/getting-started.md for the choice.
+ */
+import express, { type RequestHandler, type Response } from 'express';
+
+export const REFRESH_COOKIE = 'example_refresh';
+
+const REFRESH_PATH = '/auth/token/refresh';
+const ENDS_SESSION = new Set(['/auth/logout', '/auth/logout-all']);
+
+export interface RefreshTokenCookieOptions {
+  /** The mount path of the browser API, e.g. `/api`: the cookie is sent to `<mount>/auth` only. */
+  mountPath: string;
+  maxAgeSeconds: number;
+  /** Set `Secure` (true behind HTTPS; browsers treat http://localhost as secure too). */
+  secure: boolean;
+}
+
+function readCookie(header: string | undefined, name: string): string | undefined {
+  for (const part of (header ?? '').split(';')) {
+    const [key, ...value] = part.trim().split('=');
+    if (key === name) return decodeURIComponent(value.join('='));
+  }
+  return undefined;
+}
+
+export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestHandler {
+  const parseJson = express.json({ limit: '100kb' });
+  const attributes = [`Path=${options.mountPath}/auth`, 'HttpOnly', 'SameSite=Strict', ...(options.secure ? ['Secure'] : [])];
+  const setCookie = (res: Response, token: string) =>
+    res.append('Set-Cookie', [`${REFRESH_COOKIE}=${encodeURIComponent(token)}`, `Max-Age=${options.maxAgeSeconds}`, ...attributes].join('; '));
+  const clearCookie = (res: Response) => res.append('Set-Cookie', [`${REFRESH_COOKIE}=`, 'Max-Age=0', ...attributes].join('; '));
+
+  return (req, res, next) => {
+    if (req.method !== 'POST') return next();
+    const sendJson = res.json.bind(res);
+    // Any answer that carries a refresh token (login, MFA verify, refresh, and whatever sign-in route comes
+    // next) hands it to the cookie instead of the page; the cookie is cleared when the session ends or the token is refused.
+    res.json = (body: { data?: { refresh_token?: string } } | undefined) => {
+      const ok = res.statusCode >= 200 && res.statusCode < 300;
+      if (ok && body?.data?.refresh_token) {
+        setCookie(res, body.data.refresh_token);
+        const { refresh_token: _moved, ...data } = body.data;
+        return sendJson({ ...body, data });
+      }
+      if (ENDS_SESSION.has(req.path) ? ok : req.path === REFRESH_PATH && !ok) clearCookie(res);
+      return sendJson(body);
+    };
+    if (req.path !== REFRESH_PATH) return next();
+    parseJson(req, res, (error?: unknown) => {
+      if (error) return next(error);
+      const body = (req.body ?? {}) as { refresh_token?: unknown };
+      if (body.refresh_token === undefined) {
+        const fromCookie = readCookie(req.headers.cookie, REFRESH_COOKIE);
+        if (!fromCookie) return void res.status(401).json({ error: 'invalid_grant', message: 'No session cookie.' });
+        req.body = { ...body, refresh_token: fromCookie };
+      }
+      next();
+    });
+  };
+}

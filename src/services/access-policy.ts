@@ -1,0 +1,225 @@
+import { errors, IdentityError } from '../errors.js';
+import type { Repositories } from '../store/store.js';
+import { resolveAuthority, type ResolvedAuthority } from './authority.js';
+import type { ServiceContext } from './context.js';
+import { isWellFormedId } from './ids.js';
+import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import type { Principal } from './principal.js';
+
+/**
+ * The one access policy (issue 9). Every operation declares what it needs in an
+ * `AccessRequirement`; this module alone evaluates it, for the router's routes and for the
+ * host middleware (`identity.authenticate()`, `identity.requirePermission(key)`) alike.
+ * Services evaluate the data-dependent predicates (step-up for an owner-equivalent role,
+ * a second factor) through the same functions, inside the transaction whose write they
+ * guard. Patterns: better-auth `has-permission.ts` + `orgMiddleware`, node-oidc-provider
+ * `grant_common.js`.
+ */
+export interface AccessRequirement {
+  /** Spec 5: public, bearer (access token of a live session), ticket (MFA ticket). */
+  auth: 'public' | 'bearer' | 'ticket';
+  /**
+   * Organization scope: the permission the caller needs in the organization (the path's
+   * `orgId` on router routes, the token's active organization in host middleware). The
+   * organization must be the caller's active one (superadmins exempt), exist, and its
+   * `require_mfa` must be met by the session.
+   */
+  permission?: string;
+  /** Always needs a recent strong authentication (spec 5). Conditional step-up is evaluated by the service with `assertStepUp`. */
+  stepUp?: boolean;
+  /**
+   * Needs a fresh authentication (CONTRACT 9.5): step-up for a user with a confirmed factor;
+   * for one without, a sign-in within `security.stepUp.maxAge`, else 401 `reauthentication_required`.
+   */
+  freshAuthentication?: boolean;
+  /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
+  allowedDuringEnrollment?: boolean;
+  /**
+   * Host middleware: the request acts in the token's active organization, so that
+   * organization's `require_mfa` applies even without a permission (CONTRACT 6).
+   */
+  actsInActiveOrganization?: boolean;
+}
+
+/**
+ * The caller the host middleware sets (CONTRACT 6 and 10), read with `identity.caller(req)`.
+ * A union on `kind`: API-key callers join it later with `kind: 'api_key'`.
+ */
+export type Caller = SessionCaller;
+
+export interface SessionCaller {
+  kind: 'session';
+  user_id: string;
+  session_id: string;
+  /** The token's active organization, or null. */
+  organization_id: string | null;
+  /** The session passed a second factor. */
+  mfa: boolean;
+  amr: string[];
+  /** Seconds since the epoch of the last strong authentication. */
+  auth_time: number;
+  email_verified: boolean;
+  superadmin: boolean;
+  /** Permission keys in `organization_id`, resolved from the database for this request. */
+  permissions: string[];
+}
+
+/**
+ * Owner-equivalence (CONTRACT 5): the `owner` system role, or any role holding `org.delete`
+ * or `roles.manage`, whose holder can take the organization over. Creating, editing,
+ * inviting with or granting such a role needs step-up.
+ */
+export function isOwnerEquivalent(role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): boolean {
+  return (role.isSystem && role.slug === OWNER_ROLE_SLUG) || role.permissionKeys.includes('org.delete') || role.permissionKeys.includes('roles.manage');
+}
+
+/** The `owner` system role itself (last-owner invariants are about this role). */
+export function isOwnerRole(role: { slug: string; isSystem: boolean }): boolean {
+  return role.isSystem && role.slug === OWNER_ROLE_SLUG;
+}
+
+/** Whether an actor may change, suspend or remove a member holding the owner role (spec 4.3 invariant 2). */
+export function mayActOnOwner(actor: { superadmin: boolean; member: boolean; roles: readonly string[] }): boolean {
+  return actor.superadmin || (actor.member && actor.roles.includes(OWNER_ROLE_SLUG));
+}
+
+/** May-authenticate: an account that is active and not deleted. Locks are checked where a secret is compared. */
+export function mayAuthenticate(user: { status: string; deletedAt: number | null }): boolean {
+  return user.status === 'active' && user.deletedAt === null;
+}
+
+export class AccessPolicy {
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly catalog: PermissionCatalog,
+  ) {}
+
+  /** A verified access token whose session is live and whose user may authenticate; otherwise 401. */
+  async authenticate(token: string): Promise<Principal> {
+    const claims = await this.context.jwt.verifyAccessToken(token);
+    if (!claims) throw errors.unauthorized('The access token is invalid or expired.');
+    const found = await this.context.store.repos.sessions.findLiveWithUser(claims.sid, this.context.clock.now());
+    if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
+    const { session, user } = found;
+    if (!mayAuthenticate(user)) throw errors.unauthorized('The account is not active.');
+    return { kind: 'session', userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, mfa: session.mfa, amr: session.amr, authTime: session.authTime, user };
+  }
+
+  /**
+   * Evaluates a requirement for an authenticated caller, in this order: grace enrollment,
+   * organization scope (active organization, existence, `require_mfa`, permission), step-up.
+   * Superadmin is resolved once. Answers the caller's authority in the organization.
+   */
+  async authorize(principal: Principal, requirement: AccessRequirement, organizationId?: string): Promise<ResolvedAuthority | undefined> {
+    const repos = this.context.store.repos;
+    if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
+    let authority: ResolvedAuthority | undefined;
+    if (requirement.permission !== undefined) {
+      if (organizationId === undefined) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
+      authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement.permission);
+    } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
+      // Every request scoped to an organization meets its MFA policy, host middleware included.
+      await this.assertOrganizationMfa(repos, principal, principal.organizationId);
+    }
+    if (requirement.stepUp) await this.assertStepUp(repos, principal);
+    if (requirement.freshAuthentication) await this.assertFreshAuthentication(repos, principal);
+    return authority;
+  }
+
+  /**
+   * Step-up (spec 5): the session's last strong authentication must be recent. A user
+   * without a confirmed factor has nothing to step up with and passes. Pass the unit of
+   * work's repositories when the decision guards a write in that transaction.
+   */
+  async assertStepUp(repos: Repositories, principal: Principal): Promise<void> {
+    if (this.stepUpFresh(principal)) return;
+    if (!(await repos.mfaFactors.hasConfirmed(principal.userId))) return;
+    throw errors.stepUpRequired();
+  }
+
+  /**
+   * Fresh authentication (CONTRACT 9.5): like step-up, but a user without a factor is not
+   * waved through: a sign-in older than `security.stepUp.maxAge` must be repeated.
+   */
+  async assertFreshAuthentication(repos: Repositories, principal: Principal): Promise<void> {
+    if (this.stepUpFresh(principal)) return;
+    if (await repos.mfaFactors.hasConfirmed(principal.userId)) throw errors.stepUpRequired();
+    throw new IdentityError(401, 'reauthentication_required', 'Your sign-in is too old for this action; sign in again.', {
+      headers: { 'WWW-Authenticate': 'Bearer error="reauthentication_required"' },
+    });
+  }
+
+  /** The step-up need, in one place: a strong authentication within `security.stepUp.maxAge`. */
+  stepUpFresh(principal: Pick<Principal, 'authTime'>): boolean {
+    return this.context.clock.now() - principal.authTime <= this.context.config.security.stepUp.maxAge * 1000;
+  }
+
+  /** CONTRACT 5: global enforcement, the per-user flag, or an organization that requires MFA. */
+  async isMfaEnforcedFor(repos: Repositories, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
+    if (this.context.config.mfa.enforce || user.mfaEnforced) return true;
+    return repos.organizations.userBelongsToMfaRequiringOrganization(user.id);
+  }
+
+  /** The caller as the host middleware exposes it. */
+  caller(principal: Principal, authority: ResolvedAuthority | undefined): Caller {
+    return {
+      kind: 'session',
+      user_id: principal.userId,
+      session_id: principal.sessionId,
+      organization_id: principal.organizationId,
+      mfa: principal.mfa,
+      amr: [...principal.amr],
+      auth_time: Math.floor(principal.authTime / 1000),
+      email_verified: principal.user.emailVerified,
+      superadmin: authority?.superadmin ?? false,
+      permissions: authority ? [...authority.permissions].sort() : [],
+    };
+  }
+
+  /** Resolves the caller's authority (for `caller()`) when no permission was asked. */
+  async authorityOf(principal: Principal): Promise<ResolvedAuthority> {
+    return resolveAuthority(this.context.store.repos, this.catalog, principal.userId, principal.organizationId);
+  }
+
+  /** Grace enrollment (CONTRACT 5): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */
+  private async assertEnrollmentNotPending(repos: Repositories, principal: Principal): Promise<void> {
+    if (principal.mfa) return;
+    if (!(await this.isMfaEnforcedFor(repos, principal.user))) return;
+    if (await repos.mfaFactors.hasConfirmed(principal.userId)) return;
+    throw mfaEnrollmentRequired();
+  }
+
+  private async authorizeInOrganization(repos: Repositories, principal: Principal, organizationId: string, permission: string): Promise<ResolvedAuthority> {
+    const superadmin = await repos.roles.isSuperadmin(principal.userId);
+    if (!superadmin && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
+    // Only a superadmin reaches here with a path value that did not come from our own token.
+    if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
+    const [organization, authority] = await Promise.all([
+      repos.organizations.findActive(organizationId),
+      resolveAuthority(repos, this.catalog, principal.userId, organizationId, superadmin),
+    ]);
+    if (!organization) throw errors.notFound('Organization');
+    if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(repos, principal);
+    if (!authority.permissions.has(permission)) throw errors.forbidden();
+    return authority;
+  }
+
+  private async assertOrganizationMfa(repos: Repositories, principal: Principal, organizationId: string): Promise<void> {
+    if (principal.mfa) return;
+    const organization = await repos.organizations.findActive(organizationId);
+    if (organization?.requireMfa) await this.assertSessionMeetsOrganizationMfa(repos, principal);
+  }
+
+  /** CONTRACT 5: a session without a second factor cannot act in a `require_mfa` organization. */
+  private async assertSessionMeetsOrganizationMfa(repos: Repositories, principal: Principal): Promise<void> {
+    if (principal.mfa) return;
+    if (await repos.mfaFactors.hasConfirmed(principal.userId)) {
+      throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; complete a second-factor check (step-up) first.');
+    }
+    throw mfaEnrollmentRequired();
+  }
+}
+
+export function mfaEnrollmentRequired(): IdentityError {
+  return new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required; enroll and confirm a factor to continue.');
+}
