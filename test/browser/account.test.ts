@@ -151,7 +151,7 @@ describe('example web app: account', { skip }, () => {
     await suite.open(page, '/login');
     await page.getByLabel('E-mail').fill(email);
     await page.getByLabel('Password').fill(STRONG_PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
     await page.getByRole('alert').filter({ hasText: /./ }).first().waitFor();
     await context.close();
   });

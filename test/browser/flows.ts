@@ -32,7 +32,7 @@ export async function signIn(suite: BrowserSuite, page: Page, email: string, pas
   if (!page.url().includes('/login')) await suite.open(page, '/login');
   await page.getByLabel('E-mail').fill(email);
   await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
   if (expectGate) await page.getByRole('heading', { name: 'Second step' }).waitFor();
   else await expectHeading(page, 'Your account');
 }

@@ -63,7 +63,7 @@ describe('example web app: organizations', { skip }, () => {
     await expectHeading(acceptPage, 'Sign in');
     await acceptPage.getByLabel('E-mail').fill(inviteeEmail);
     await acceptPage.getByLabel('Password').fill('correct horse battery staple');
-    await acceptPage.getByRole('button', { name: 'Sign in' }).click();
+    await acceptPage.getByRole('button', { name: 'Sign in', exact: true }).click();
     await expectHeading(acceptPage, 'Join an organization');
     await acceptPage.getByRole('button', { name: 'Accept invitation' }).click();
     await expectHeading(acceptPage, 'Organizations');
