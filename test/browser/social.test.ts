@@ -83,6 +83,7 @@ describe('example web app: social sign-in', { skip }, () => {
     const row = linkedSection(page).getByRole('row').filter({ hasText: 'grace.hopper@demo.example.org' });
     await row.waitFor();
     assert.equal(await page.evaluate('sessionStorage.length'), 0);
+    assert.doesNotMatch(await linkedSection(page).innerText(), /\bnull\b|undefined/, 'no empty value printed as text');
     await finishFlow(page, 'social-linked');
 
     await row.getByRole('button', { name: /^Unlink the Demo account/ }).click();

@@ -130,26 +130,29 @@ export function accountSection() {
               }),
             ),
           ),
-      unlinkedProviders.length === 0
-        ? null
-        : h(
-            'div',
-            { class: 'actions' },
-            unlinkedProviders.map((provider) =>
-              actionButton(`Link a ${provider.name} account`, async () => {
-                try {
-                  await leaveForProvider(`/auth/social/${encodeURIComponent(provider.id)}/link`);
-                } catch (error) {
-                  if (error instanceof ApiError && error.code === 'reauthentication_required') {
+      // replaceChildren() would print a null as text: the Link buttons come only when a provider is left.
+      ...(unlinkedProviders.length === 0
+        ? []
+        : [
+            h(
+              'div',
+              { class: 'actions' },
+              unlinkedProviders.map((provider) =>
+                actionButton(`Link a ${provider.name} account`, async () => {
+                  try {
+                    await leaveForProvider(`/auth/social/${encodeURIComponent(provider.id)}/link`);
+                  } catch (error) {
+                    if (error instanceof ApiError && error.code === 'reauthentication_required') {
+                      showError(container, { message: errorText(error) });
+                      container.querySelector('.section-alert').append(' ', h('a', { href: '/login?return_to=/account' }, 'Sign in again'));
+                      return;
+                    }
                     showError(container, { message: errorText(error) });
-                    container.querySelector('.section-alert').append(' ', h('a', { href: '/login?return_to=/account' }, 'Sign in again'));
-                    return;
                   }
-                  showError(container, { message: errorText(error) });
-                }
-              }),
+                }),
+              ),
             ),
-          ),
+          ]),
     );
   };
   load().catch((error) => {
