@@ -17,10 +17,13 @@ import { callerOf, hostMiddleware } from './http/host-middleware.js';
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
+import { AccessCache } from './services/access-cache.js';
 import type { Caller } from './services/access-policy.js';
+import { AccessReads } from './services/access-reads.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
 import { openDatabase } from './store/database.js';
+import { NotificationInvalidationCarrier } from './store/invalidation-channel.js';
 import { openInstanceNotifications } from './store/instance-notifications.js';
 import { migrationConfig } from './store/migration-source.js';
 import { withStartupLock } from './store/startup-lock.js';
@@ -81,8 +84,14 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const table = tableNames(resolved.tablePrefix);
   const store = new Store(database.knex, table, database.dialect);
   const keys = deriveKeys(resolved.secret);
-  const hasher = new PasswordHasher({ cost: resolved.password.bcryptCost, pepper: keys.passwordPepper });
-  // Other instances' changes (key rotations) reach this one through the database.
+  const hasher = new PasswordHasher({
+    algorithm: resolved.password.algorithm,
+    cost: resolved.password.bcryptCost,
+    argon2: resolved.password.argon2,
+    pepper: keys.passwordPepper,
+    ...(resolved.password.workers ? { threads: resolved.password.workers } : {}),
+  });
+  // Other instances' changes (key rotations, access revocations) reach this one through the database.
   const notifications = openInstanceNotifications(database.knex, database.dialect, resolved.tablePrefix, logger);
   const keyRing = new KeyRing(store, keys.signingKeyEncryption, clock, resolved.tokens.accessTtl, notifications);
   const jwt = new JwtCodec(keyRing, clock, {
@@ -92,9 +101,20 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     accessTtl: resolved.tokens.accessTtl,
     mfaTicketTtl: resolved.tokens.mfaTicketTtl,
   });
+  const accessCache = new AccessCache();
+  // Routers in one process on one database handle hear each other's invalidations at once.
+  accessCache.joinPeers(accessCachePeers(database.knex, resolved.tablePrefix));
+  // Other instances on PostgreSQL hear of revocations through the notifications; SQLite has one process.
+  const invalidationCarrier = database.dialect === 'pg'
+    ? new NotificationInvalidationCarrier(notifications, (scopes) => accessCache.apply(scopes), (error) =>
+        logger.error('identity-router: could not notify other instances of an access change; they drop it within the cache expiry', { error: describeError(error) }))
+    : undefined;
+  if (invalidationCarrier) accessCache.attachCarrier(invalidationCarrier);
   const context: ServiceContext = {
     config: resolved,
     store,
+    accessCache,
+    access: new AccessReads(store.repos, accessCache, clock),
     keys,
     keyRing,
     jwt,
@@ -135,9 +155,27 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   router.close = async () => {
     await ready.catch(() => undefined);
     await hasher.close();
+    accessCache.leavePeers();
+    await invalidationCarrier?.close();
     keyRing.close();
     await notifications.close();
     if (database.owned) await database.knex.destroy();
   };
   return router;
+}
+
+const peersByDatabase = new WeakMap<object, Map<string, Set<AccessCache>>>();
+
+function accessCachePeers(knex: object, tablePrefix: string): Set<AccessCache> {
+  let byPrefix = peersByDatabase.get(knex);
+  if (!byPrefix) {
+    byPrefix = new Map();
+    peersByDatabase.set(knex, byPrefix);
+  }
+  let peers = byPrefix.get(tablePrefix);
+  if (!peers) {
+    peers = new Set();
+    byPrefix.set(tablePrefix, peers);
+  }
+  return peers;
 }

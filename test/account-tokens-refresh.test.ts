@@ -120,3 +120,55 @@ test('sequential double use on any database: one 200, then invalid_grant', async
   assert.equal(first.status, 200);
   assertError(second, 401, 'invalid_grant');
 });
+
+// Threat (issue 10): a stolen refresh token kept alive forever by sliding refresh. The
+// session has an absolute lifetime from login that no rotation extends.
+test('tokens.sessionMaxAge ends the session however often it is refreshed', async () => {
+  const DAY = 24 * 3600;
+  const capped = await Harness.start({ config: { tokens: { refreshTtl: 4 * DAY, sessionMaxAge: 10 * DAY } } });
+  try {
+    const user = await capped.signUp();
+    const loggedInAt = capped.clock.now();
+    let refreshToken = user.refreshToken;
+    let accessToken = user.accessToken;
+    // Rotations at days 3, 6, 9 and 10 minus a minute all succeed; none reaches past day 10.
+    for (const day of [3, 6, 9, 10 - 60 / DAY]) {
+      capped.clock.set(loggedInAt + day * DAY * 1000);
+      const response = await capped.post('/auth/token/refresh', { refresh_token: refreshToken });
+      assert.equal(response.status, 200, `day ${day}: ${response.text}`);
+      refreshToken = response.body.data.refresh_token;
+      accessToken = response.body.data.access_token;
+    }
+    const session = await capped.knex(`${capped.tablePrefix}sessions`).where({ id: decodeJwt(accessToken).sid }).first();
+    assert.equal(Number(session.expires_at), loggedInAt + 10 * DAY * 1000);
+    const tokens = await capped.knex(`${capped.tablePrefix}refresh_tokens`).where({ session_id: session.id });
+    assert.ok(tokens.every((row: any) => Number(row.expires_at) <= loggedInAt + 10 * DAY * 1000));
+    assert.equal((await capped.get('/auth/me', { token: accessToken })).status, 200);
+
+    // Two minutes later the session is over: the refresh token and the unexpired access token both fail.
+    capped.clock.advance(120);
+    assertError(await capped.post('/auth/token/refresh', { refresh_token: refreshToken }), 401, 'invalid_grant');
+    assertUnauthorized(await capped.get('/auth/me', { token: accessToken }));
+  } finally {
+    await capped.close();
+  }
+});
+
+test('tokens.sessionMaxAge defaults to 90 days', async () => {
+  const user = await h.signUp();
+  const session = await h.knex(`${h.tablePrefix}sessions`).where({ id: decodeJwt(user.accessToken).sid }).first();
+  // The default refreshTtl (30 days) is shorter: a fresh session is capped by it, not by the 90 days.
+  assert.equal(Number(session.expires_at) - Number(session.created_at), 30 * 24 * 3600 * 1000);
+  let refreshToken = user.refreshToken;
+  for (let round = 0; round < 4; round += 1) {
+    h.clock.advance(25 * 24 * 3600);
+    const response = await h.post('/auth/token/refresh', { refresh_token: refreshToken });
+    if (round < 3) {
+      assert.equal(response.status, 200, `round ${round}: ${response.text}`);
+      refreshToken = response.body.data.refresh_token;
+    } else {
+      // Day 100 is past day 90: refused although the last rotation (day 75) promised 30 more days.
+      assertError(response, 401, 'invalid_grant');
+    }
+  }
+});

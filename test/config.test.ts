@@ -63,8 +63,15 @@ test('defaults follow CONTRACT 2 and a partial rate-limit object merges with the
   assert.equal(resolved.tablePrefix, 'identity_');
   assert.equal(resolved.migrate, true);
   assert.equal(resolved.appName, valid.issuer);
-  assert.deepEqual(resolved.tokens, { accessTtl: 900, refreshTtl: 30 * 86400, refreshRotation: true, mfaTicketTtl: 300, emailVerifyTtl: 86400, passwordResetTtl: 3600, inviteTtl: 7 * 86400 });
-  assert.deepEqual(resolved.password, { minLength: 8, maxLength: 128, bcryptCost: 12 });
+  assert.deepEqual(resolved.tokens, { accessTtl: 900, refreshTtl: 30 * 86400, refreshRotation: true, mfaTicketTtl: 300, emailVerifyTtl: 86400, passwordResetTtl: 3600, inviteTtl: 7 * 86400, sessionMaxAge: 90 * 86400 });
+  assert.deepEqual(resolved.password, {
+    minLength: 8,
+    maxLength: 128,
+    bcryptCost: 12,
+    algorithm: 'bcrypt',
+    argon2: { memoryCost: 19456, timeCost: 2, parallelism: 1 },
+    workers: undefined,
+  });
   assert.equal(resolved.auth.requireVerifiedEmail, false);
   assert.deepEqual(resolved.auth.lockout, { threshold: 5, window: 900, duration: 900 });
   assert.deepEqual(resolved.auth.rateLimits, {

@@ -422,8 +422,12 @@ describe('several instances on one PostgreSQL (and Redis)', { skip: SKIP }, () =
       await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
       assert.equal((await challenge(C)).status, 200);
       await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
-      const overBudget = await challenge(A);
-      assert.equal(overBudget.status, 429, 'three sends to one number (enroll, A, C) exhaust its budget on every instance');
+      // The enrollment send was budgeted per (user, number) while the factor was unconfirmed
+      // (issue 10), so the number's own budget of 3 holds the sends from A, C and A.
+      assert.equal((await challenge(A)).status, 200);
+      await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
+      const overBudget = await challenge(B);
+      assert.equal(overBudget.status, 429, 'three sends to one number (A, C, A) exhaust its budget on every instance');
       assert.equal(overBudget.body.error, 'rate_limited');
       const verified = await call(B, 'POST', '/auth/mfa/verify', { body: { factor_id: factorId, code: lastSmsCode(mailFile, phone) }, token: ticket });
       assert.equal(verified.status, 200, JSON.stringify(verified.body));

@@ -31,8 +31,10 @@ export const DEFAULTS = {
     emailVerifyTtl: DAY,
     passwordResetTtl: HOUR,
     inviteTtl: 7 * DAY,
+    sessionMaxAge: 90 * DAY,
   },
-  password: { minLength: 8, maxLength: 128, bcryptCost: 12 },
+  password: { minLength: 8, maxLength: 128, bcryptCost: 12, algorithm: 'bcrypt' as 'bcrypt' | 'argon2id' },
+  argon2: { memoryCost: 19_456, timeCost: 2, parallelism: 1 },
   lockout: { threshold: 5, window: 15 * MINUTE, duration: 15 * MINUTE },
   otp: {
     length: 6,

@@ -25,11 +25,19 @@ const configSchema = Joi.object<IdentityConfig>({
     emailVerifyTtl: seconds,
     passwordResetTtl: seconds,
     inviteTtl: seconds,
+    sessionMaxAge: seconds,
   }),
   password: Joi.object({
     minLength: Joi.number().integer().min(1).max(1024),
     maxLength: Joi.number().integer().min(1).max(1024),
     bcryptCost: Joi.number().integer().min(4).max(31),
+    algorithm: Joi.valid('bcrypt', 'argon2id'),
+    argon2: Joi.object({
+      memoryCost: Joi.number().integer().min(1024).max(4_194_304),
+      timeCost: Joi.number().integer().min(1).max(100),
+      parallelism: Joi.number().integer().min(1).max(255),
+    }),
+    workers: Joi.number().integer().min(1).max(256),
   }),
   auth: Joi.object({
     requireVerifiedEmail: Joi.boolean(),
@@ -97,7 +105,13 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   if (typeof input !== 'object' || input === null) throw new IdentityConfigError(['a config object is required']);
   const { error } = configSchema.validate(input, { abortEarly: false, convert: false });
   const problems = error ? error.details.map((detail) => detail.message) : [];
-  const password = { ...DEFAULTS.password, ...input?.password };
+  const { argon2, workers, ...passwordInput } = input?.password ?? {};
+  const password = {
+    ...DEFAULTS.password,
+    ...passwordInput,
+    argon2: { ...DEFAULTS.argon2, ...argon2 },
+    workers,
+  };
   if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
   problems.push(...socialConfigProblems(input.social));
   const totpIssuer = defaultTotpIssuer(input);

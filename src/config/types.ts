@@ -70,11 +70,18 @@ export interface IdentityConfig {
     /** seconds, default 24 h */ emailVerifyTtl?: number;
     /** seconds, default 1 h */ passwordResetTtl?: number;
     /** seconds, default 7 days */ inviteTtl?: number;
+    /** seconds, default 90 days: the absolute lifetime of a session, counted from login; refresh never extends it */ sessionMaxAge?: number;
   };
   password?: {
     /** default 8 */ minLength?: number;
     /** default 128 */ maxLength?: number;
     /** default 12; tests may lower it (minimum 4) */ bcryptCost?: number;
+    /** What new hashes are made with, default 'bcrypt'. Hashes of either kind verify; a login re-makes a hash that differs from this. */
+    algorithm?: 'bcrypt' | 'argon2id';
+    /** argon2id parameters, default OWASP's `{memoryCost: 19456 (KiB), timeCost: 2, parallelism: 1}` */
+    argon2?: { memoryCost?: number; timeCost?: number; parallelism?: number };
+    /** Hashing worker threads, default the cores (`os.availableParallelism()`) */
+    workers?: number;
   };
   auth?: {
     /** `auth.require_verified_email`; default false */ requireVerifiedEmail?: boolean;
@@ -134,8 +141,17 @@ export interface ResolvedConfig {
     emailVerifyTtl: number;
     passwordResetTtl: number;
     inviteTtl: number;
+    sessionMaxAge: number;
   };
-  password: { minLength: number; maxLength: number; bcryptCost: number };
+  password: {
+    minLength: number;
+    maxLength: number;
+    bcryptCost: number;
+    algorithm: 'bcrypt' | 'argon2id';
+    argon2: { memoryCost: number; timeCost: number; parallelism: number };
+    /** undefined: the cores */
+    workers: number | undefined;
+  };
   auth: {
     requireVerifiedEmail: boolean;
     lockout: { threshold: number; window: number; duration: number };

@@ -1,19 +1,46 @@
 import { createHmac } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
+import { type EventLoopUtilization, performance } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 
+export type PasswordAlgorithm = 'bcrypt' | 'argon2id';
+
+export interface Argon2Parameters {
+  /** KiB of memory per hash */
+  memoryCost: number;
+  /** passes */
+  timeCost: number;
+  parallelism: number;
+}
+
 /*
- * bcrypt runs in worker threads so a login never stalls the event loop for the ~250 ms a
- * cost-12 hash takes. The worker is an inline script that loads bcryptjs by absolute path,
- * so it works the same from the ESM build, the CJS build and tsx.
+ * Hashing runs in worker threads so a login never stalls the event loop for the tens of
+ * milliseconds a hash takes. The pool has one thread per core: a login storm then uses the
+ * whole machine. Each worker lowers its own scheduling priority (Linux threads have their
+ * own nice value), so request handling on the main thread wins the CPU whenever both want
+ * it and the hashes take what is left: under a storm, cheap routes keep their latency.
+ *
+ * The worker is an inline script that loads its libraries by absolute path, so it works the
+ * same from the ESM build, the CJS build and tsx. `@node-rs/argon2` is loaded only by a job
+ * that needs it.
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
+try {
+  const tid = Number(require('node:fs').readlinkSync('/proc/thread-self').split('/').pop());
+  if (Number.isInteger(tid) && tid > 0) require('node:os').setPriority(tid, workerData.nice);
+} catch {}
 const bcrypt = require(workerData.bcryptPath);
-parentPort.on('message', ({ id, op, password, hash, cost }) => {
+let argon2;
+const loadArgon2 = () => (argon2 ??= require(workerData.argon2Path));
+parentPort.on('message', ({ id, op, password, hash, cost, argon2: parameters }) => {
   try {
-    const result = op === 'hash' ? bcrypt.hashSync(password, cost) : bcrypt.compareSync(password, hash);
+    let result;
+    if (op === 'hash-bcrypt') result = bcrypt.hashSync(password, cost);
+    else if (op === 'hash-argon2id') result = loadArgon2().hashSync(password, { ...parameters, algorithm: 2 });
+    else if (hash.startsWith('$argon2')) result = loadArgon2().verifySync(hash, password);
+    else result = bcrypt.compareSync(password, hash);
     parentPort.postMessage({ id, result });
   } catch (error) {
     parentPort.postMessage({ id, error: String(error && error.message || error) });
@@ -21,8 +48,18 @@ parentPort.on('message', ({ id, op, password, hash, cost }) => {
 });
 `;
 
+/** While the event loop was busier than this over the last interval, one core is left to it. */
+const BUSY_EVENT_LOOP = 0.5;
+const EVENT_LOOP_SAMPLE_MS = 100;
+/** Jobs a worker holds at once: the one it hashes and the next. */
+const PIPELINE_DEPTH = 2;
+
+/** Niceness of the hashing threads: the event loop wins about three quarters of a contested core, and logins still progress under heavy reads. */
+const WORKER_NICE = 5;
+
 type Job =
-  | { op: 'hash'; password: string; cost: number }
+  | { op: 'hash-bcrypt'; password: string; cost: number }
+  | { op: 'hash-argon2id'; password: string; argon2: Argon2Parameters }
   | { op: 'compare'; password: string; hash: string };
 
 interface PendingJob {
@@ -33,39 +70,83 @@ interface PendingJob {
 
 interface PoolWorker {
   worker: Worker;
-  busy: PendingJob | undefined;
+  /** Sent to the worker and not yet answered, oldest first (the worker answers in order). */
+  jobs: PendingJob[];
 }
 
 export interface PasswordHasherOptions {
+  /** What new hashes are made with. Default bcrypt. Hashes of either kind always verify. */
+  algorithm?: PasswordAlgorithm;
+  /** bcrypt cost of new bcrypt hashes. */
   cost: number;
+  /** Parameters of new argon2id hashes. */
+  argon2?: Argon2Parameters;
   /** HMAC key the password is pre-hashed with, so every byte past bcrypt's 72 counts. */
   pepper: Buffer;
-  /** Default: one fewer than the cores, at least 1, at most 4. */
+  /** Worker threads. Default: the cores (`os.availableParallelism()`). */
   threads?: number;
 }
+
+/** OWASP's argon2id baseline (19 MiB, 2 passes, 1 lane), also @node-rs/argon2's default. */
+export const DEFAULT_ARGON2: Argon2Parameters = { memoryCost: 19_456, timeCost: 2, parallelism: 1 };
+
+const BCRYPT_HASH = /^\$2[abxy]\$(\d{2})\$/;
+const ARGON2ID_HASH = /^\$argon2id\$v=19\$m=(\d+),t=(\d+),p=(\d+)\$/;
 
 export class PasswordHasher {
   private readonly workers: PoolWorker[] = [];
   private readonly queue: PendingJob[] = [];
-  private readonly bcryptPath = createRequire(import.meta.url).resolve('bcryptjs');
+  private readonly require = createRequire(import.meta.url);
+  private readonly bcryptPath = this.require.resolve('bcryptjs');
+  private argon2Path: string | undefined;
+  private readonly algorithm: PasswordAlgorithm;
+  private readonly argon2: Argon2Parameters;
+  private readonly threads: number;
   private nextJobId = 0;
   private closed = false;
+  private eventLoopSample: EventLoopUtilization = performance.eventLoopUtilization();
+  private eventLoopSampledAt = 0;
+  private eventLoopBusy = false;
   private dummyHash: Promise<string> | undefined;
 
-  constructor(private readonly options: PasswordHasherOptions) {}
-
-  hash(password: string): Promise<string> {
-    return this.run({ op: 'hash', password: this.prehash(password), cost: this.options.cost }) as Promise<string>;
+  constructor(private readonly options: PasswordHasherOptions) {
+    this.algorithm = options.algorithm ?? 'bcrypt';
+    this.argon2 = options.argon2 ?? DEFAULT_ARGON2;
+    this.threads = options.threads ?? Math.max(1, availableParallelism());
   }
 
+  /** Worker threads the pool grows to. */
+  get poolSize(): number {
+    return this.threads;
+  }
+
+  hash(password: string): Promise<string> {
+    const prehashed = this.prehash(password);
+    const job: Job = this.algorithm === 'argon2id'
+      ? { op: 'hash-argon2id', password: prehashed, argon2: this.argon2 }
+      : { op: 'hash-bcrypt', password: prehashed, cost: this.options.cost };
+    return this.run(job) as Promise<string>;
+  }
+
+  /** Verifies against a bcrypt or an argon2id hash, whatever the configured algorithm. */
   verify(password: string, hash: string): Promise<boolean> {
     return this.run({ op: 'compare', password: this.prehash(password), hash }) as Promise<boolean>;
+  }
+
+  /** Whether a stored hash differs from what `hash` would make now (algorithm, cost or parameters). */
+  needsRehash(hash: string): boolean {
+    if (this.algorithm === 'bcrypt') {
+      const match = BCRYPT_HASH.exec(hash);
+      return !match || Number(match[1]) !== this.options.cost;
+    }
+    const match = ARGON2ID_HASH.exec(hash);
+    return !match || Number(match[1]) !== this.argon2.memoryCost || Number(match[2]) !== this.argon2.timeCost || Number(match[3]) !== this.argon2.parallelism;
   }
 
   /**
    * Spends the time of a real comparison for an account that does not exist, is disabled or
    * is locked, so response time does not reveal which. The dummy is a real hash at the
-   * configured cost: bcryptjs returns at once on a malformed hash.
+   * configured algorithm and cost: bcryptjs returns at once on a malformed hash.
    */
   async burnVerification(password: string): Promise<false> {
     this.dummyHash ??= this.hash('identity-router timing equaliser');
@@ -97,28 +178,45 @@ export class PasswordHasher {
     });
   }
 
+  /**
+   * Hashes run at once: the pool size, less one while the event loop is busy, so that under
+   * a login storm request handling keeps a core and its latency.
+   */
+  private concurrency(): number {
+    const now = performance.now();
+    if (now - this.eventLoopSampledAt >= EVENT_LOOP_SAMPLE_MS) {
+      const current = performance.eventLoopUtilization();
+      this.eventLoopBusy = performance.eventLoopUtilization(current, this.eventLoopSample).utilization > BUSY_EVENT_LOOP;
+      this.eventLoopSample = current;
+      this.eventLoopSampledAt = now;
+    }
+    return this.eventLoopBusy && this.threads > 1 ? this.threads - 1 : this.threads;
+  }
+
   private dispatch(): void {
     while (this.queue.length > 0) {
-      const idle = this.workers.find((candidate) => !candidate.busy) ?? this.spawnIfRoom();
-      if (!idle) return;
+      const active = this.workers.filter((candidate) => candidate.jobs.length > 0);
+      let target = active.length < this.concurrency() ? (this.workers.find((candidate) => candidate.jobs.length === 0) ?? this.spawnIfRoom()) : undefined;
+      // A worker that is hashing gets its next job now, so it never waits on the event loop between two hashes.
+      target ??= active.filter((candidate) => candidate.jobs.length < PIPELINE_DEPTH).sort((a, b) => a.jobs.length - b.jobs.length)[0];
+      if (!target) return;
       const pending = this.queue.shift()!;
-      idle.busy = pending;
-      idle.worker.ref();
-      idle.worker.postMessage({ id: ++this.nextJobId, ...pending.job });
+      target.jobs.push(pending);
+      target.worker.ref();
+      target.worker.postMessage({ id: ++this.nextJobId, ...pending.job });
     }
   }
 
   private spawnIfRoom(): PoolWorker | undefined {
-    const limit = this.options.threads ?? Math.min(4, Math.max(1, availableParallelism() - 1));
-    if (this.workers.length >= limit) return undefined;
+    if (this.workers.length >= this.threads) return undefined;
+    this.argon2Path ??= this.require.resolve('@node-rs/argon2');
     const poolWorker: PoolWorker = {
-      worker: new Worker(WORKER_SOURCE, { eval: true, workerData: { bcryptPath: this.bcryptPath } }),
-      busy: undefined,
+      worker: new Worker(WORKER_SOURCE, { eval: true, workerData: { bcryptPath: this.bcryptPath, argon2Path: this.argon2Path, nice: WORKER_NICE } }),
+      jobs: [],
     };
     poolWorker.worker.on('message', (message: { result?: unknown; error?: string }) => {
-      const pending = poolWorker.busy;
-      poolWorker.busy = undefined;
-      poolWorker.worker.unref();
+      const pending = poolWorker.jobs.shift();
+      if (poolWorker.jobs.length === 0) poolWorker.worker.unref();
       if (pending) {
         if (message.error !== undefined) pending.reject(new Error(message.error));
         else pending.resolve(message.result);
@@ -135,8 +233,7 @@ export class PasswordHasher {
   private retire(poolWorker: PoolWorker, error: Error): void {
     const index = this.workers.indexOf(poolWorker);
     if (index >= 0) this.workers.splice(index, 1);
-    poolWorker.busy?.reject(error);
-    poolWorker.busy = undefined;
+    for (const pending of poolWorker.jobs.splice(0)) pending.reject(error);
     if (!this.closed) this.dispatch();
   }
 }

@@ -40,6 +40,7 @@ export function hostMiddleware(services: IdentityServices, readiness: Readiness,
       const token = bearerValue(req);
       if (!token) throw errors.unauthorized();
       const principal = await services.policy.authenticate(token);
+      services.policy.assertNotLocked(principal);
       const authority =
         (await services.policy.authorize(principal, requirement, principal.organizationId ?? undefined)) ?? (await services.policy.authorityOf(principal));
       setPrincipal(res, principal);

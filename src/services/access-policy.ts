@@ -1,6 +1,7 @@
 import { errors, IdentityError } from '../errors.js';
 import type { Repositories } from '../store/store.js';
-import { resolveAuthority, type ResolvedAuthority } from './authority.js';
+import { type GateReads, uncachedReads } from './access-reads.js';
+import type { ResolvedAuthority } from './authority.js';
 import type { ServiceContext } from './context.js';
 import { isWellFormedId } from './ids.js';
 import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
@@ -98,7 +99,8 @@ export class AccessPolicy {
   async authenticate(token: string): Promise<Principal> {
     const claims = await this.context.jwt.verifyAccessToken(token);
     if (!claims) throw errors.unauthorized('The access token is invalid or expired.');
-    const found = await this.context.store.repos.sessions.findLiveWithUser(claims.sid, this.context.clock.now());
+    // Through the access cache (CONTRACT 7): every revocation invalidates it after commit.
+    const found = await this.context.access.liveSession(claims.sid);
     if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
     const { session, user } = found;
     if (!mayAuthenticate(user)) throw errors.unauthorized('The account is not active.');
@@ -111,7 +113,7 @@ export class AccessPolicy {
    * Superadmin is resolved once. Answers the caller's authority in the organization.
    */
   async authorize(principal: Principal, requirement: AccessRequirement, organizationId?: string): Promise<ResolvedAuthority | undefined> {
-    const repos = this.context.store.repos;
+    const repos = this.context.access;
     if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
     let authority: ResolvedAuthority | undefined;
     if (requirement.permission !== undefined) {
@@ -121,9 +123,15 @@ export class AccessPolicy {
       // Every request scoped to an organization meets its MFA policy, host middleware included.
       await this.assertOrganizationMfa(repos, principal, principal.organizationId);
     }
-    if (requirement.stepUp) await this.assertStepUp(repos, principal);
-    if (requirement.freshAuthentication) await this.assertFreshAuthentication(repos, principal);
+    if (requirement.stepUp) await this.assertStepUpWith(repos, principal);
+    if (requirement.freshAuthentication) await this.assertFreshAuthenticationWith(repos, principal);
     return authority;
+  }
+
+  /** CONTRACT 6: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
+  assertNotLocked(principal: Principal): void {
+    const { lockedUntil } = principal.user;
+    if (lockedUntil !== null && lockedUntil > this.context.clock.now()) throw errors.unauthorized('The account is locked.');
   }
 
   /**
@@ -132,8 +140,12 @@ export class AccessPolicy {
    * work's repositories when the decision guards a write in that transaction.
    */
   async assertStepUp(repos: Repositories, principal: Principal): Promise<void> {
+    await this.assertStepUpWith(uncachedReads(repos), principal);
+  }
+
+  private async assertStepUpWith(reads: GateReads, principal: Principal): Promise<void> {
     if (this.stepUpFresh(principal)) return;
-    if (!(await repos.mfaFactors.hasConfirmed(principal.userId))) return;
+    if (!(await reads.hasConfirmedFactor(principal.userId))) return;
     throw errors.stepUpRequired();
   }
 
@@ -141,9 +153,9 @@ export class AccessPolicy {
    * Fresh authentication (CONTRACT 9.5): like step-up, but a user without a factor is not
    * waved through: a sign-in older than `security.stepUp.maxAge` must be repeated.
    */
-  async assertFreshAuthentication(repos: Repositories, principal: Principal): Promise<void> {
+  private async assertFreshAuthenticationWith(reads: GateReads, principal: Principal): Promise<void> {
     if (this.stepUpFresh(principal)) return;
-    if (await repos.mfaFactors.hasConfirmed(principal.userId)) throw errors.stepUpRequired();
+    if (await reads.hasConfirmedFactor(principal.userId)) throw errors.stepUpRequired();
     throw new IdentityError(401, 'reauthentication_required', 'Your sign-in is too old for this action; sign in again.', {
       headers: { 'WWW-Authenticate': 'Bearer error="reauthentication_required"' },
     });
@@ -156,8 +168,12 @@ export class AccessPolicy {
 
   /** CONTRACT 5: global enforcement, the per-user flag, or an organization that requires MFA. */
   async isMfaEnforcedFor(repos: Repositories, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
+    return this.isMfaEnforcedWith(uncachedReads(repos), user);
+  }
+
+  private async isMfaEnforcedWith(reads: GateReads, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
     if (this.context.config.mfa.enforce || user.mfaEnforced) return true;
-    return repos.organizations.userBelongsToMfaRequiringOrganization(user.id);
+    return reads.belongsToMfaRequiringOrganization(user.id);
   }
 
   /** The caller as the host middleware exposes it. */
@@ -178,42 +194,42 @@ export class AccessPolicy {
 
   /** Resolves the caller's authority (for `caller()`) when no permission was asked. */
   async authorityOf(principal: Principal): Promise<ResolvedAuthority> {
-    return resolveAuthority(this.context.store.repos, this.catalog, principal.userId, principal.organizationId);
+    return this.context.access.authority(this.catalog, principal.userId, principal.organizationId);
   }
 
   /** Grace enrollment (CONTRACT 5): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */
-  private async assertEnrollmentNotPending(repos: Repositories, principal: Principal): Promise<void> {
+  private async assertEnrollmentNotPending(reads: GateReads, principal: Principal): Promise<void> {
     if (principal.mfa) return;
-    if (!(await this.isMfaEnforcedFor(repos, principal.user))) return;
-    if (await repos.mfaFactors.hasConfirmed(principal.userId)) return;
+    if (!(await this.isMfaEnforcedWith(reads, principal.user))) return;
+    if (await reads.hasConfirmedFactor(principal.userId)) return;
     throw mfaEnrollmentRequired();
   }
 
-  private async authorizeInOrganization(repos: Repositories, principal: Principal, organizationId: string, permission: string): Promise<ResolvedAuthority> {
-    const superadmin = await repos.roles.isSuperadmin(principal.userId);
+  private async authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, permission: string): Promise<ResolvedAuthority> {
+    const superadmin = await reads.isSuperadmin(principal.userId);
     if (!superadmin && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
     // Only a superadmin reaches here with a path value that did not come from our own token.
     if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
     const [organization, authority] = await Promise.all([
-      repos.organizations.findActive(organizationId),
-      resolveAuthority(repos, this.catalog, principal.userId, organizationId, superadmin),
+      reads.activeOrganization(organizationId),
+      reads.authority(this.catalog, principal.userId, organizationId, superadmin),
     ]);
     if (!organization) throw errors.notFound('Organization');
-    if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(repos, principal);
+    if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
     if (!authority.permissions.has(permission)) throw errors.forbidden();
     return authority;
   }
 
-  private async assertOrganizationMfa(repos: Repositories, principal: Principal, organizationId: string): Promise<void> {
+  private async assertOrganizationMfa(reads: GateReads, principal: Principal, organizationId: string): Promise<void> {
     if (principal.mfa) return;
-    const organization = await repos.organizations.findActive(organizationId);
-    if (organization?.requireMfa) await this.assertSessionMeetsOrganizationMfa(repos, principal);
+    const organization = await reads.activeOrganization(organizationId);
+    if (organization?.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
   }
 
   /** CONTRACT 5: a session without a second factor cannot act in a `require_mfa` organization. */
-  private async assertSessionMeetsOrganizationMfa(repos: Repositories, principal: Principal): Promise<void> {
+  private async assertSessionMeetsOrganizationMfa(reads: GateReads, principal: Principal): Promise<void> {
     if (principal.mfa) return;
-    if (await repos.mfaFactors.hasConfirmed(principal.userId)) {
+    if (await reads.hasConfirmedFactor(principal.userId)) {
       throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; complete a second-factor check (step-up) first.');
     }
     throw mfaEnrollmentRequired();

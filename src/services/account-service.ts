@@ -95,6 +95,7 @@ export class AccountService {
         extra: { resend: '/auth/email/verify/resend' },
       });
     }
+    await this.upgradePasswordHash(user, input.password);
 
     const gate = await this.mfa.loginGate(user, meta);
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
@@ -107,6 +108,17 @@ export class AccountService {
     });
     const tokens = await this.sessions.signOpened(opened);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
+  }
+
+  /**
+   * A hash made with another algorithm or cost than configured is re-made while the
+   * password is at hand: raising `bcryptCost` or moving to argon2id takes effect at each
+   * user's next login. It is not the password changing, so no event and no session ends.
+   */
+  private async upgradePasswordHash(user: UserRecord, password: string): Promise<void> {
+    if (!user.passwordHash || !this.context.hasher.needsRehash(user.passwordHash)) return;
+    const upgraded = await this.context.hasher.hash(password);
+    await this.context.store.repos.users.replacePasswordHash(user.id, user.passwordHash, upgraded);
   }
 
   async forgotPassword(emailInput: string, meta: RequestMeta): Promise<void> {

@@ -1,6 +1,7 @@
 import { errors } from '../errors.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import { SUPERADMIN_ROLE_SLUG } from './permission-catalog.js';
+import type { MembershipAuthorityRow } from '../store/organization-repository.js';
 import type { Repositories } from '../store/store.js';
 
 /** What a user may do in one organization, resolved from the database (claims are never the authority). */
@@ -24,6 +25,11 @@ export async function resolveAuthority(
     knownSuperadmin ?? repos.roles.isSuperadmin(userId),
     organizationId ? repos.roles.resolveMembershipAuthority(userId, organizationId) : Promise.resolve(undefined),
   ]);
+  return authorityFrom(catalog, superadmin, membership);
+}
+
+/** The one rule that turns the superadmin flag and a membership into authority. */
+export function authorityFrom(catalog: PermissionCatalog, superadmin: boolean, membership: MembershipAuthorityRow | undefined): ResolvedAuthority {
   const member = membership?.membershipStatus === 'active';
   const roles = member ? [...membership!.roleSlugs] : [];
   if (superadmin) {

@@ -6,11 +6,17 @@ import type { KeyRing } from './key-ring.js';
 import type { PasswordHasher } from '../crypto/password-hasher.js';
 import type { IdentityEventListener } from '../events.js';
 import type { Store } from '../store/store.js';
+import type { AccessCache } from './access-cache.js';
+import type { AccessReads } from './access-reads.js';
 
 /** Everything a service needs, built once per router. No Express in here. */
 export interface ServiceContext {
   config: ResolvedConfig;
   store: Store;
+  /** Sessions and authority kept in process, with their invalidation (CONTRACT 7). */
+  accessCache: AccessCache;
+  /** The request gates' reads, through `accessCache`. */
+  access: AccessReads;
   keys: DerivedKeys;
   keyRing: KeyRing;
   jwt: JwtCodec;

@@ -1,5 +1,4 @@
 import type { ServiceContext } from './context.js';
-import type { MfaService } from './mfa-service.js';
 import { SUPERADMIN_ROLE_SLUG } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 
@@ -17,18 +16,14 @@ export interface MeView {
 
 /** GET /auth/me (spec 4.1, CONTRACT 5). */
 export class IdentityService {
-  constructor(
-    private readonly context: ServiceContext,
-    private readonly mfa: MfaService,
-  ) {}
+  constructor(private readonly context: ServiceContext) {}
 
   async me(principal: Principal): Promise<MeView> {
     const { user } = principal;
-    const repos = this.context.store.repos;
     const [memberships, superadmin, recoveryCodesRemaining] = await Promise.all([
-      repos.organizations.listActiveMembershipsOfUser(user.id),
-      repos.roles.isSuperadmin(user.id),
-      this.mfa.recoveryCodesRemaining(user.id),
+      this.context.access.activeMemberships(user.id),
+      this.context.access.isSuperadmin(user.id),
+      this.context.access.recoveryCodesRemaining(user.id),
     ]);
     const activeOrganization = memberships.find((entry) => entry.organization.id === principal.organizationId);
     const roles = [...(activeOrganization?.roleSlugs ?? []), ...(superadmin ? [SUPERADMIN_ROLE_SLUG] : [])];

@@ -42,7 +42,7 @@ export class IdentityServices {
     this.sessions = new SessionService(context, this.catalog);
     this.mfa = new MfaService(context, this.sessions, this.policy);
     this.accounts = new AccountService(context, this.sessions, this.mfa);
-    this.identity = new IdentityService(context, this.mfa);
+    this.identity = new IdentityService(context);
     this.organizations = new OrganizationService(context, this.catalog);
     this.members = new MemberService(context, this.catalog, this.policy);
     this.invites = new InviteService(context, this.catalog, this.policy);
@@ -63,11 +63,13 @@ export class IdentityServices {
     const user = await this.context.store.repos.users.findById(userId);
     if (!user) throw errors.notFound('User');
     await this.context.store.repos.roles.grantSuperadmin(userId, this.context.clock.now());
+    this.context.accessCache.invalidate([{ user: userId }]);
   }
 
   /** Revokes the global superadmin role; idempotent. */
   async revokeSuperadmin(userId: string): Promise<void> {
     await this.context.store.repos.roles.revokeSuperadmin(userId);
+    this.context.accessCache.invalidate([{ user: userId }]);
   }
 
   /** The per-user MFA enforcement flag (CONTRACT 5). */

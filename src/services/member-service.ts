@@ -45,7 +45,7 @@ export class MemberService {
   async list(principal: Principal, organizationId: string, page: { limit: number; cursor?: string }): Promise<{ members: MemberView[]; nextCursor: string | null }> {
     const repos = this.context.store.repos;
     const after = decodeCursor(page.cursor, ['id']);
-    const viewer = await resolveAuthority(repos, this.catalog, principal.userId, organizationId);
+    const viewer = await this.context.access.authority(this.catalog, principal.userId, organizationId);
     const rows = await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(after ? { afterUserId: after[0] } : {}) });
     const { items, nextCursor } = keysetPage(rows, page.limit, (row) => [row.userId]);
     return { members: items.map((row) => memberView(row, viewer)), nextCursor };

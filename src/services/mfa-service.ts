@@ -338,6 +338,7 @@ export class MfaService {
     const user = await this.context.store.repos.users.findById(userId);
     if (!user) throw errors.notFound('User');
     await this.context.store.repos.users.setMfaEnforced(userId, on, this.context.clock.now());
+    this.context.accessCache.invalidate([{ user: userId }]);
   }
 
   // ---------------------------------------------------------------- internals

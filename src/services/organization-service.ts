@@ -109,7 +109,7 @@ export class OrganizationService {
 
   /** GET /orgs: active organizations where the caller is an active member. */
   async listForUser(principal: Principal): Promise<Array<{ id: string; name: string; slug: string }>> {
-    const memberships = await this.context.store.repos.organizations.listActiveMembershipsOfUser(principal.userId);
+    const memberships = await this.context.access.activeMemberships(principal.userId);
     return memberships.map(({ organization }) => ({ id: organization.id, name: organization.name, slug: organization.slug }));
   }
 

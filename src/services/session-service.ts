@@ -6,7 +6,7 @@ import type { SessionRecord } from '../store/session-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
 import { mayAuthenticate } from './access-policy.js';
-import { resolveAuthority } from './authority.js';
+import { resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
@@ -64,7 +64,7 @@ export class SessionService {
    */
   async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
     const sessionId = randomUUID();
-    const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
+    const expiresAt = this.slidingExpiry({ createdAt: uow.now }, uow.now);
     const session: SessionRecord = {
       id: sessionId,
       userId: user.id,
@@ -80,7 +80,8 @@ export class SessionService {
       revokedAt: null,
     };
     await uow.repos.sessions.insert({ ...session, now: uow.now });
-    const refreshToken = await this.issueRefreshToken(uow.repos, sessionId, uow.now);
+    const refreshToken = randomToken();
+    await this.storeRefreshToken(uow.repos, sessionId, refreshToken, uow.now, expiresAt);
     return { subject: await this.accessSubjectFor(uow.repos, session, user), refreshToken };
   }
 
@@ -97,7 +98,10 @@ export class SessionService {
 
   /** The claims of a new access token for a session, with roles and scope re-resolved from the database. */
   async accessSubjectFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenSubject> {
-    const authority = await resolveAuthority(repos, this.catalog, user.id, session.organizationId);
+    return this.subjectOf(session, user, await resolveAuthority(repos, this.catalog, user.id, session.organizationId));
+  }
+
+  private subjectOf(session: SessionRecord, user: UserRecord, authority: ResolvedAuthority): AccessTokenSubject {
     const organizationId = authority.member || authority.superadmin ? session.organizationId : null;
     return {
       sub: user.id,
@@ -115,40 +119,62 @@ export class SessionService {
   /**
    * Rotation: the presented token is consumed by one conditional update. Presenting a
    * consumed token again (a replay, or the loser of a concurrent race) revokes the family.
+   *
+   * One read finds the token, its session and user; one transaction of the fewest writes
+   * (consume, extend the session if still live, the next token, the audit event) commits;
+   * the access token is signed after commit, so the write lock is never held while signing.
+   * Nothing written is read back: what the response needs is known before the writes.
    */
   async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
-    const tokenHash = keyedHash(this.context.keys.tokenHash, refreshToken);
-    const rotated = await runUnitOfWork(this.context, meta, async (uow): Promise<OpenedSession> => {
-      const refused = () => uow.failAfterCommit(errors.invalidGrant());
-      const stored = await uow.repos.refreshTokens.findByHash(tokenHash);
-      if (!stored) return refused();
-      const session = await uow.repos.sessions.findLive(stored.sessionId, uow.now);
-      if (!session) return refused();
-      const rotation = this.context.config.tokens.refreshRotation;
-      const reused = stored.consumedAt !== null || (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now)));
-      if (reused) {
-        if (stored.expiresAt <= uow.now && stored.consumedAt === null) return refused();
-        await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
-        await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
-        return refused();
-      }
-      if (stored.expiresAt <= uow.now) return refused();
-      const user = await uow.repos.users.findById(session.userId);
-      if (!user || !mayAuthenticate(user)) return refused();
+    const found = await this.context.store.repos.refreshTokens.findForRefresh(keyedHash(this.context.keys.tokenHash, refreshToken));
+    const now = this.context.clock.now();
+    if (!found || found.session.revokedAt !== null || found.session.expiresAt <= now) throw errors.invalidGrant();
+    const { token: stored, session, user } = found;
+    const rotation = this.context.config.tokens.refreshRotation;
+    if (stored.consumedAt !== null) {
+      await runUnitOfWork(this.context, meta, async (uow) => {
+        await this.recordReuse(uow, session);
+        return uow.failAfterCommit(errors.invalidGrant());
+      });
+    }
+    if (stored.expiresAt <= now || !mayAuthenticate(user)) throw errors.invalidGrant();
 
-      const expiresAt = uow.now + this.context.config.tokens.refreshTtl * 1000;
-      await uow.repos.sessions.touch(session.id, uow.now, rotation ? expiresAt : Math.max(session.expiresAt, stored.expiresAt));
-      const nextRefreshToken = rotation ? await this.issueRefreshToken(uow.repos, session.id, uow.now) : refreshToken;
-      const subject = await this.accessSubjectFor(uow.repos, session, user);
+    const nextRefreshToken = rotation ? randomToken() : refreshToken;
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      if (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now))) {
+        // Lost a race for this token (or it expired just now): a second use revokes the family.
+        if (stored.expiresAt > uow.now) await this.recordReuse(uow, session);
+        return uow.failAfterCommit(errors.invalidGrant());
+      }
+      const expiresAt = rotation ? this.slidingExpiry(session, uow.now) : Math.min(Math.max(session.expiresAt, stored.expiresAt), this.absoluteExpiry(session));
+      // Revoked since it was read: nothing of this refresh may commit.
+      if (!(await uow.repos.sessions.touchLive(session.id, uow.now, expiresAt))) throw errors.invalidGrant();
+      if (rotation) await this.storeRefreshToken(uow.repos, session.id, nextRefreshToken, uow.now, expiresAt);
       await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
-      return { subject, refreshToken: nextRefreshToken };
     });
-    return this.signOpened(rotated);
+    // Live authority through the access cache: as current as the database, since every change to it invalidates the cache.
+    const authority = await this.context.access.authority(this.catalog, user.id, session.organizationId);
+    return { ...(await this.sign(this.subjectOf(session, user, authority))), refresh_token: nextRefreshToken };
+  }
+
+  /** A session's refresh lifetime slides with each rotation but never past its absolute end (`tokens.sessionMaxAge`). */
+  private slidingExpiry(session: Pick<SessionRecord, 'createdAt'>, now: number): number {
+    return Math.min(now + this.context.config.tokens.refreshTtl * 1000, this.absoluteExpiry(session));
+  }
+
+  private absoluteExpiry(session: Pick<SessionRecord, 'createdAt'>): number {
+    return session.createdAt + this.context.config.tokens.sessionMaxAge * 1000;
+  }
+
+  private async recordReuse(uow: UnitOfWork, session: SessionRecord): Promise<void> {
+    await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
+    await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
   }
 
   async logout(principal: Principal, meta: RequestMeta): Promise<void> {
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.sessions.revoke(principal.sessionId, uow.now, 'logout');
+      uow.invalidates({ session: principal.sessionId });
     });
   }
 
@@ -181,7 +207,10 @@ export class SessionService {
   }
 
   async revokeOwned(principal: Principal, sessionId: string, meta: RequestMeta): Promise<void> {
-    const revoked = await runUnitOfWork(this.context, meta, (uow) => uow.repos.sessions.revokeOwned(sessionId, principal.userId, uow.now, 'revoked_by_user'));
+    const revoked = await runUnitOfWork(this.context, meta, (uow) => {
+      uow.invalidates({ session: sessionId });
+      return uow.repos.sessions.revokeOwned(sessionId, principal.userId, uow.now, 'revoked_by_user');
+    });
     if (!revoked) throw errors.notFound('Session');
   }
 
@@ -221,15 +250,7 @@ export class SessionService {
     return this.sign(subject);
   }
 
-  private async issueRefreshToken(repos: Repositories, sessionId: string, now: number): Promise<string> {
-    const refreshToken = randomToken();
-    await repos.refreshTokens.insert({
-      id: randomUUID(),
-      sessionId,
-      tokenHash: keyedHash(this.context.keys.tokenHash, refreshToken),
-      now,
-      expiresAt: now + this.context.config.tokens.refreshTtl * 1000,
-    });
-    return refreshToken;
+  private async storeRefreshToken(repos: Repositories, sessionId: string, refreshToken: string, now: number, expiresAt: number): Promise<void> {
+    await repos.refreshTokens.insert({ id: randomUUID(), sessionId, tokenHash: keyedHash(this.context.keys.tokenHash, refreshToken), now, expiresAt });
   }
 }

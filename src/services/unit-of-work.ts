@@ -3,6 +3,7 @@ import type { EventInput, IdentityEvent, IdentityEventType } from '../events.js'
 import type { AuditEventRecord } from '../store/audit-repository.js';
 import { isDatabaseError } from '../store/database.js';
 import type { Repositories } from '../store/store.js';
+import type { AccessScope } from './access-cache.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 
 /**
@@ -13,6 +14,7 @@ import type { RequestMeta, ServiceContext } from './context.js';
 export class UnitOfWork {
   private readonly committedEvents: IdentityEvent[] = [];
   private readonly afterCommitTasks: Array<() => Promise<void> | void> = [];
+  private readonly invalidations: AccessScope[] = [];
   private failure: Error | undefined;
 
   constructor(
@@ -45,6 +47,14 @@ export class UnitOfWork {
     this.committedEvents.push(event);
   }
 
+  /**
+   * Cached access this change ends, for changes that emit no event naming it (committed
+   * events invalidate by themselves). Applied after commit, before the response.
+   */
+  invalidates(...scopes: AccessScope[]): void {
+    this.invalidations.push(...scopes);
+  }
+
   /** Runs after commit; a failure is logged and never fails the request. */
   afterCommit(task: () => Promise<void> | void): void {
     this.afterCommitTasks.push(task);
@@ -67,8 +77,8 @@ export class UnitOfWork {
   }
 
   /** @internal */
-  drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void> } {
-    return { events: this.committedEvents, tasks: this.afterCommitTasks };
+  drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void>; invalidations: AccessScope[] } {
+    return { events: this.committedEvents, tasks: this.afterCommitTasks, invalidations: this.invalidations };
   }
 }
 
@@ -102,7 +112,10 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
 }
 
 function dispatchAfterCommit(context: ServiceContext, unit: UnitOfWork): void {
-  const { events, tasks } = unit.drain();
+  const { events, tasks, invalidations } = unit.drain();
+  // First, synchronously: the response that reports a revocation leaves after it is in force here.
+  context.accessCache.invalidate(invalidations);
+  context.accessCache.invalidateForEvents(events);
   for (const event of events) {
     if (!context.onEvent) break;
     runSafely(context, `onEvent listener failed for ${event.type}`, () => context.onEvent!(event));

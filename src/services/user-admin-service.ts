@@ -52,6 +52,7 @@ export class UserAdminService {
     const displayName = changes.displayName === undefined ? undefined : normaliseDisplayName(changes.displayName);
     return runUnitOfWork(this.context, meta, async (uow) => {
       const user = await this.lockLiveUser(uow, userId);
+      uow.invalidates({ user: user.id });
       if (displayName !== undefined) await uow.repos.users.setDisplayName(user.id, displayName, uow.now);
       if (changes.mfaEnforced !== undefined) await uow.repos.users.setMfaEnforced(user.id, changes.mfaEnforced, uow.now);
       return this.view((await uow.repos.users.findById(user.id))!, uow.now);

@@ -22,6 +22,34 @@ export function dialectOf(knex: Knex): Dialect {
   throw new Error(`identity-router supports better-sqlite3 and pg; got client "${client}"`);
 }
 
+interface SqliteConnection {
+  pragma(statement: string): unknown;
+  prepare(sql: string): unknown;
+}
+
+/** Distinct statements kept per connection; the router has a few hundred, so this only bounds a runaway. */
+const PREPARED_STATEMENT_LIMIT = 1000;
+
+/**
+ * Knex's better-sqlite3 client prepares every query anew, which costs about as much as
+ * running it. Each SQL text is prepared once per connection and its statement reused (a
+ * better-sqlite3 statement is reusable and runs synchronously, so reuse is safe; SQLite
+ * re-prepares it by itself after a schema change).
+ */
+function reusePreparedStatements(connection: SqliteConnection): void {
+  const prepare = connection.prepare.bind(connection);
+  const statements = new Map<string, unknown>();
+  connection.prepare = (sql: string) => {
+    let statement = statements.get(sql);
+    if (statement === undefined) {
+      statement = prepare(sql);
+      if (statements.size >= PREPARED_STATEMENT_LIMIT) statements.delete(statements.keys().next().value!);
+      statements.set(sql, statement);
+    }
+    return statement;
+  };
+}
+
 export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDatabase {
   if (isKnexInstance(database)) return { knex: database, dialect: dialectOf(database), owned: false };
 
@@ -46,11 +74,12 @@ export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDa
     pool: {
       ...(isSqlite
         ? {
-            afterCreate: (connection: { pragma(statement: string): unknown }, done: (error: Error | null, connection: unknown) => void) => {
+            afterCreate: (connection: SqliteConnection, done: (error: Error | null, connection: unknown) => void) => {
               // Foreign keys are off by default in SQLite; WAL lets readers proceed during a write.
               connection.pragma('foreign_keys = ON');
               connection.pragma('journal_mode = WAL');
               connection.pragma('busy_timeout = 5000');
+              reusePreparedStatements(connection);
               done(null, connection);
             },
           }

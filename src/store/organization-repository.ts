@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
 
@@ -367,18 +368,29 @@ export class MembershipRepository extends Repository {
       )
       .orderBy('m.user_id', 'asc')
       .limit(page.limit)
-      .select('m.id as membership_id', 'm.user_id', 'm.status', 'u.email', 'u.display_name');
+      .select('m.id as membership_id', 'm.user_id', 'm.status', 'u.email', 'u.display_name', this.roleSlugsOfMembership('m.id'));
     if (page.afterUserId !== undefined) query.andWhere('m.user_id', '>', page.afterUserId);
-    const rows = await query;
-    const slugs = await this.roleSlugsByMembership(rows.map((row: Record<string, unknown>) => String(row.membership_id)));
-    return rows.map((row: Record<string, unknown>) => ({
+    return (await query).map((row: Record<string, unknown>) => ({
       membershipId: String(row.membership_id),
       userId: String(row.user_id),
       email: String(row.email),
       displayName: (row.display_name as string | null) ?? null,
       status: row.status as MembershipStatus,
-      roleSlugs: slugs.get(String(row.membership_id)) ?? [],
+      roleSlugs: parseRoleSlugs(row.role_slugs),
     }));
+  }
+
+  /**
+   * The page's role slugs in the same query: a correlated subquery per returned row (a JSON
+   * array), so the cost follows the page size, never the organization's size, on both databases.
+   */
+  private roleSlugsOfMembership(membershipColumn: string): Knex.Raw {
+    const aggregate = this.dialect === 'pg' ? "coalesce(json_agg(r.slug), '[]'::json)" : 'json_group_array(r.slug)';
+    return this.db.raw(`(select ${aggregate} from ?? as mr join ?? as r on r.id = mr.role_id where mr.membership_id = ??) as role_slugs`, [
+      this.table.memberRoles,
+      this.table.roles,
+      membershipColumn,
+    ]);
   }
 
   async findMember(organizationId: string, userId: string): Promise<MemberRow | undefined> {
@@ -527,4 +539,10 @@ export class InviteRepository extends Repository {
     if (page.afterId !== undefined) query.andWhere('id', '>', page.afterId);
     return (await query).map(mapInvite);
   }
+}
+
+/** pg parses the JSON array; SQLite answers its text. Sorted, as the member view lists them. */
+function parseRoleSlugs(value: unknown): string[] {
+  const slugs = (typeof value === 'string' ? JSON.parse(value) : value ?? []) as Array<string | null>;
+  return slugs.filter((slug): slug is string => slug !== null).map(String).sort();
 }

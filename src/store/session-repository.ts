@@ -45,7 +45,7 @@ export type SessionRevocationReason =
   | 'org_deleted'
   | 'email_proven';
 
-function mapSession(row: Record<string, unknown>): SessionRecord {
+export function mapSession(row: Record<string, unknown>): SessionRecord {
   return {
     id: String(row.id),
     userId: String(row.user_id),
@@ -120,6 +120,11 @@ export class SessionRepository extends Repository {
     await this.db(this.table.sessions).where({ id }).update({ last_used_at: now, expires_at: expiresAt });
   }
 
+  /** Records a refresh on a session that is still live; false when it was revoked in the meantime. */
+  async touchLive(id: string, now: number, expiresAt: number): Promise<boolean> {
+    return (await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').update({ last_used_at: now, expires_at: expiresAt })) === 1;
+  }
+
   async setOrganization(id: string, organizationId: string | null): Promise<boolean> {
     return (await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').update({ organization_id: organizationId })) === 1;
   }
@@ -180,6 +185,30 @@ export class RefreshTokenRepository extends Repository {
     const row = await this.db(this.table.refreshTokens).where({ token_hash: tokenHash }).first();
     if (!row) return undefined;
     return { id: String(row.id), sessionId: String(row.session_id), expiresAt: toNumber(row.expires_at), consumedAt: toNullableNumber(row.consumed_at) };
+  }
+
+  /**
+   * What a refresh needs, in one query: the presented token, its session and the session's
+   * user. The caller decides on liveness, reuse and expiry.
+   */
+  async findForRefresh(tokenHash: string): Promise<{ token: RefreshTokenRecord; session: SessionRecord; user: UserRecord } | undefined> {
+    const row = await this.db(`${this.table.refreshTokens} as t`)
+      .join(`${this.table.sessions} as s`, 's.id', 't.session_id')
+      .join(`${this.table.users} as u`, 'u.id', 's.user_id')
+      .where('t.token_hash', tokenHash)
+      .first([
+        't.id as token_id',
+        't.expires_at as token_expires_at',
+        't.consumed_at as token_consumed_at',
+        's.*',
+        ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`),
+      ]);
+    if (!row) return undefined;
+    return {
+      token: { id: String(row.token_id), sessionId: String(row.id), expiresAt: toNumber(row.token_expires_at), consumedAt: toNullableNumber(row.token_consumed_at) },
+      session: mapSession(row),
+      user: mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]]))),
+    };
   }
 
   /** The single-use primitive: exactly one concurrent caller gets `true`. */

@@ -103,6 +103,11 @@ export class UserRepository extends Repository {
     await this.db(this.table.users).where({ id }).update({ password_hash: passwordHash, updated_at: now });
   }
 
+  /** Replaces the hash only if it is still the one that was verified, so a concurrent password change wins. */
+  async replacePasswordHash(id: string, expectedHash: string, passwordHash: string): Promise<boolean> {
+    return (await this.db(this.table.users).where({ id, password_hash: expectedHash }).update({ password_hash: passwordHash })) === 1;
+  }
+
   async setDisplayName(id: string, displayName: string | null, now: number): Promise<void> {
     await this.db(this.table.users).where({ id }).update({ display_name: displayName, updated_at: now });
   }

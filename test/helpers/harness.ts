@@ -52,6 +52,11 @@ export interface HarnessOptions {
   rateLimits?: boolean;
   /** Share the database of another harness (several instances on one database). */
   shareDatabaseWith?: Harness;
+  /**
+   * With `shareDatabaseWith` on PostgreSQL: open a connection pool of its own, as another
+   * process would, instead of sharing the other harness's Knex instance.
+   */
+  ownConnection?: boolean;
   onEvent?: (event: IdentityEvent) => void | Promise<void>;
   mailerFails?: boolean;
 }
@@ -81,6 +86,7 @@ export class Harness {
   private server!: ReturnType<express.Express['listen']>;
   private tempDir: string | undefined;
   private ownsDatabase = false;
+  private ownsConnection = false;
 
   constructor(private readonly options: HarnessOptions = {}) {
     this.clock = options.shareDatabaseWith?.clock ?? new TestClock();
@@ -94,7 +100,11 @@ export class Harness {
 
   private async boot(): Promise<void> {
     const shared = this.options.shareDatabaseWith;
-    if (shared) {
+    if (shared && this.options.ownConnection && TEST_DB === 'pg') {
+      this.knex = knexFactory({ client: 'pg', connection: PG_URL, pool: { min: 0, max: 10 } });
+      this.tablePrefix = shared.tablePrefix;
+      this.ownsConnection = true;
+    } else if (shared) {
       this.knex = shared.knex;
       this.tablePrefix = shared.tablePrefix;
     } else {
@@ -223,6 +233,8 @@ export class Harness {
       if (TEST_DB === 'pg') await dropPrefixedTables(this.knex, this.tablePrefix);
       await this.knex.destroy();
       if (this.tempDir) rmSync(this.tempDir, { recursive: true, force: true });
+    } else if (this.ownsConnection) {
+      await this.knex.destroy();
     }
   }
 }
