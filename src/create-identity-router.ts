@@ -83,6 +83,10 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');
   if (!adapters.sms) logger.warn('No SMS sender configured: using the development SMS sender, which writes codes to the log. Do not use it in production.');
 
+  if (resolved.social && resolved.social.insecureUrls.length > 0) {
+    logger.warn(`social: plain http: accepted for loopback URLs (${resolved.social.insecureUrls.join(', ')}); use https: in production.`);
+  }
+
   const database = openDatabase(resolved.database, logger);
   const table = tableNames(resolved.tablePrefix);
   const store = new Store(database.knex, table, database.dialect);

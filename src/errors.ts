@@ -28,7 +28,25 @@ export type IdentityErrorCode =
   | 'rate_limited'
   | 'too_many_requests'
   | 'unavailable'
-  | 'internal_error';
+  | 'internal_error'
+  | SocialErrorCode;
+
+/**
+ * Social login failures (CONTRACT 9.7). Callback failures travel as `?social_error=<code>`
+ * on the redirect; the rest are JSON answers.
+ */
+export type SocialErrorCode =
+  | 'social_state_invalid'
+  | 'provider_error'
+  | 'provider_response_invalid'
+  | 'provider_unavailable'
+  | 'social_email_required'
+  | 'account_link_required'
+  | 'signup_disabled'
+  | 'identity_already_linked'
+  | 'provider_already_linked'
+  | 'reauthentication_required'
+  | 'last_login_method_protected';
 
 export interface IdentityErrorOptions {
   /** Extra fields merged into the JSON body, e.g. `{ step_up: '/auth/mfa/step-up' }`. */

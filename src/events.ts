@@ -36,6 +36,9 @@ export const EVENT_TYPES = [
   'user.deleted',
   'api_key.created',
   'api_key.revoked',
+  // CONTRACT 9.8
+  'user.social_linked',
+  'user.social_unlinked',
 ] as const;
 
 export type IdentityEventType = (typeof EVENT_TYPES)[number];

@@ -83,6 +83,7 @@ test('defaults follow CONTRACT 2 and a partial rate-limit object merges with the
     mfa_send: false,
     mfa_confirm: { limit: 10, windowSec: 300 },
     mfa_enroll: { limit: 5, windowSec: 3600 },
+    social: { limit: 20, windowSec: 300 },
     authenticated: { limit: 600, windowSec: 60 },
   });
   assert.equal(resolved.security.stepUp.maxAge, 300);

@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { after, before, test } from 'node:test';
 import { deflateSync, gzipSync } from 'node:zlib';
 import type { RouteDefinition } from '../src/http/route.js';
 import { allRoutes } from '../src/http/routes/index.js';
-import { Harness, TEST_DB, type SignedUpUser } from './helpers/harness.js';
+import { type Harness, TEST_DB, type SignedUpUser } from './helpers/harness.js';
 import { loginForTicket, signUpWithTotp } from './helpers/mfa.js';
+import { PROVIDER_ID, RETURN_URL, startSocialHarness, TestOpenIdProvider } from './helpers/oidc.js';
 import { matchTemplate, validateResponse } from './helpers/openapi.js';
 
 // Issue 10: a seeded fuzzer over every route of the route table. Each route gets 40 hostile
@@ -70,6 +71,8 @@ interface HostileRequest {
 type Credential = 'none' | 'bearer' | 'ticket';
 
 let h: Harness;
+/** Social login is configured (against a real loopback provider) so its eight routes are fuzzed too, not their 404. */
+let op: TestOpenIdProvider;
 let owner: SignedUpUser & { orgId: string };
 let mfaUser: SignedUpUser;
 let ticket = '';
@@ -101,8 +104,9 @@ async function refreshCredentials(): Promise<void> {
 }
 
 before(async () => {
-  // With passkeys configured, so the fuzzer reaches their real route definitions, not the 404 stand-ins.
-  h = await Harness.start({ config: { webauthn: { rpId: 'localhost', origins: ['http://localhost:3000'] } } });
+  // With passkeys and a social provider configured, so the fuzzer reaches their real route definitions, not the 404 stand-ins.
+  op = await TestOpenIdProvider.start();
+  h = await startSocialHarness(op, { config: { webauthn: { rpId: 'localhost', origins: ['http://localhost:3000'] } } });
   owner = await ownerWithOrganization();
   mfaUser = await signUpWithTotp(h);
   ticket = (await loginForTicket(h, mfaUser)).ticket;
@@ -110,6 +114,7 @@ before(async () => {
 });
 after(async () => {
   await h.close();
+  await op.close();
 });
 
 function bodyKeys(route: RouteDefinition): string[] {
@@ -126,6 +131,7 @@ function concretePath(route: RouteDefinition, random: () => number, hostile: boo
     if (hostile && random() < 0.5) return pick(random, PATH_VALUES);
     if (name === 'orgId') return owner.orgId;
     if (name === 'userId') return random() < 0.5 ? owner.userId : mfaUser.userId;
+    if (name === 'provider') return random() < 0.8 ? PROVIDER_ID : randomUUID();
     return randomUUID();
   });
 }
@@ -217,16 +223,60 @@ function shapeProblem(status: number, body: unknown): string | undefined {
   return typeof record.error === 'string' && typeof record.message === 'string' ? undefined : 'an error without error and message';
 }
 
+const HANDOFF_CHALLENGE = createHash('sha256').update('fuzz-handoff-verifier-0123456789-abcdefghijklmnop').digest('base64url');
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+function maybeHostile(random: () => number, name: string): string {
+  if (random() < 0.5) return '';
+  // PATH_VALUES are already percent-encoded (some as broken UTF-8); a lone surrogate cannot be encoded.
+  const value = random() < 0.3 ? pick(random, PATH_VALUES) : encodeURIComponent(pick(random, HOSTILE_STRINGS).replace(LONE_SURROGATE, '\ufffd'));
+  return `&${name}=${value}`;
+}
+
+function authorizeQuery(random: () => number): string {
+  return `/auth/social/${PROVIDER_ID}/authorize?handoff_challenge=${HANDOFF_CHALLENGE}&handoff_challenge_method=S256${maybeHostile(random, 'return_to')}`;
+}
+
+/** A callback for a flow the router really started, with hostile provider parameters. */
+async function callbackWithLiveState(random: () => number): Promise<string> {
+  const started = await h.post(`/auth/social/${PROVIDER_ID}/authorize`, { handoff_challenge: HANDOFF_CHALLENGE, handoff_challenge_method: 'S256' });
+  assert.equal(started.status, 200, started.text);
+  const state = new URL(started.body.data.authorization_url).searchParams.get('state') ?? '';
+  return `/auth/social/${PROVIDER_ID}/callback?state=${encodeURIComponent(state)}${maybeHostile(random, 'code')}${maybeHostile(random, 'iss')}${maybeHostile(random, 'error')}${maybeHostile(random, 'error_description')}`;
+}
+
+const REDIRECTING_ROUTES: Record<string, number> = { 'GET /auth/social/:provider/authorize': 302, 'GET /auth/social/:provider/callback': 303 };
+
+function redirectProblems(method: string, path: string, response: RawResponse): string[] {
+  const problems: string[] = [];
+  const expected = REDIRECTING_ROUTES[`${method} ${path}`];
+  if (expected !== response.status) problems.push(`an unexpected ${response.status} redirect`);
+  const location = response.headers.get('location') ?? '';
+  const allowed = expected === 302 ? `${op.issuer}/` : `${RETURN_URL}?`;
+  if (!location.startsWith(allowed)) problems.push(`redirect to ${location.slice(0, 120)}`);
+  if (response.text !== '') problems.push(`a redirect with a body: ${response.text.slice(0, 120)}`);
+  if (response.headers.get('cache-control') !== 'no-store') problems.push(`cache-control ${response.headers.get('cache-control')}`);
+  return problems;
+}
+
 test(`${REQUESTS_PER_ROUTE} hostile requests per route, with and without credentials: no 5xx, spec-shaped JSON, no prototype pollution`, async () => {
   const random = seededRandom(SEED);
   const counts = new Map<number, number>();
   const failures: string[] = [];
   assert.ok(routes.length >= 50, `the route table has ${routes.length} routes`);
+  const socialRoutes = routes.filter((route) => route.path.startsWith('/auth/social'));
+  assert.equal(socialRoutes.length, 8);
+  assert.ok(socialRoutes.every((route) => !route.unavailable), 'social login is configured, so its routes are fuzzed for real');
   for (const route of routes) {
     const credentialKind: Credential = route.auth === 'public' ? 'bearer' : route.auth;
     for (let index = 0; index < REQUESTS_PER_ROUTE; index += 1) {
       const credential: Credential = index % 2 === 0 ? credentialKind : 'none';
       const request = hostileRequest(route, random);
+      // Half the social redirect requests carry what gets past validation (a live flow's state, a
+      // well-formed handoff challenge), so the 302/303 answers and the provider round trip are fuzzed too.
+      if (route.method === 'get' && route.path === '/auth/social/:provider/callback' && index % 4 < 2) request.path = await callbackWithLiveState(random);
+      if (route.method === 'get' && route.path === '/auth/social/:provider/authorize' && index % 4 < 2) request.path = authorizeQuery(random);
       const method = route.method.toUpperCase();
       const label = `${method} ${route.path} [${credential}] ${request.description} (${request.path.slice(0, 60)})`;
       const response = await rawRequest(method, request.path, { ...request.headers, ...credentialHeader(credential, random) }, request.body);
@@ -240,6 +290,13 @@ test(`${REQUESTS_PER_ROUTE} hostile requests per route, with and without credent
       }
       const problems: string[] = [];
       if (response.status >= 500) problems.push(`answered ${response.status}: ${text.slice(0, 200)}`);
+      // The social authorize (GET) and callback answer redirects (CONTRACT 9.2): no body, an absolute
+      // Location at the provider or at a configured return URL, and still no-store.
+      if (response.status === 302 || response.status === 303) {
+        problems.push(...redirectProblems(method, route.path, response));
+        if (problems.length > 0) failures.push(`${label}: ${problems.join('; ')}`);
+        continue;
+      }
       if (!(response.headers.get('content-type') ?? '').startsWith('application/json')) problems.push(`content-type ${response.headers.get('content-type')}: ${text.slice(0, 120)}`);
       const shape = shapeProblem(response.status, parsed);
       if (shape) problems.push(`${shape}: ${text.slice(0, 200)}`);

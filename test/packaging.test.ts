@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -106,6 +106,51 @@ async function main() {
   server.close();
   await identity.close();
   console.log(JSON.stringify({ express: require('express/package.json').version, statuses, email: Boolean(me.body.data && me.body.data.email === email) }));
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
+`;
+
+/**
+ * A CommonJS host with social login configured (CONTRACT 9.10): openid-client is ESM-only and is
+ * loaded by a dynamic import() on first use. The provider is a closed loopback port, so the
+ * authorize call answers 502 provider_unavailable once openid-client loaded and tried discovery.
+ */
+const CJS_SOCIAL_CONSUMER = `'use strict';
+const { once } = require('node:events');
+const path = require('node:path');
+const express = require('express');
+const { createIdentityRouter, noopSender } = require('identity-router');
+
+async function main() {
+  const identity = createIdentityRouter(
+    {
+      database: { client: 'better-sqlite3', connection: { filename: path.join(__dirname, 'social-' + Date.now() + '.sqlite') }, useNullAsDefault: true },
+      secret: 'consumer-secret-that-is-at-least-32-characters',
+      issuer: 'https://consumer.example',
+      social: { redirectBase: 'http://127.0.0.1/identity', returnUrls: ['http://127.0.0.1/app'], providers: { local: { issuer: 'http://127.0.0.1:9', clientId: 'c', clientSecret: 's' } } },
+    },
+    { mailer: noopSender, sms: noopSender, logger: { info() {}, warn() {}, error: console.error } },
+  );
+  const app = express();
+  app.use('/identity', identity);
+  await identity.ready;
+  const server = app.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const base = 'http://127.0.0.1:' + server.address().port + '/identity';
+  const providers = await fetch(base + '/auth/social/providers');
+  const authorize = await fetch(base + '/auth/social/local/authorize', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ handoff_challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM', handoff_challenge_method: 'S256' }),
+  });
+  const body = await authorize.json();
+  server.close();
+  await identity.close();
+  console.log(JSON.stringify({ providers: providers.status, authorize: authorize.status, error: body.error }));
 }
 
 main().catch((error) => {
@@ -244,6 +289,22 @@ describe('the packed tarball', { skip: SKIP, timeout: 240_000 }, () => {
     writeFileSync(join(dir, 'consumer.js'), CJS_CONSUMER);
     await npm(['install', tarball, 'express@5', BETTER_SQLITE3, ...NPM_INSTALL_FLAGS], dir);
     assertConsumerWorked(await node(['consumer.js'], dir), '5');
+
+    // A host without `social` never loads openid-client: it serves with the package gone.
+    const openIdClient = join(dir, 'node_modules', 'openid-client');
+    const hidden = join(dir, 'node_modules', '.openid-client-hidden');
+    assert.ok(existsSync(openIdClient), 'openid-client is installed as a dependency');
+    renameSync(openIdClient, hidden);
+    try {
+      assertConsumerWorked(await node(['consumer.js'], dir), '5');
+    } finally {
+      renameSync(hidden, openIdClient);
+    }
+    // With `social`, the CommonJS build loads the ESM-only openid-client by import() on first use.
+    writeFileSync(join(dir, 'social.js'), CJS_SOCIAL_CONSUMER);
+    const social = JSON.parse((await node(['social.js'], dir)).trim().split('\n').pop()!) as { providers: number; authorize: number; error: string };
+    assert.deepEqual(social, { providers: 200, authorize: 502, error: 'provider_unavailable' });
+
     await npm(['install', EXPRESS_4, ...NPM_INSTALL_FLAGS], dir);
     assertConsumerWorked(await node(['consumer.js'], dir), '4');
   });

@@ -7,6 +7,7 @@
  *   /invoices       a host route guarded by a permission from the catalog
  *   /api-docs       docs/openapi.yaml in Swagger UI, served from node_modules
  *   /dev/inbox      the development inbox (development only)
+ *   /social-return  where social sign-in lands (the demo provider stands in for Google)
  *   everything else the web app in public/ (one HTML shell, one ES module per page)
  */
 import { readdirSync } from 'node:fs';
@@ -16,6 +17,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import express, { type Express } from 'express';
 import { createIdentityRouter, type Clock, type IdentityConfig, type IdentityEvent, type IdentityRouter } from '../../src/index.js';
+import { startDemoProvider, type DemoProvider } from './demo-provider.js';
 import { createDevInbox, type DevInbox } from './dev-inbox.js';
 import { refreshTokenCookie } from './refresh-token-cookie.js';
 
@@ -37,7 +39,15 @@ export interface ExampleOptions {
   onEvent?: (event: IdentityEvent) => void;
   /** Merged over the example's configuration (tests lower bcrypt cost and turn off IP rate limits). */
   config?: Partial<IdentityConfig>;
+  /** An OpenID provider offered as "Sign in with Demo" (startExampleServer starts one in development). */
+  socialProvider?: { issuer: string; clientId: string; clientSecret: string };
 }
+
+/** The provider id in the router's paths: `/auth/social/demo/...`. */
+export const DEMO_PROVIDER_ID = 'demo';
+
+/** Where the provider sends the browser back: the router's callback under its `/identity` mount. */
+export const socialRedirectUri = (publicUrl: string) => `${publicUrl}/identity/auth/social/${DEMO_PROVIDER_ID}/callback`;
 
 export interface ExampleApp {
   app: Express;
@@ -65,6 +75,17 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
       },
       // Passkeys are bound to the host name the browser shows (see docs/mfa.md, "Passkeys").
       webauthn: passkeySettings(publicUrl),
+      // Social sign-in (CONTRACT 9): the callback answers on /identity, then the browser lands on
+      // /social-return, whose page trades the one-time code for tokens through /api.
+      ...(options.socialProvider
+        ? {
+            social: {
+              redirectBase: `${publicUrl}/identity`,
+              returnUrls: [`${publicUrl}/social-return`],
+              providers: { [DEMO_PROVIDER_ID]: { ...options.socialProvider, name: 'Demo' } },
+            },
+          }
+        : {}),
       ...options.config,
     },
     {
@@ -129,6 +150,8 @@ function passkeySettings(publicUrl: string): NonNullable<IdentityConfig['webauth
 
 export interface RunningExample extends ExampleApp {
   url: string;
+  /** The issuer of the demo OpenID provider, when one runs. */
+  demoIssuer: string | undefined;
   server: Server;
   close(): Promise<void>;
 }
@@ -138,7 +161,7 @@ export interface RunningExample extends ExampleApp {
  * the port the system picked.
  */
 export async function startExampleServer(
-  options: Omit<ExampleOptions, 'publicUrl'> & { port: number; host?: string; publicHost?: string },
+  options: Omit<ExampleOptions, 'publicUrl'> & { port: number; host?: string; publicHost?: string; demoProvider?: boolean },
 ): Promise<RunningExample> {
   const server = createServer();
   await new Promise<void>((resolveListen, reject) => {
@@ -147,22 +170,27 @@ export async function startExampleServer(
   });
   const { port } = server.address() as AddressInfo;
   const url = `http://${options.publicHost ?? options.host ?? '127.0.0.1'}:${port}`;
-  const example = createExampleApp({ ...options, publicUrl: url });
+  // In development a local OpenID provider stands in for Google, so "Sign in with Demo" works offline.
+  let demo: DemoProvider | undefined;
+  if (options.socialProvider === undefined && (options.demoProvider ?? options.development)) demo = await startDemoProvider({ redirectUri: socialRedirectUri(url) });
+  const example = createExampleApp({ ...options, publicUrl: url, ...(demo ? { socialProvider: { issuer: demo.issuer, clientId: demo.clientId, clientSecret: demo.clientSecret } } : {}) });
   server.on('request', example.app);
   try {
     await example.identity.ready;
   } catch (error) {
     server.close();
+    await demo?.close();
     throw error;
   }
   return {
     ...example,
     url,
+    demoIssuer: demo?.issuer,
     server,
     close: () =>
       new Promise<void>((resolveClose) => {
         server.closeAllConnections();
-        server.close(() => void example.identity.close().then(() => resolveClose()));
+        server.close(() => void Promise.all([example.identity.close(), demo?.close()]).then(() => resolveClose()));
       }),
   };
 }

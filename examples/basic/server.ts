@@ -31,6 +31,7 @@ startExampleServer({
   .then((example) => {
     console.log(`identity-router example: open ${example.url} (database ${databaseFile})`);
     if (development) console.log(`development inbox: ${example.url}/dev/inbox`);
+    if (example.demoIssuer) console.log(`demo OpenID provider ("Sign in with Demo", a stand-in for Google): ${example.demoIssuer}`);
     console.log(`API docs: ${example.url}/api-docs · JWKS: ${example.url}/identity/auth/.well-known/jwks.json`);
     const shutdown = () => void example.close().then(() => process.exit(0));
     process.on('SIGINT', shutdown);

@@ -14,6 +14,8 @@ export const DEFAULT_RATE_LIMITS: Record<RateLimitGroup, RateLimitRule> = {
   mfa_send: { limit: 5, windowSec: 600 },
   mfa_confirm: { limit: 10, windowSec: 300 },
   mfa_enroll: { limit: 5, windowSec: 3600 },
+  // CONTRACT 9.9: authorize (both), callback and exchange, per IP.
+  social: { limit: 20, windowSec: 300 },
   authenticated: { limit: 600, windowSec: 60 },
 };
 

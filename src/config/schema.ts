@@ -1,6 +1,7 @@
 import Joi from 'joi';
 import { DEFAULTS, DEFAULT_RATE_LIMITS, RATE_LIMIT_GROUPS } from './defaults.js';
 import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } from './types.js';
+import { resolveSocialConfig, socialConfigProblems, socialConfigSchema } from './social.js';
 
 const seconds = Joi.number().integer().min(1);
 const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
@@ -72,6 +73,7 @@ const configSchema = Joi.object<IdentityConfig>({
     rpName: Joi.string().min(1).max(200),
     origins: Joi.array().items(Joi.string().min(1)).min(1).required(),
   }),
+  social: socialConfigSchema,
 });
 
 /** Thrown by `createIdentityRouter` when the config is wrong; lists every problem at once. */
@@ -116,6 +118,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
     workers,
   };
   if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
+  problems.push(...socialConfigProblems(input.social));
   const totpIssuer = defaultTotpIssuer(input);
   if (!error && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
   if (input.webauthn && !error?.details.some((detail) => detail.path[0] === 'webauthn')) problems.push(...webauthnProblems(input.webauthn));
@@ -156,6 +159,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
     webauthn: input.webauthn
       ? { rpId: input.webauthn.rpId, rpName: input.webauthn.rpName ?? input.appName ?? input.issuer, origins: [...input.webauthn.origins] }
       : undefined,
+    social: resolveSocialConfig(input.social),
   };
 }
 

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Store as RateLimitStore } from 'express-rate-limit';
+import type { ResolvedSocialConfig, SocialConfig } from './social.js';
 
 export type RateLimitGroup =
   | 'login'
@@ -10,6 +11,7 @@ export type RateLimitGroup =
   | 'mfa_send'
   | 'mfa_confirm'
   | 'mfa_enroll'
+  | 'social'
   | 'authenticated';
 
 export interface RateLimitRule {
@@ -118,6 +120,8 @@ export interface IdentityConfig {
   permissions?: PermissionDefinition[];
   /** URL templates with `{token}`; when set, the mail context also carries `url`. */
   links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+  /** Social login through OpenID Connect providers (CONTRACT 9); without it the social routes answer 404. */
+  social?: SocialConfig;
   /** Passkeys (CONTRACT 8). Without it the passkey routes answer 404 and passkeys are not offered as factors. */
   webauthn?: WebauthnConfig;
 }
@@ -180,4 +184,5 @@ export interface ResolvedConfig {
   permissions: PermissionDefinition[];
   links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
   webauthn: { rpId: string; rpName: string; origins: string[] } | undefined;
+  social: ResolvedSocialConfig | undefined;
 }

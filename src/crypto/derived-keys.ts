@@ -19,6 +19,10 @@ export interface DerivedKeys {
   passwordPepper: Buffer;
   /** HMAC key for identifiers kept out of plain sight: tombstone e-mails, rate-budget keys. */
   identifierHash: Buffer;
+  /** AES-256-GCM key for the PKCE verifier and nonce of a social-login flow (CONTRACT 9.10). */
+  socialFlowEncryption: Buffer;
+  /** HMAC key for social-login `state` values and exchange codes. */
+  socialFlowHash: Buffer;
   /** HS256 key of MFA tickets: never published, so no JWKS verifier can accept a ticket (CONTRACT 5). */
   mfaTicketSigning: Buffer;
   /** HMAC key for WebAuthn challenges (stored only as keyed hashes). */
@@ -42,6 +46,8 @@ export function deriveKeys(secret: string): DerivedKeys {
     recoveryCodeHash: derive(secret, 'hmac:recovery-code'),
     passwordPepper: derive(secret, 'hmac:password-pepper'),
     identifierHash: derive(secret, 'hmac:identifier'),
+    socialFlowEncryption: derive(secret, 'aead:social-flow'),
+    socialFlowHash: derive(secret, 'hmac:social-flow'),
     mfaTicketSigning: derive(secret, 'hmac:mfa-ticket'),
     passkeyChallengeHash: derive(secret, 'hmac:passkey-challenge'),
     apiKeyHash: derive(secret, 'hmac:api-key'),

@@ -39,6 +39,10 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
   });
 
   for (const route of routes) {
+    if (route.unavailable) {
+      router[route.method](route.path, whenReady, (_req, _res, next) => next(errors.notFound()));
+      continue;
+    }
     const chain: RequestHandler[] = [whenReady];
     // Per-IP groups count before anything else, so even malformed requests are budgeted (spec 8).
     if (route.rateLimit) chain.push(limiters[route.rateLimit]);
@@ -141,9 +145,16 @@ function handle(route: RouteDefinition): RequestHandler {
         get ticket() {
           return ticketOf(res);
         },
+        get bearer() {
+          return bearerValue(req);
+        },
       };
       const response = await route.handler(request);
       for (const [name, value] of Object.entries(response.headers ?? {})) res.setHeader(name, value);
+      if (response.location !== undefined) {
+        res.status(response.status).location(response.location).end();
+        return;
+      }
       res.status(response.status).json(response.body);
     };
     run().catch(next);

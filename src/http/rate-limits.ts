@@ -1,5 +1,5 @@
 import type { Request, RequestHandler, Response } from 'express';
-import { MemoryStore, rateLimit, type Store as RateLimitStore } from 'express-rate-limit';
+import { ipKeyGenerator, MemoryStore, rateLimit, type Store as RateLimitStore } from 'express-rate-limit';
 import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
@@ -43,6 +43,8 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
           warn: (error, message) => logger.warn(`identity-router: express-rate-limit: ${message ?? (error as Error)?.message ?? 'warning'}`),
         },
         ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res) } : {}),
+        // CONTRACT 9.9: the social group counts each of its routes separately, per IP.
+        ...(group === 'social' ? { keyGenerator: (req: Request) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${String(req.route?.path ?? '')}` } : {}),
         handler: (req, _res, next) => {
           const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
           next(errors.rateLimited(resetTime ? (resetTime.getTime() - Date.now()) / 1000 : rule.windowSec));

@@ -15,12 +15,16 @@ export interface RouteRequest<Body = Record<string, unknown>, Query = Record<str
   principal: Principal;
   /** Present on ticket routes. */
   ticket: MfaTicket;
+  /** The raw `Authorization: Bearer` value on a public route that takes one optionally (the social exchange of a link). */
+  bearer: string | undefined;
 }
 
 export interface RouteResponse {
   status: number;
   body: unknown;
   headers?: Record<string, string>;
+  /** A redirect (302/303) to this absolute URL, with no body. */
+  location?: string;
 }
 
 /**
@@ -32,6 +36,8 @@ export interface RouteDefinition extends AccessRequirement {
   path: string;
   /** The per-IP group of spec section 8 this route counts against. */
   rateLimit?: RateLimitGroup;
+  /** A feature the host did not configure (e.g. social login): the route answers 404 before any guard. */
+  unavailable?: boolean;
   /** A valid token of a session that has ended answers 401 `session_ended`, not `unauthorized` (spec 7: switch-org). */
   answersSessionEnded?: boolean;
   body?: Joi.ObjectSchema;
@@ -45,3 +51,4 @@ export interface RouteDefinition extends AccessRequirement {
 export const ok = (data: unknown, headers?: Record<string, string>): RouteResponse => ({ status: 200, body: { data }, ...(headers ? { headers } : {}) });
 export const created = (data: unknown): RouteResponse => ({ status: 201, body: { data } });
 export const accepted = (message: string): RouteResponse => ({ status: 202, body: { message } });
+export const redirect = (status: 302 | 303, location: string, headers?: Record<string, string>): RouteResponse => ({ status, body: undefined, location, ...(headers ? { headers } : {}) });

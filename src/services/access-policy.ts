@@ -29,6 +29,11 @@ export interface AccessRequirement {
   permission?: string;
   /** Always needs a recent strong authentication (spec 5). Conditional step-up is evaluated by the service with `assertStepUp`. */
   stepUp?: boolean;
+  /**
+   * Needs a fresh authentication (CONTRACT 9.5): step-up for a user with a confirmed factor;
+   * for one without, a sign-in within `security.stepUp.maxAge`, else 401 `reauthentication_required`.
+   */
+  freshAuthentication?: boolean;
   /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
   allowedDuringEnrollment?: boolean;
   /**
@@ -198,6 +203,7 @@ export class AccessPolicy {
       await this.assertOrganizationMfa(repos, principal, principal.organizationId);
     }
     if (requirement.stepUp) await this.assertStepUpWith(repos, principal);
+    if (requirement.freshAuthentication) await this.assertFreshAuthenticationWith(repos, principal);
     return authority;
   }
 
@@ -220,6 +226,18 @@ export class AccessPolicy {
     if (this.stepUpFresh(principal)) return;
     if (!(await reads.hasConfirmedFactor(principal.userId))) return;
     throw errors.stepUpRequired();
+  }
+
+  /**
+   * Fresh authentication (CONTRACT 9.5): like step-up, but a user without a factor is not
+   * waved through: a sign-in older than `security.stepUp.maxAge` must be repeated.
+   */
+  private async assertFreshAuthenticationWith(reads: GateReads, principal: Principal): Promise<void> {
+    if (this.stepUpFresh(principal)) return;
+    if (await reads.hasConfirmedFactor(principal.userId)) throw errors.stepUpRequired();
+    throw new IdentityError(401, 'reauthentication_required', 'Your sign-in is too old for this action; sign in again.', {
+      headers: { 'WWW-Authenticate': 'Bearer error="reauthentication_required"' },
+    });
   }
 
   /** The step-up need, in one place: a strong authentication within `security.stepUp.maxAge`. */

@@ -11,6 +11,7 @@ import type { Principal } from './principal.js';
 import type { SessionService, TokenResponse } from './session-service.js';
 import { FailedAttemptSlot } from './lockout.js';
 import { mayAuthenticate } from './access-policy.js';
+import { recordFirstEmailProof } from './email-proof.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 export type LoginResult =
@@ -50,9 +51,7 @@ export class AccountService {
       const user = await uow.repos.users.findById(stored.userId);
       if (!user || user.deletedAt !== null) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
       await uow.repos.oneTimeTokens.consume(stored.id, uow.now);
-      if (await uow.repos.users.markEmailVerified(user.id, uow.now)) {
-        await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id });
-      }
+      await recordFirstEmailProof(uow, user, { method: 'link' });
     });
   }
 
@@ -104,7 +103,7 @@ export class AccountService {
     const opened = await runUnitOfWork(this.context, meta, async (uow) => {
       if (user.failedLoginCount > 0 || user.lockedUntil !== null) await uow.repos.users.clearFailedLogins(user.id);
       const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'] } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'], method: 'password' } });
       return opened;
     });
     const tokens = await this.sessions.signOpened(opened);
@@ -148,8 +147,9 @@ export class AccountService {
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
       await uow.repos.users.clearFailedLogins(user.id);
       // The reset link reached the address, which proves it: an unverified account is now
-      // verified, and factors a squatter enrolled before that are gone (issue 9: pre-hijack).
-      if (!user.emailVerified) await this.verifyThroughReset(uow, user.id);
+      // verified, factors a squatter enrolled before that are gone (issue 9: pre-hijack), and
+      // links not vouching for the address go (CONTRACT 9.4 rule 5).
+      if (!user.emailVerified) await recordFirstEmailProof(uow, user, { method: 'password_reset' });
       await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
@@ -197,13 +197,6 @@ export class AccountService {
       await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data: { reason } });
       if (slot) await slot.fail(uow, 'password');
     });
-  }
-
-  private async verifyThroughReset(uow: UnitOfWork, userId: string): Promise<void> {
-    if (!(await uow.repos.users.markEmailVerified(userId, uow.now))) return;
-    const removed = (await uow.repos.mfaFactors.listForUser(userId)).length;
-    await uow.repos.users.deleteSecondFactorData(userId);
-    await uow.emit({ type: 'user.email_verified', actorId: userId, userId, data: { method: 'password_reset', factors_removed: removed } });
   }
 
   private async sendOneTimeToken(uow: UnitOfWork, user: { id: string; email: string }, purpose: OneTimeTokenPurpose): Promise<void> {

@@ -13,6 +13,7 @@ import { PasskeyService } from './passkey-service.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
+import { SocialService } from './social-service.js';
 import { UserAdminService } from './user-admin-service.js';
 
 /**
@@ -35,6 +36,8 @@ export class IdentityServices {
   readonly roles: RoleService;
   readonly users: UserAdminService;
   readonly apiKeys: ApiKeyService;
+  /** Present only with a `social` config (CONTRACT 9). */
+  readonly social: SocialService | undefined;
 
   constructor(readonly context: ServiceContext) {
     this.catalog = buildPermissionCatalog(context.config.permissions);
@@ -51,6 +54,7 @@ export class IdentityServices {
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
     this.apiKeys = new ApiKeyService(context, this.catalog);
+    this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
   }
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */

@@ -74,7 +74,7 @@ export class MfaService {
    * factors when it does, nothing when a session may open, and refuses the login in
    * 'block' mode when MFA is enforced and no factor is confirmed.
    */
-  async loginGate(user: UserRecord, meta: RequestMeta): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
+  async loginGate(user: UserRecord, meta: RequestMeta, firstFactor: 'pwd' | 'fed' = 'pwd'): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
     const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {
@@ -84,7 +84,7 @@ export class MfaService {
     }
     const ticketId = randomUUID();
     const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
-    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent });
+    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor });
     return { mfaToken: token, factors: confirmed.filter((factor) => factor.type !== 'webauthn' || this.passkeys.enabled).map(loginFactorView) };
   }
 
@@ -100,7 +100,7 @@ export class MfaService {
     const now = this.context.clock.now();
     if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
     // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, no code is looked at.
-    return { id: ticket.id, userId: ticket.userId, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
+    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
   }
 
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
@@ -138,11 +138,13 @@ export class MfaService {
       }
       // The sign-in is complete: only now do earlier failures stop counting.
       await uow.repos.users.clearFailedLogins(user.id);
-      const amr = secondFactorAmr(method);
+      // CONTRACT 9.6: after a social sign-in the first factor is `fed`, not `pwd`.
+      const secondFactor = secondFactorAmr(method);
+      const amr = ticket.firstFactor === 'fed' ? ['fed', ...secondFactor.slice(1)] : secondFactor;
       const opened = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, method } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.firstFactor === 'fed' ? { method: 'social' } : { method }) } });
       return opened;
     });
     return this.sessions.signOpened(opened);

@@ -7,6 +7,7 @@ import type { RequestMeta, ServiceContext } from './context.js';
 import { userStatus } from './identity-service.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
+import { deleteLinksOfDeletedUser } from './social-links.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 /** Spec 4.4: the user body. */
@@ -111,6 +112,7 @@ export class UserAdminService {
       await uow.repos.users.anonymize(user.id, tombstoneEmail, uow.now);
       await uow.repos.users.deleteSecondFactorData(user.id);
       await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
+      await deleteLinksOfDeletedUser(uow, user.id, principal.userId);
       const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
       // API keys go with the user (CONTRACT 10); the row stays a tombstone, so the cascade would not fire.
       await uow.repos.apiKeys.deleteAllForUser(user.id);

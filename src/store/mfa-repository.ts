@@ -229,6 +229,8 @@ export interface MfaTicketRecord {
   createdAt: number;
   expiresAt: number;
   consumedAt: number | null;
+  /** How the first factor was passed: `fed` after a social sign-in, else a password (migration 006). */
+  firstFactor: 'pwd' | 'fed';
 }
 
 function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
@@ -239,11 +241,12 @@ function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
     createdAt: toNumber(row.created_at),
     expiresAt: toNumber(row.expires_at),
     consumedAt: toNullableNumber(row.consumed_at),
+    firstFactor: row.first_factor === 'fed' ? 'fed' : 'pwd',
   };
 }
 
 export class MfaTicketRepository extends Repository {
-  async insert(ticket: { id: string; userId: string; now: number; expiresAt: number; ip: string | null; userAgent: string | null }): Promise<void> {
+  async insert(ticket: { id: string; userId: string; now: number; expiresAt: number; ip: string | null; userAgent: string | null; firstFactor?: 'pwd' | 'fed' }): Promise<void> {
     await this.db(this.table.mfaTickets).insert({
       id: ticket.id,
       user_id: ticket.userId,
@@ -253,6 +256,7 @@ export class MfaTicketRepository extends Repository {
       consumed_at: null,
       ip: ticket.ip,
       user_agent: ticket.userAgent?.slice(0, 512) ?? null,
+      ...(ticket.firstFactor === 'fed' ? { first_factor: 'fed' } : {}),
     });
   }
 

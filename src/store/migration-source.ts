@@ -4,6 +4,7 @@ import * as hardening from './migrations/003-hardening.js';
 import * as severalInstances from './migrations/004-several-instances.js';
 import * as passkeys from './migrations/005-passkeys.js';
 import * as apiKeys from './migrations/007-api-keys.js';
+import * as socialLogin from './migrations/006-social-login.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -23,6 +24,7 @@ const MIGRATIONS: Migration[] = [
   { name: '004-several-instances', up: severalInstances.up },
   { name: '005-passkeys', up: passkeys.up },
   { name: '007-api-keys', up: apiKeys.up },
+  { name: '006-social-login', up: socialLogin.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

@@ -42,7 +42,8 @@ export type SessionRevocationReason =
   | 'user_deleted'
   | 'member_suspended'
   | 'member_removed'
-  | 'org_deleted';
+  | 'org_deleted'
+  | 'email_proven';
 
 export function mapSession(row: Record<string, unknown>): SessionRecord {
   return {

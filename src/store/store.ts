@@ -9,6 +9,7 @@ import { PasskeyRepository } from './passkey-repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
 import { RateLimitCounterRepository } from './rate-limit-counter-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
+import { SocialFlowRepository, SocialIdentityRepository } from './social-repository.js';
 import type { TableNames } from './table-names.js';
 import { UserRepository } from './user-repository.js';
 
@@ -29,6 +30,8 @@ export interface Repositories {
   roles: RoleRepository;
   memberships: MembershipRepository;
   invites: InviteRepository;
+  socialIdentities: SocialIdentityRepository;
+  socialFlows: SocialFlowRepository;
   rateLimitCounters: RateLimitCounterRepository;
   passkeys: PasskeyRepository;
   apiKeys: ApiKeyRepository;
@@ -51,6 +54,8 @@ function bindRepositories(context: RepositoryContext): Repositories {
     roles: new RoleRepository(context),
     memberships: new MembershipRepository(context),
     invites: new InviteRepository(context),
+    socialIdentities: new SocialIdentityRepository(context),
+    socialFlows: new SocialFlowRepository(context),
     rateLimitCounters: new RateLimitCounterRepository(context),
     passkeys: new PasskeyRepository(context),
     apiKeys: new ApiKeyRepository(context),

@@ -16,6 +16,8 @@ export const TABLES = [
   'memberRoles',
   'globalRoleGrants',
   'invites',
+  'socialIdentities',
+  'socialFlows',
   'rateLimitCounters',
   'webauthnChallenges',
   'apiKeys',

@@ -172,7 +172,8 @@ export class Harness {
       headers['content-type'] ??= 'application/json';
     }
     if (options.token) headers.authorization = `Bearer ${options.token}`;
-    const response = await fetch(this.baseUrl + path, { method: method.toUpperCase(), headers, body });
+    // Redirects (the social callback) are answers to inspect, not to follow.
+    const response = await fetch(this.baseUrl + path, { method: method.toUpperCase(), headers, body, redirect: 'manual' });
     const text = await response.text();
     let parsed: unknown ;
     try {

@@ -8,6 +8,7 @@
 // A file may also (or only) export `signInOption(ctx, complete)`, an element the sign-in page shows under
 // "Other ways to sign in" (a passkey or a "Sign in with …" button); it hands the token or MFA-gate
 // answer it gets to complete(data).
+// A file may also export `accountSection(ctx)`, a section the account page shows (linked sign-in accounts, say).
 import { api, claims, refresh, signedIn } from './lib/api.js';
 import { installStepUp } from './lib/step-up.js';
 import { h } from './lib/ui.js';
@@ -21,11 +22,13 @@ const pages = modules
   .filter(Boolean)
   .sort((a, b) => (a.order ?? 100) - (b.order ?? 100));
 const signInOptions = modules.map((module) => module.signInOption).filter(Boolean);
+const accountSections = modules.map((module) => module.accountSection).filter(Boolean);
 let me = null;
 
 const ctx = {
   development,
   signInOptions,
+  accountSections,
   get me() {
     return me;
   },

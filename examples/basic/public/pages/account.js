@@ -25,6 +25,8 @@ export default {
           },
         }),
       ),
+      // Sections other modules add (pages/social.js: linked sign-in accounts).
+      ...ctx.accountSections.map((accountSection) => accountSection(ctx)),
       section(
         'Delete your account',
         h('p', {}, 'Your profile is erased and every session ends. This cannot be undone.'),

@@ -1,0 +1,154 @@
+/**
+ * A stand-in for Google while the example runs: node-oidc-provider (a certified OpenID
+ * Provider) in-process on 127.0.0.1 with a free port, one static client whose only redirect
+ * URI is the router's callback, PKCE required, and a one-page login that offers demo accounts
+ * (each with `email_verified: true`). Development only: keys, grants and sessions live in
+ * memory and vanish when the example stops.
+ */
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+// oidc-provider ships no types; the example uses the small surface below.
+// @ts-expect-error
+import Provider from 'oidc-provider';
+
+export interface DemoAccount {
+  sub: string;
+  name: string;
+  email: string;
+}
+
+export const DEMO_ACCOUNTS: DemoAccount[] = [
+  { sub: 'demo-ada', name: 'Ada Lovelace', email: 'ada.lovelace@demo.example.org' },
+  { sub: 'demo-grace', name: 'Grace Hopper', email: 'grace.hopper@demo.example.org' },
+  { sub: 'demo-alan', name: 'Alan Turing', email: 'alan.turing@demo.example.org' },
+];
+
+export interface DemoProvider {
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  close(): Promise<void>;
+}
+
+const escapeHtml = (value: string) => value.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
+
+function loginPage(uid: string, clientName: string): string {
+  const choices = DEMO_ACCOUNTS.map(
+    (account) =>
+      `<li><button type="submit" name="account" value="${escapeHtml(account.sub)}">Continue as ${escapeHtml(account.name)}<span class="email">${escapeHtml(account.email)}</span></button></li>`,
+  ).join('');
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Sign in · Demo identity provider</title>
+<style>
+  body { font-family: system-ui, sans-serif; max-width: 32rem; margin: 3rem auto; padding: 0 1rem; color: #1b1b1b; }
+  ul { list-style: none; padding: 0; }
+  li { margin: 0.5rem 0; }
+  button { width: 100%; text-align: left; padding: 0.75rem 1rem; font-size: 1rem; border: 1px solid #444; border-radius: 6px; background: #fff; color: #1b1b1b; cursor: pointer; }
+  button:focus-visible { outline: 3px solid #0b57d0; outline-offset: 2px; }
+  .email { display: block; font-size: 0.875rem; color: #444; }
+  .cancel { width: auto; margin-top: 1rem; }
+</style>
+</head>
+<body>
+<main>
+<h1>Demo identity provider</h1>
+<p>${escapeHtml(clientName)} asks who you are. This stand-in for Google runs inside the example; pick a demo account (its e-mail counts as verified).</p>
+<form method="post" action="/interaction/${escapeHtml(uid)}/login" aria-label="Choose a demo account">
+<ul>${choices}</ul>
+</form>
+<form method="post" action="/interaction/${escapeHtml(uid)}/abort" aria-label="Cancel">
+<button type="submit" class="cancel">Cancel and go back</button>
+</form>
+</main>
+</body>
+</html>`;
+}
+
+async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
+  let body = '';
+  for await (const chunk of req) {
+    body += String(chunk);
+    if (body.length > 4096) break;
+  }
+  return new URLSearchParams(body);
+}
+
+export async function startDemoProvider(options: { redirectUri: string }): Promise<DemoProvider> {
+  const clientId = 'identity-router-example';
+  const clientSecret = randomBytes(32).toString('base64url');
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const provider = new Provider(issuer, {
+    clients: [{ client_id: clientId, client_secret: clientSecret, client_name: 'Identity Router Example', redirect_uris: [options.redirectUri], grant_types: ['authorization_code'], response_types: ['code'] }],
+    pkce: { required: () => true, methods: ['S256'] },
+    features: { devInteractions: { enabled: false } },
+    cookies: { keys: [randomBytes(32).toString('hex')] },
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'] },
+    findAccount: (_ctx: unknown, sub: string) => {
+      const account = DEMO_ACCOUNTS.find((candidate) => candidate.sub === sub);
+      if (!account) return undefined;
+      return { accountId: sub, claims: () => ({ sub, email: account.email, email_verified: true, name: account.name }) };
+    },
+    interactions: { url: (_ctx: unknown, interaction: { uid: string }) => `/interaction/${interaction.uid}` },
+  });
+
+  const interaction = async (req: IncomingMessage, res: ServerResponse, path: string) => {
+    const [, , uid, action] = path.split('/');
+    const details = await provider.interactionDetails(req, res);
+    if (details.uid !== uid) throw new Error('interaction mismatch');
+    if (req.method === 'GET' && action === undefined) {
+      // No form-action: Chromium applies it to the redirects after the POST too (back to the app's callback).
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'" });
+      res.end(loginPage(uid ?? '', 'Identity Router Example'));
+      return;
+    }
+    if (req.method === 'POST' && action === 'abort') {
+      await provider.interactionFinished(req, res, { error: 'access_denied', error_description: 'The person cancelled.' }, { mergeWithLastSubmission: false });
+      return;
+    }
+    if (req.method === 'POST' && action === 'login') {
+      const chosen = (await readForm(req)).get('account') ?? '';
+      const account = DEMO_ACCOUNTS.find((candidate) => candidate.sub === chosen);
+      if (!account) {
+        res.writeHead(400, { 'content-type': 'text/plain' }).end('Choose one of the demo accounts.');
+        return;
+      }
+      const grant = new provider.Grant({ accountId: account.sub, clientId: details.params.client_id });
+      grant.addOIDCScope(String(details.params.scope));
+      const grantId = await grant.save();
+      await provider.interactionFinished(req, res, { login: { accountId: account.sub }, consent: { grantId } }, { mergeWithLastSubmission: false });
+      return;
+    }
+    res.writeHead(404).end();
+  };
+
+  const callback = provider.callback();
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    if (!path.startsWith('/interaction/')) return void callback(req, res);
+    interaction(req, res, path).catch(() => {
+      if (!res.headersSent) res.writeHead(400, { 'content-type': 'text/plain' });
+      res.end('This sign-in has expired; go back to the app and start again.');
+    });
+  });
+
+  return {
+    issuer,
+    clientId,
+    clientSecret,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

@@ -1,0 +1,206 @@
+// Social sign-in (CONTRACT 9): "Sign in with …" buttons on the sign-in page, the page the
+// provider's round trip lands on (/social-return), and the linked accounts on the account page.
+//
+// The handoff: before leaving for the provider the page keeps a random 32-byte verifier in
+// sessionStorage (only the verifier: tokens stay in memory and in the httpOnly cookie) and sends
+// its SHA-256 as handoff_challenge. Back on /social-return, the one-time social_code is traded
+// for tokens together with the verifier, so a code planted in someone else's browser is useless.
+import { ApiError, api, signedIn } from '../lib/api.js';
+import { signInCompleter } from '../lib/sign-in.js';
+import { actionButton, formatTime, h, section, showError } from '../lib/ui.js';
+
+const VERIFIER_KEY = 'social_handoff_verifier';
+
+const MESSAGES = {
+  social_state_invalid: 'The sign-in took too long or was already used. Please start again.',
+  provider_error: 'The provider did not sign you in (cancelled or refused).',
+  provider_response_invalid: 'The provider answered something we cannot trust.',
+  provider_unavailable: 'The provider cannot be reached right now.',
+  social_email_required: 'The provider did not share an e-mail address.',
+  account_link_required: 'An account with this e-mail already exists: sign in with its password, then link this provider from your account page.',
+  signup_disabled: 'New accounts cannot be created through this provider.',
+  identity_already_linked: 'That provider account is already linked to another account here.',
+  provider_already_linked: 'You already linked an account of this provider; unlink it first.',
+  reauthentication_required: 'Linking needs a recent sign-in: sign in again, then link.',
+  session_ended: 'The session that started the link has ended.',
+  account_disabled: 'This account is disabled.',
+  email_unverified: 'Verify your e-mail address first.',
+  invalid_token: 'This sign-in code is invalid or already used. Please start again.',
+  last_login_method_protected: 'This is your only way to sign in: set a password or link another account before unlinking it.',
+};
+
+const describe = (code, fallback) => `${MESSAGES[code] ?? fallback ?? 'Social sign-in failed.'} (${code})`;
+
+function base64url(bytes) {
+  let binary = '';
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
+
+/** Starts a login or link flow (`path`) and leaves for the provider. */
+async function leaveForProvider(path) {
+  const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
+  const challenge = base64url(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier))));
+  sessionStorage.setItem(VERIFIER_KEY, verifier);
+  try {
+    const { data } = await api('POST', path, { handoff_challenge: challenge, handoff_challenge_method: 'S256' });
+    location.assign(data.authorization_url);
+  } catch (error) {
+    sessionStorage.removeItem(VERIFIER_KEY);
+    throw error;
+  }
+}
+
+const errorText = (error) => (error instanceof ApiError && error.code ? describe(error.code, error.message) : (error?.message ?? String(error)));
+
+/** "Sign in with …", one button per configured provider, on the sign-in page. */
+export function signInOption() {
+  const container = h('div', { class: 'actions' });
+  const alert = h('p', { role: 'alert', class: 'error' });
+  api('GET', '/auth/social/providers')
+    .then(({ data }) => {
+      container.replaceChildren(
+        ...data.map((provider) =>
+          h(
+            'button',
+            {
+              type: 'button',
+              class: 'secondary',
+              onclick: () => leaveForProvider(`/auth/social/${encodeURIComponent(provider.id)}/authorize`).catch((error) => {
+                  alert.textContent = errorText(error);
+                }),
+            },
+            `Sign in with ${provider.name}`,
+          ),
+        ),
+      );
+    })
+    // Without social login configured the router answers 404: no buttons.
+    .catch(() => container.replaceChildren());
+  return h('div', {}, container, alert);
+}
+
+/** The account page's list of linked provider accounts, with Link and Unlink. */
+export function accountSection() {
+  const body = h('div', {}, h('p', {}, 'Loading…'));
+  const container = section('Linked sign-in accounts', body);
+  const load = async () => {
+    const [{ data: providers }, { data: linked }] = await Promise.all([api('GET', '/auth/social/providers'), api('GET', '/auth/social/identities')]);
+    const names = new Map(providers.map((provider) => [provider.id, provider.name]));
+    const unlinkedProviders = providers.filter((provider) => !linked.identities.some((identity) => identity.provider === provider.id));
+    body.replaceChildren(
+      linked.identities.length === 0
+        ? h('p', {}, 'No provider account is linked yet.')
+        : h(
+            'table',
+            {},
+            h('thead', {}, h('tr', {}, h('th', {}, 'Provider'), h('th', {}, 'Account e-mail'), h('th', {}, 'Linked'), h('th', {}, 'Last used'), h('th', {}, h('span', { class: 'visually-hidden' }, 'Actions')))),
+            h(
+              'tbody',
+              {},
+              linked.identities.map((identity) => {
+                const name = names.get(identity.provider) ?? identity.provider;
+                return h(
+                  'tr',
+                  {},
+                  h('td', {}, name),
+                  h('td', {}, identity.email ?? '—'),
+                  h('td', {}, formatTime(identity.created_at)),
+                  h('td', {}, formatTime(identity.last_login_at)),
+                  h(
+                    'td',
+                    {},
+                    actionButton(
+                      'Unlink',
+                      async () => {
+                        // Step-up (401 step_up_required) is asked for by api(); the last way to sign in answers 409.
+                        try {
+                          await api('DELETE', `/auth/social/identities/${identity.id}`);
+                        } catch (error) {
+                          showError(container, { message: errorText(error) });
+                          return;
+                        }
+                        await load();
+                        body.prepend(h('p', { role: 'status', class: 'notice' }, `The ${name} account is unlinked.`));
+                      },
+                      { className: 'secondary', ariaLabel: `Unlink the ${name} account ${identity.email ?? ''}`.trim() },
+                    ),
+                  ),
+                );
+              }),
+            ),
+          ),
+      // replaceChildren() would print a null as text: the Link buttons come only when a provider is left.
+      ...(unlinkedProviders.length === 0
+        ? []
+        : [
+            h(
+              'div',
+              { class: 'actions' },
+              unlinkedProviders.map((provider) =>
+                actionButton(`Link a ${provider.name} account`, async () => {
+                  try {
+                    await leaveForProvider(`/auth/social/${encodeURIComponent(provider.id)}/link`);
+                  } catch (error) {
+                    if (error instanceof ApiError && error.code === 'reauthentication_required') {
+                      showError(container, { message: errorText(error) });
+                      container.querySelector('.section-alert').append(' ', h('a', { href: '/login?return_to=/account' }, 'Sign in again'));
+                      return;
+                    }
+                    showError(container, { message: errorText(error) });
+                  }
+                }),
+              ),
+            ),
+          ]),
+    );
+  };
+  load().catch((error) => {
+    // Without social login configured the router answers 404: the section stays away.
+    if (error instanceof ApiError && error.status === 404) container.remove();
+    else showError(container, { message: errorText(error) });
+  });
+  return container;
+}
+
+export default {
+  path: '/social-return',
+  title: 'Signing in',
+  render(main, ctx) {
+    const params = ctx.params();
+    const code = params.get('social_code');
+    const failure = params.get('social_error');
+    // The one-time values leave the address bar (and the history) at once.
+    history.replaceState(null, '', '/social-return');
+    const verifier = sessionStorage.getItem(VERIFIER_KEY);
+    sessionStorage.removeItem(VERIFIER_KEY);
+    const back = () => h('p', {}, signedIn() ? h('a', { href: '/account' }, 'Back to your account') : h('a', { href: '/login' }, 'Back to sign-in'));
+    const fail = (text) => main.append(h('p', { role: 'alert', class: 'error' }, text), back());
+    if (failure) return fail(describe(failure));
+    if (!code || !verifier) return fail(describe('social_state_invalid', 'This page was opened without a sign-in in progress.'));
+
+    const progress = h('p', { role: 'status' }, 'Finishing the sign-in…');
+    const gate = h('div', {});
+    main.append(progress, gate);
+    const exchange = async () => {
+      let data;
+      try {
+        // Signed in (a link flow), api() sends the access token the exchange of a link needs.
+        ({ data } = await api('POST', '/auth/social/exchange', { code, handoff_verifier: verifier }));
+      } catch (error) {
+        progress.remove();
+        return fail(errorText(error));
+      }
+      progress.remove();
+      if (data.identity) {
+        await ctx.navigate('/account', { replace: true });
+        document.getElementById('main').append(h('p', { role: 'status', class: 'notice' }, 'Your account is linked.'));
+        return;
+      }
+      // Tokens sign in (the refresh token went to the cookie on the way); mfa_required shows the gate.
+      await signInCompleter(ctx, { gate, returnTo: '/account' })(data);
+    };
+    // After the shell has drawn this page: a navigation from inside render() would be drawn over.
+    setTimeout(() => void exchange(), 0);
+  },
+};
