@@ -23,8 +23,8 @@ const MIGRATIONS: Migration[] = [
   { name: '003-hardening', up: hardening.up },
   { name: '004-several-instances', up: severalInstances.up },
   { name: '005-passkeys', up: passkeys.up },
-  { name: '007-api-keys', up: apiKeys.up },
   { name: '006-social-login', up: socialLogin.up },
+  { name: '007-api-keys', up: apiKeys.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {
