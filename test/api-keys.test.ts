@@ -276,7 +276,8 @@ async function hostFetch(path: string, headers: Record<string, string>) {
 describe('the router\'s own routes never accept a key', () => {
   test('every authenticated route answers 401 unauthorized to a key, in either header', async () => {
     const { key } = await createKey(h, org.id, org.owner.token, { name: 'not for the router', permission_keys: ['invoices.read', 'org.read', 'members.read'] });
-    const routes = allRoutes(h.identity.service).filter((route) => route.auth !== 'public');
+    // Routes of a feature this router has not configured (social) answer 404 before any credential is read.
+    const routes = allRoutes(h.identity.service).filter((route) => route.auth !== 'public' && !route.unavailable);
     assert.ok(routes.length > 30);
     for (const route of routes) {
       const path = route.path.replace(':orgId', org.id).replace(/:[A-Za-z]+/g, '00000000-0000-4000-8000-000000000000');
