@@ -293,7 +293,7 @@ export class SocialService {
     if (!provider.allowSignup) return refuse('signup_disabled', null);
     const userId = randomUUID();
     const displayName = claims.name ? [...claims.name.trim()].slice(0, DISPLAY_NAME_MAX).join('') || null : null;
-    if (!(await repos.socialIdentities.insertUserIfEmailFree({ id: userId, email: claims.email, emailVerified: claims.emailVerified, displayName, now: uow.now }))) {
+    if (!(await repos.users.insertIfEmailFree({ id: userId, email: claims.email, emailVerified: claims.emailVerified, displayName, passwordHash: null, now: uow.now }))) {
       throw new ResolutionConflict();
     }
     const identityId = await this.insertLink(uow, userId, provider, claims);

@@ -137,31 +137,10 @@ export class SocialIdentityRepository extends Repository {
     return rows.filter((identity) => !(identity.emailVerified && identity.email !== null && identity.email.toLowerCase() === email));
   }
 
-  /** Confirmed passkeys count as a way to sign in (CONTRACT 8); none exist before passkeys ship. */
+  /** Confirmed passkeys count as a way to sign in (CONTRACT 8). */
   async countPasskeys(userId: string): Promise<number> {
     const row = await this.db(this.table.mfaFactors).where({ user_id: userId, type: 'webauthn' }).whereNotNull('confirmed_at').count({ count: '*' }).first();
     return toNumber(row?.count ?? 0);
-  }
-
-  /** A user with no password, created by a social sign-up; false when the address is taken. */
-  async insertUserIfEmailFree(user: { id: string; email: string; emailVerified: boolean; displayName: string | null; now: number }): Promise<boolean> {
-    const inserted = await this.db(this.table.users)
-      .insert({
-        id: user.id,
-        email: user.email,
-        email_verified: user.emailVerified,
-        display_name: user.displayName,
-        status: 'active',
-        password_hash: null,
-        mfa_enforced: false,
-        failed_login_count: 0,
-        created_at: user.now,
-        updated_at: user.now,
-      })
-      .onConflict('email')
-      .ignore()
-      .returning('id');
-    return inserted.length === 1;
   }
 }
 

@@ -73,13 +73,16 @@ export class UserRepository extends Repository {
     return row ? mapUser(row) : undefined;
   }
 
-  /** Inserts unless the address is taken; answers whether this call created the account. */
-  async insertIfEmailFree(user: { id: string; email: string; displayName: string | null; passwordHash: string; now: number }): Promise<boolean> {
+  /**
+   * Inserts unless the address is taken; answers whether this call created the account. A
+   * social sign-up (CONTRACT 9.4 rule 4) has no password and takes the provider's verification.
+   */
+  async insertIfEmailFree(user: { id: string; email: string; displayName: string | null; passwordHash: string | null; emailVerified?: boolean; now: number }): Promise<boolean> {
     const inserted = await this.db(this.table.users)
       .insert({
         id: user.id,
         email: user.email,
-        email_verified: false,
+        email_verified: user.emailVerified ?? false,
         display_name: user.displayName,
         status: 'active',
         password_hash: user.passwordHash,
