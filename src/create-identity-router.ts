@@ -23,7 +23,7 @@ import { AccessReads } from './services/access-reads.js';
 import type { ServiceContext } from './services/context.js';
 import { IdentityServices } from './services/identity-services.js';
 import { openDatabase } from './store/database.js';
-import { NotificationInvalidationCarrier } from './store/invalidation-channel.js';
+import { NotificationInvalidationCarrier } from './services/invalidation-carrier.js';
 import { openInstanceNotifications } from './store/instance-notifications.js';
 import { migrationConfig } from './store/migration-source.js';
 import { withStartupLock } from './store/startup-lock.js';

@@ -69,7 +69,8 @@ export function scopesOfEvent(event: IdentityEvent): AccessScope[] {
   return scopes;
 }
 
-const keyOfScope = (scope: Exclude<AccessScope, 'all'>): string =>
+/** The wire and index form of a scope (`s:`, `u:`, `o:` and the id); `invalidation-carrier.ts` decodes it. */
+export const keyOfScope = (scope: Exclude<AccessScope, 'all'>): string =>
   'session' in scope ? `s:${scope.session}` : 'user' in scope ? `u:${scope.user}` : `o:${scope.organization}`;
 
 export const dependsOnSession = (id: string) => `s:${id}`;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
 import { errors, IdentityError } from '../errors.js';
-import { isUniqueViolation } from '../store/database.js';
+import { isUniqueViolation } from '../database-errors.js';
 import type { InviteRecord } from '../store/organization-repository.js';
 import { isOwnerEquivalent, type AccessPolicy } from './access-policy.js';
 import { assertHolds, assertHoldsEveryKey, resolveAuthority } from './authority.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { PermissionDefinition } from '../config/types.js';
 import { errors, IdentityError } from '../errors.js';
-import { isUniqueViolation } from '../store/database.js';
+import { isUniqueViolation } from '../database-errors.js';
 import type { OrganizationRecord } from '../store/organization-repository.js';
 import { assertHolds, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { errors } from '../errors.js';
-import { isUniqueViolation } from '../store/database.js';
+import { isUniqueViolation } from '../database-errors.js';
 import type { RoleRecord } from '../store/organization-repository.js';
 import { isOwnerEquivalent, isOwnerRole, type AccessPolicy } from './access-policy.js';
 import { assertHolds, assertHoldsEveryKey, resolveAuthority } from './authority.js';

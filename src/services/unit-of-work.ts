@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EventInput, IdentityEvent, IdentityEventType } from '../events.js';
 import type { AuditEventRecord } from '../store/audit-repository.js';
-import { isDatabaseError } from '../store/database.js';
+import { isDatabaseError } from '../database-errors.js';
 import type { Repositories } from '../store/store.js';
 import type { AccessScope } from './access-cache.js';
 import type { RequestMeta, ServiceContext } from './context.js';

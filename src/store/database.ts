@@ -95,4 +95,3 @@ export const toNumber = (value: unknown): number => (typeof value === 'number' ?
 export const toNullableNumber = (value: unknown): number | null => (value === null || value === undefined ? null : toNumber(value));
 export const toBoolean = (value: unknown): boolean => value === true || value === 1 || value === '1' || value === 't';
 
-export { isConnectionError, isDatabaseError, isUniqueViolation } from '../database-errors.js';

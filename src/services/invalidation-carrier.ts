@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import type { AccessScope, InvalidationCarrier } from '../services/access-cache.js';
-import type { InstanceNotifications } from './instance-notifications.js';
+import type { InstanceNotifications } from '../store/instance-notifications.js';
+import { type AccessScope, type InvalidationCarrier, keyOfScope } from './access-cache.js';
 
 const TOPIC = 'access';
 /** PostgreSQL refuses NOTIFY payloads of 8000 bytes and more; past this, "everything" is sent instead. */
 const PAYLOAD_LIMIT = 7000;
 
 function encode(scopes: AccessScope[]): string {
-  const parts = scopes.map((scope) => (scope === 'all' ? '*' : 'session' in scope ? `s:${scope.session}` : 'user' in scope ? `u:${scope.user}` : `o:${scope.organization}`));
+  const parts = scopes.map((scope) => (scope === 'all' ? '*' : keyOfScope(scope)));
   const text = parts.includes('*') ? '*' : parts.join(' ');
   return text.length > PAYLOAD_LIMIT ? '*' : text;
 }
