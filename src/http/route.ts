@@ -1,4 +1,5 @@
 import type Joi from 'joi';
+import type { LoginResult } from '../services/account-service.js';
 import type { RateLimitGroup } from '../config/types.js';
 import type { RequestMeta } from '../services/context.js';
 import type { Principal } from '../services/principal.js';
@@ -52,3 +53,13 @@ export const ok = (data: unknown, headers?: Record<string, string>): RouteRespon
 export const created = (data: unknown): RouteResponse => ({ status: 201, body: { data } });
 export const accepted = (message: string): RouteResponse => ({ status: 202, body: { message } });
 export const redirect = (status: 302 | 303, location: string, headers?: Record<string, string>): RouteResponse => ({ status, body: undefined, location, ...(headers ? { headers } : {}) });
+
+/**
+ * The answer of a login, the same wherever it opens (spec 4.1 login; a passkey login and the
+ * social exchange answer "exactly that of POST /auth/login", CONTRACT 8 and 9.2): tokens and
+ * the user, or the MFA gate. `extra` adds route-specific fields such as `is_new_user`.
+ */
+export const loginAnswer = (result: LoginResult, extra: Record<string, unknown> = {}): RouteResponse =>
+  result.kind === 'mfa_required'
+    ? ok({ mfa_required: true, mfa_token: result.mfaToken, factors: result.factors, ...extra })
+    : ok({ ...result.tokens, user: result.user, ...extra });

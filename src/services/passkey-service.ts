@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import type { LoginResult } from './account-service.js';
 import type {
   AuthenticationResponseJSON,
   AuthenticatorTransport,
@@ -39,10 +40,8 @@ export interface PasskeyRegistration {
   recovery_codes?: string[];
 }
 
-export interface PasskeyLogin {
-  tokens: TokenResponse;
-  user: { id: string; email: string; email_verified: boolean };
-}
+/** A passkey login always opens a session: `mfa` is true, there is no gate (CONTRACT 8). */
+export type PasskeyLogin = Extract<LoginResult, { kind: 'session' }>;
 
 type AssertionCheck = 'ok' | 'invalid' | 'counter_regressed';
 
@@ -245,7 +244,7 @@ export class PasskeyService {
         return { opened, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
       });
       // Tokens are signed only after commit.
-      return { tokens: await this.sessions.signOpened(opened.opened), user: opened.user };
+      return { kind: 'session', tokens: await this.sessions.signOpened(opened.opened), user: opened.user };
     } finally {
       // A success (or a refusal that verified nothing) gives the slot back; a failure keeps it.
       await slot?.release();

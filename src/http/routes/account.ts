@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import type { IdentityServices } from '../../services/identity-services.js';
-import { accepted, ok, type RouteDefinition } from '../route.js';
+import { accepted, loginAnswer, ok, type RouteDefinition } from '../route.js';
 import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, paginationQuery, passwordSchema, storedPasswordSchema } from '../schemas.js';
 
 const GENERIC_REGISTER = 'If the address can be registered, a verification e-mail is on its way.';
@@ -56,9 +56,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       rateLimit: 'login',
       body: Joi.object({ email: emailSchema.required(), password: storedPasswordSchema.required() }),
       handler: async ({ body, meta }) => {
-        const result = await services.accounts.login({ email: body.email, password: body.password }, meta);
-        if (result.kind === 'mfa_required') return ok({ mfa_required: true, mfa_token: result.mfaToken, factors: result.factors });
-        return ok({ ...result.tokens, user: result.user });
+        return loginAnswer(await services.accounts.login({ email: body.email, password: body.password }, meta));
       },
     },
     {

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import type { IdentityServices } from '../../services/identity-services.js';
 import { errors } from '../../errors.js';
-import { ok, type RouteDefinition } from '../route.js';
+import { loginAnswer, ok, type RouteDefinition } from '../route.js';
 import { emailSchema, idSchema } from '../schemas.js';
 
 const base64url = Joi.string().pattern(/^[A-Za-z0-9_-]+={0,2}$/, 'base64url');
@@ -92,8 +92,7 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       rateLimit: 'login',
       body: Joi.object({ challenge_id: idSchema.required(), response: assertionResponseSchema.required() }),
       handler: async ({ body, meta }) => {
-        const login = await passkeys.verifyLogin({ challengeId: body.challenge_id, response: body.response }, meta);
-        return ok({ ...login.tokens, user: login.user });
+        return loginAnswer(await passkeys.verifyLogin({ challengeId: body.challenge_id, response: body.response }, meta));
       },
     },
   ];

@@ -2,7 +2,7 @@ import Joi from 'joi';
 import { errors } from '../../errors.js';
 import type { IdentityServices } from '../../services/identity-services.js';
 import type { SocialService } from '../../services/social-service.js';
-import { ok, redirect, type RouteDefinition } from '../route.js';
+import { loginAnswer, ok, redirect, type RouteDefinition } from '../route.js';
 import { idSchema } from '../schemas.js';
 
 /** Callback and authorize redirects carry one-time values: no caching, no Referer (CONTRACT 9.2). */
@@ -74,9 +74,7 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       handler: async ({ body, bearer, meta }) => {
         const result = await social().exchange({ code: body.code, handoffVerifier: body.handoff_verifier, bearer }, meta);
         if (result.purpose === 'link') return ok({ identity: result.identity });
-        const { login, isNewUser } = result;
-        if (login.kind === 'mfa_required') return ok({ mfa_required: true, mfa_token: login.mfaToken, factors: login.factors, is_new_user: isNewUser });
-        return ok({ ...login.tokens, user: login.user, is_new_user: isNewUser });
+        return loginAnswer(result.login, { is_new_user: result.isNewUser });
       },
     },
     {
