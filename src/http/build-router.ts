@@ -6,8 +6,8 @@ import { apiKeyNotAccepted } from '../services/access-policy.js';
 import type { IdentityServices } from '../services/identity-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
-import { presentedCredential } from './credentials.js';
-import { bearerValue, principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
+import { bearerValue, presentedCredential } from './credentials.js';
+import { principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { validateInput } from './validate.js';
 

@@ -1,7 +1,6 @@
 import type { Request } from 'express';
 import { looksLikeApiKey } from '../crypto/api-key.js';
 import { errors } from '../errors.js';
-import { bearerValue } from './request-state.js';
 
 /** The one credential a request presents (CONTRACT 6 and 10). */
 export type PresentedCredential = { kind: 'none' } | { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string };
@@ -13,6 +12,19 @@ function headerLines(req: Request, name: string): string[] {
     if (req.rawHeaders[index]!.toLowerCase() === name) lines.push(req.rawHeaders[index + 1]!);
   }
   return lines;
+}
+
+/**
+ * The bearer value of `Authorization: Bearer <value>`, or undefined. Two `Authorization`
+ * lines are ambiguous (Node keeps the first and drops the rest), so they answer undefined
+ * and the request is refused (CONTRACT 6).
+ */
+export function bearerValue(req: Request): string | undefined {
+  const lines = headerLines(req, 'authorization');
+  if (lines.length !== 1) return undefined;
+  const header = lines[0]!;
+  const match = /^Bearer[ ]+([A-Za-z0-9\-._~+/]+=*)\s*$/i.exec(header);
+  return match?.[1];
 }
 
 /**

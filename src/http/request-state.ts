@@ -57,24 +57,3 @@ export function requestMeta(req: Request): RequestMeta {
   const userAgent = req.get('user-agent');
   return { ip: req.ip ?? req.socket.remoteAddress ?? null, userAgent: userAgent ? userAgent.slice(0, 512) : null };
 }
-
-/**
- * The bearer value of `Authorization: Bearer <value>`, or undefined. Two `Authorization`
- * lines are ambiguous (Node keeps the first and drops the rest), so they answer undefined
- * and the request is refused (CONTRACT 6).
- */
-export function bearerValue(req: Request): string | undefined {
-  if (authorizationLineCount(req) > 1) return undefined;
-  const header = req.get('authorization');
-  if (!header) return undefined;
-  const match = /^Bearer[ ]+([A-Za-z0-9\-._~+/]+=*)\s*$/i.exec(header);
-  return match?.[1];
-}
-
-function authorizationLineCount(req: Request): number {
-  let count = 0;
-  for (let index = 0; index < req.rawHeaders.length; index += 2) {
-    if (req.rawHeaders[index]!.toLowerCase() === 'authorization') count += 1;
-  }
-  return count;
-}
