@@ -1,7 +1,21 @@
-import { randomUUID } from 'node:crypto';
+import { randomUUID, sign as signWithCallback } from 'node:crypto';
+import { promisify } from 'node:util';
 import jwt from 'jsonwebtoken';
 import type { Clock } from '../adapters/types.js';
 import type { KeyObject } from 'node:crypto';
+
+/** node:crypto's sign with a callback runs on libuv's thread pool: an RS256 signature (about 0.25 ms) leaves the event loop free. */
+const signOffThread = promisify(signWithCallback) as (algorithm: string, data: Buffer, key: KeyObject) => Promise<Buffer>;
+
+/** Verified access tokens remembered, so a token presented again skips the RSA verification; the oldest go first. */
+const VERIFIED_TOKEN_CACHE_SIZE = 4096;
+
+interface VerifiedToken {
+  claims: AccessTokenClaims;
+  kid: string;
+  /** The key that verified it: a hit counts only while the ring still publishes this very key for the kid. */
+  publicKey: KeyObject;
+}
 
 /** Where the codec gets its RS256 keys (the key ring in services implements it; crypto never reads the store). */
 export interface SigningKeySource {
@@ -58,6 +72,8 @@ export interface JwtSettings {
  * and ignores `typ`, so both are checked here, and RS256 is pinned.
  */
 export class JwtCodec {
+  private readonly verified = new Map<string, VerifiedToken>();
+
   constructor(
     private readonly keyRing: SigningKeySource,
     private readonly clock: Clock,
@@ -93,19 +109,46 @@ export class JwtCodec {
     return { token, expiresAt: claims.exp * 1000 };
   }
 
-  /** The claims of a valid access token, or undefined. MFA tickets and any other `typ` are refused. */
+  /**
+   * The claims of a valid access token, or undefined. MFA tickets and any other `typ` are refused.
+   *
+   * A token verified before is answered from memory while it is unexpired and its key is
+   * still published: a signature never changes, so only the time and the key ring can make
+   * it invalid. Whether its session is still live is the caller's check, every time.
+   */
   async verifyAccessToken(token: string): Promise<AccessTokenClaims | undefined> {
-    const payload = await this.verify(token, ACCESS_TOKEN_TYP);
+    const remembered = this.verified.get(token);
+    if (remembered) {
+      const now = Math.floor(this.clock.now() / 1000);
+      const inTime = now < remembered.claims.exp && remembered.claims.iat <= now + 60;
+      if (inTime && (await this.keyRing.verificationKey(remembered.kid)) === remembered.publicKey) return remembered.claims;
+      this.verified.delete(token);
+    }
+    const decoded = jwt.decode(token, { complete: true });
+    if (!decoded || typeof decoded.payload === 'string') return undefined;
+    const { header } = decoded;
+    if (header.alg !== 'RS256' || header.typ !== ACCESS_TOKEN_TYP || typeof header.kid !== 'string') return undefined;
+    const publicKey = await this.keyRing.verificationKey(header.kid);
+    if (!publicKey) return undefined;
+    const payload = this.checkedPayload(token, publicKey, 'RS256');
     if (!payload || 'purpose' in payload) return undefined;
-    const claims = payload as Partial<AccessTokenClaims>;
+    const candidate = payload as Partial<AccessTokenClaims>;
     const wellFormed =
-      typeof claims.sub === 'string' &&
-      typeof claims.sid === 'string' &&
-      typeof claims.jti === 'string' &&
-      Array.isArray(claims.amr) &&
-      typeof claims.auth_time === 'number' &&
-      typeof claims.mfa === 'boolean';
-    return wellFormed ? (payload as unknown as AccessTokenClaims) : undefined;
+      typeof candidate.sub === 'string' &&
+      typeof candidate.sid === 'string' &&
+      typeof candidate.jti === 'string' &&
+      Array.isArray(candidate.amr) &&
+      typeof candidate.auth_time === 'number' &&
+      typeof candidate.mfa === 'boolean';
+    if (!wellFormed) return undefined;
+    if (this.verified.size >= VERIFIED_TOKEN_CACHE_SIZE) this.verified.delete(this.verified.keys().next().value!);
+    // Frozen: every later request that presents the token shares this object.
+    const claims = Object.freeze(payload) as unknown as AccessTokenClaims;
+    Object.freeze(claims.amr);
+    if (Array.isArray(claims.roles)) Object.freeze(claims.roles);
+    if (Array.isArray(claims.scope)) Object.freeze(claims.scope);
+    this.verified.set(token, { claims, kid: header.kid, publicKey });
+    return claims;
   }
 
   async verifyMfaTicket(token: string): Promise<MfaTicketClaims | undefined> {
@@ -114,9 +157,12 @@ export class JwtCodec {
     return payload as unknown as MfaTicketClaims;
   }
 
+  /** A JWS compact serialisation (RFC 7515 section 7.1) signed RS256 off the event loop. */
   private async sign(claims: object, typ: string): Promise<string> {
     const { kid, privateKey } = await this.keyRing.signingKey();
-    return jwt.sign(claims, privateKey, { algorithm: 'RS256', keyid: kid, header: { alg: 'RS256', typ, kid } });
+    const signingInput = `${base64url({ alg: 'RS256', typ, kid })}.${base64url(claims)}`;
+    const signature = await signOffThread('sha256', Buffer.from(signingInput), privateKey);
+    return `${signingInput}.${signature.toString('base64url')}`;
   }
 
   private verifyTicketSignature(token: string): Record<string, unknown> | undefined {
@@ -124,16 +170,6 @@ export class JwtCodec {
     if (!decoded || typeof decoded.payload === 'string') return undefined;
     if (decoded.header.alg !== 'HS256' || decoded.header.typ !== MFA_TICKET_TYP) return undefined;
     return this.checkedPayload(token, this.settings.mfaTicketKey, 'HS256');
-  }
-
-  private async verify(token: string, expectedTyp: string): Promise<Record<string, unknown> | undefined> {
-    const decoded = jwt.decode(token, { complete: true });
-    if (!decoded || typeof decoded.payload === 'string') return undefined;
-    const { header } = decoded;
-    if (header.alg !== 'RS256' || header.typ !== expectedTyp || typeof header.kid !== 'string') return undefined;
-    const publicKey = await this.keyRing.verificationKey(header.kid);
-    if (!publicKey) return undefined;
-    return this.checkedPayload(token, publicKey, 'RS256');
   }
 
   private checkedPayload(token: string, key: jwt.Secret, algorithm: 'RS256' | 'HS256'): Record<string, unknown> | undefined {
@@ -153,3 +189,5 @@ export class JwtCodec {
     }
   }
 }
+
+const base64url = (value: object): string => Buffer.from(JSON.stringify(value)).toString('base64url');
