@@ -4,7 +4,8 @@
  *   hot-path-server.ts bare      bare Express 5 answering GET /hello: the baseline
  *   hot-path-server.ts identity  the router on SQLite at bcrypt cost 10, plus a host route
  *                                behind requirePermission, seeded with an organization of
- *                                11 members and the sessions the load needs
+ *                                11 members, the sessions the load needs and the accounts
+ *                                the login rows sign in as
  *
  * It tells the parent over IPC where it listens and what it seeded, and runs until killed.
  */
@@ -15,7 +16,7 @@ import { join } from 'node:path';
 import express from 'express';
 import { createIdentityRouter } from '../src/index.js';
 
-import { BCRYPT_COST, HOST_ROUTE, MOUNT, ORGANIZATION_MEMBERS, PASSWORD, REFRESH_SESSIONS, type IdentitySeed } from './hot-path-shared.js';
+import { BCRYPT_COST, HOST_ROUTE, LOGIN_ACCOUNTS, MOUNT, ORGANIZATION_MEMBERS, PASSWORD, REFRESH_SESSIONS, type IdentitySeed } from './hot-path-shared.js';
 
 function listen(app: express.Express): Promise<string> {
   return new Promise((resolve) => {
@@ -92,8 +93,9 @@ async function identity(): Promise<void> {
     await switchTo(session.access_token);
     refreshTokens.push(session.refresh_token);
   }
-  await signUp('storm@bench.example');
-  const seed: IdentitySeed = { origin, token, organizationId: organization.id, refreshTokens, login: { email: 'storm@bench.example', password: PASSWORD }, passwordWorkers: workers };
+  const logins = Array.from({ length: LOGIN_ACCOUNTS }, (_, i) => ({ email: `storm${i}@bench.example`, password: PASSWORD }));
+  for (let i = 0; i < logins.length; i += 4) await Promise.all(logins.slice(i, i + 4).map(({ email }) => signUp(email)));
+  const seed: IdentitySeed = { origin, token, organizationId: organization.id, refreshTokens, logins, passwordWorkers: workers };
   process.send!(seed);
 }
 

@@ -6,6 +6,13 @@ export const PASSWORD = 'bench password 1234';
 /** Sessions for the refresh load: each run strands one token per connection in flight when it stops, so two runs of 20 need 40 and more. */
 export const REFRESH_SESSIONS = 64;
 export const ORGANIZATION_MEMBERS = 11;
+/**
+ * Accounts the login rows log in as, in turn. A storm is many users signing in: twenty
+ * connections on one account would mostly measure the lockout, which lets at most
+ * `auth.lockout.threshold` attempts on an account be compared at once (issue 10) and refuses
+ * the rest.
+ */
+export const LOGIN_ACCOUNTS = 40;
 
 export interface IdentitySeed {
   origin: string;
@@ -13,7 +20,8 @@ export interface IdentitySeed {
   token: string;
   organizationId: string;
   refreshTokens: string[];
-  login: { email: string; password: string };
+  /** Credentials of the LOGIN_ACCOUNTS accounts the login rows use in turn. */
+  logins: Array<{ email: string; password: string }>;
   passwordWorkers: number | undefined;
 }
 

@@ -49,6 +49,10 @@ interface Measurement {
   p99Ms: number;
   ok: number;
   failed: number;
+  /** Answers by status code, and connection errors and timeouts: what a failed request was. */
+  statusCodes: Record<string, number>;
+  errors: number;
+  timeouts: number;
 }
 
 interface LoadRequest {
@@ -107,6 +111,9 @@ function summarise(result: any): Measurement {
     p99Ms: result.latency.p99,
     ok,
     failed: (result.non2xx as number) + (result.errors as number) + (result.timeouts as number),
+    statusCodes: Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([code, stats]) => [code, (stats as { count: number }).count])),
+    errors: result.errors as number,
+    timeouts: result.timeouts as number,
   };
 }
 
@@ -186,7 +193,21 @@ async function main(): Promise<void> {
   const seed = server.info;
   const bearer = { authorization: `Bearer ${seed.token}` };
   const json = { 'content-type': 'application/json' };
-  const loginRequest: LoadRequest = { method: 'POST', path: `${MOUNT}/auth/login`, headers: json, body: JSON.stringify(seed.login) };
+  // Each login signs in as the next of the seeded accounts, as a storm of users would.
+  let nextLogin = 0;
+  const loginPath = `${MOUNT}/auth/login`;
+  const loginRequest: LoadRequest = {
+    method: 'POST',
+    path: loginPath,
+    requests: [
+      {
+        method: 'POST',
+        path: loginPath,
+        headers: json,
+        setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify(seed.logins[nextLogin++ % seed.logins.length]) }),
+      },
+    ],
+  };
   const meRequest: LoadRequest = { path: `${MOUNT}/auth/me`, headers: bearer };
   const express = (): Promise<Measurement> => measure(bare.info.origin, { path: '/hello' }, bare.child.pid);
   const rows: Row[] = [];
@@ -286,7 +307,7 @@ async function main(): Promise<void> {
   console.log('|---|---:|---:|---:|---:|:---:|');
   for (const row of rows) console.log(`| ${row.work} | ${row.measured} | ${row.baseline} | ${row.ratioLabel} | ${row.goal} | ${row.met ? 'yes' : 'NO'} |`);
   for (const [name, { measurement, bareExpress }] of Object.entries(raw)) {
-    if (measurement.failed > 0) console.log(`warning: ${name} had ${measurement.failed} failed requests`);
+    if (measurement.failed > 0) console.log(`warning: ${name} had ${measurement.failed} failed requests (status codes ${JSON.stringify(measurement.statusCodes)}, ${measurement.errors} errors, ${measurement.timeouts} timeouts)`);
     if (bareExpress && bareExpress.failed > 0) console.log(`warning: bare Express before ${name} had ${bareExpress.failed} failed requests`);
   }
 

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
+import type { StandIns } from './hot-statements.js';
 
 export type OrganizationStatus = 'active' | 'suspended';
 
@@ -352,25 +353,33 @@ export class MembershipRepository extends Repository {
    * only while their invite is pending and unexpired.
    */
   async listPage(organizationId: string, page: { limit: number; afterUserId?: string; now: number }): Promise<MemberRow[]> {
-    const query = this.db(`${this.table.memberships} as m`)
-      .join(`${this.table.users} as u`, 'u.id', 'm.user_id')
-      .where('m.organization_id', organizationId)
-      .andWhere((outer) =>
-        outer.whereNot('m.status', 'invited').orWhereExists((sub) =>
-          sub
-            .select(this.db.raw('1'))
-            .from(`${this.table.invites} as i`)
-            .whereRaw('i.organization_id = m.organization_id')
-            .whereRaw('i.pending_email = u.email')
-            .where('i.status', 'pending')
-            .where('i.expires_at', '>', page.now),
-        ),
-      )
-      .orderBy('m.user_id', 'asc')
-      .limit(page.limit)
-      .select('m.id as membership_id', 'm.user_id', 'm.status', 'u.email', 'u.display_name', this.roleSlugsOfMembership('m.id'));
-    if (page.afterUserId !== undefined) query.andWhere('m.user_id', '>', page.afterUserId);
-    return (await query).map((row: Record<string, unknown>) => ({
+    const shape = (values: StandIns<{ organizationId: string; now: number; limit: number }>) =>
+      this.db(`${this.table.memberships} as m`)
+        .join(`${this.table.users} as u`, 'u.id', 'm.user_id')
+        .where('m.organization_id', values.organizationId)
+        .andWhere((outer) =>
+          outer.whereNot('m.status', 'invited').orWhereExists((sub) =>
+            sub
+              .select(this.db.raw('1'))
+              .from(`${this.table.invites} as i`)
+              .whereRaw('i.organization_id = m.organization_id')
+              .whereRaw('i.pending_email = u.email')
+              .where('i.status', 'pending')
+              .where('i.expires_at', '>', values.now),
+          ),
+        )
+        .orderBy('m.user_id', 'asc')
+        .limit(values.limit)
+        .select('m.id as membership_id', 'm.user_id', 'm.status', 'u.email', 'u.display_name', this.roleSlugsOfMembership('m.id'));
+    const values = { organizationId, now: page.now, limit: page.limit };
+    const rows =
+      page.afterUserId === undefined
+        ? await this.hot.all(this.db, 'memberships.listPage', shape, values)
+        : await this.hot.all(this.db, 'memberships.listPageAfter', (standIns: StandIns<typeof values & { afterUserId: string }>) => shape(standIns).andWhere('m.user_id', '>', standIns.afterUserId), {
+            ...values,
+            afterUserId: page.afterUserId,
+          });
+    return rows.map((row) => ({
       membershipId: String(row.membership_id),
       userId: String(row.user_id),
       email: String(row.email),

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { HotStatements } from './hot-statements.js';
 import { ApiKeyRepository } from './api-key-repository.js';
 import { AuditRepository, RateEventRepository } from './audit-repository.js';
 import type { Dialect } from './database.js';
@@ -66,16 +67,19 @@ export class Store {
   /** Repositories on the pool, for reads and single-statement writes. */
   readonly repos: Repositories;
 
+  private readonly hot: HotStatements;
+
   constructor(
     readonly knex: Knex,
     readonly table: TableNames,
     readonly dialect: Dialect,
   ) {
-    this.repos = bindRepositories({ db: knex, table, dialect });
+    this.hot = new HotStatements(dialect);
+    this.repos = bindRepositories({ db: knex, table, dialect, hot: this.hot });
   }
 
   /** Runs `work` in one transaction with repositories bound to it. */
   transaction<T>(work: (repos: Repositories, trx: Knex.Transaction) => Promise<T>): Promise<T> {
-    return this.knex.transaction((trx) => work(bindRepositories({ db: trx, table: this.table, dialect: this.dialect }), trx));
+    return this.knex.transaction((trx) => work(bindRepositories({ db: trx, table: this.table, dialect: this.dialect, hot: this.hot }), trx));
   }
 }
