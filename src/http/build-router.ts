@@ -9,6 +9,7 @@ import type { Readiness } from './readiness.js';
 import { bearerValue, presentedCredential } from './credentials.js';
 import { principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
+import { sendJson } from './send-json.js';
 import { validateInput } from './validate.js';
 
 /** Express 4 does not forward rejected promises; every async step goes through this. */
@@ -99,6 +100,7 @@ function unmatched(routes: RouteDefinition[]): RequestHandler {
 function readinessGate(readiness: Readiness): RequestHandler {
   // Requests that arrive during start-up wait for it instead of failing (CONTRACT 1).
   return (_req, _res, next) => {
+    if (readiness.ready) return next();
     readiness.ensure().then(() => next(), (error: unknown) => next(errors.unavailable(error)));
   };
 }
@@ -155,7 +157,7 @@ function handle(route: RouteDefinition): RequestHandler {
         res.status(response.status).location(response.location).end();
         return;
       }
-      res.status(response.status).json(response.body);
+      sendJson(res, response.status, response.body);
     };
     run().catch(next);
   };

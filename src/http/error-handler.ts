@@ -3,6 +3,7 @@ import type { Logger } from '../adapters/types.js';
 import { errors, IdentityError } from '../errors.js';
 import { isConnectionError, isDatabaseError } from '../database-errors.js';
 import { describeError } from '../services/unit-of-work.js';
+import { sendJson } from './send-json.js';
 
 interface BodyParserError {
   type?: string;
@@ -59,15 +60,15 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     if (!identityError) {
       // A stack starts with the message, which for a database error may quote values.
       logger.error('unexpected error', { error: describeError(error), stack: error instanceof Error && !isDatabaseError(error) ? error.stack : undefined });
-      res.status(500).json({ error: 'internal_error', message: 'Internal error' });
+      sendJson(res, 500, { error: 'internal_error', message: 'Internal error' });
       return;
     }
     if (identityError.status === 503) logger.error('service unavailable', { error: describeError(identityError.cause ?? identityError) });
     for (const [name, value] of Object.entries(identityError.headers)) res.setHeader(name, value);
     if (identityError.code === 'validation_failed') {
-      res.status(422).json({ errors: identityError.errors ?? [identityError.message] });
+      sendJson(res, 422, { errors: identityError.errors ?? [identityError.message] });
       return;
     }
-    res.status(identityError.status).json({ error: identityError.code, message: identityError.message, ...identityError.extra });
+    sendJson(res, identityError.status, { error: identityError.code, message: identityError.message, ...identityError.extra });
   };
 }

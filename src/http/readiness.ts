@@ -18,6 +18,11 @@ export class Readiness {
     this.firstAttempt = this.current;
   }
 
+  /** True once start-up has succeeded: requests then go on without waiting for a promise. */
+  get ready(): boolean {
+    return this.succeeded;
+  }
+
   /** Resolves when the router can serve; rejects while start-up keeps failing. */
   ensure(): Promise<void> {
     if (this.succeeded) return Promise.resolve();

@@ -64,16 +64,25 @@ function controlCharacterProblems(value: unknown, { known, exempt }: CheckedKeys
   return [...problems];
 }
 
+const VALIDATION_PREFERENCES = { abortEarly: false, stripUnknown: true, errors: { wrap: { label: '"' } } } as const;
+
+/** The schema with its validation preferences applied once: joi merges options passed to validate() on every call. */
+const preparedSchemas = new WeakMap<Joi.ObjectSchema, { convert: Joi.ObjectSchema; strict: Joi.ObjectSchema }>();
+
+function prepared(schema: Joi.ObjectSchema, convert: boolean): Joi.ObjectSchema {
+  let schemas = preparedSchemas.get(schema);
+  if (!schemas) {
+    schemas = { convert: schema.prefs({ ...VALIDATION_PREFERENCES, convert: true }), strict: schema.prefs({ ...VALIDATION_PREFERENCES, convert: false }) };
+    preparedSchemas.set(schema, schemas);
+  }
+  return convert ? schemas.convert : schemas.strict;
+}
+
 /** Runs a joi schema and answers 422 `{errors: [...]}` with every problem. */
 export function validateInput<T>(schema: Joi.ObjectSchema | undefined, value: unknown, options: { convert: boolean }): T {
   if (!schema) return (value ?? {}) as T;
   const controlProblems = controlCharacterProblems(value, checkedKeys(schema));
-  const { error, value: validated } = schema.validate(value ?? {}, {
-    abortEarly: false,
-    convert: options.convert,
-    stripUnknown: true,
-    errors: { wrap: { label: '"' } },
-  });
+  const { error, value: validated } = prepared(schema, options.convert).validate(value ?? {});
   if (error || controlProblems.length > 0) {
     throw errors.validation([...new Set([...controlProblems, ...(error?.details.map((detail) => detail.message) ?? [])])]);
   }
