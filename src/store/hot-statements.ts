@@ -103,9 +103,15 @@ export class HotStatements {
 
   private sqliteStatement(connection: SqliteConnection, sql: string): SqliteStatement {
     let statements = this.prepared.get(connection);
-    if (!statements) this.prepared.set(connection, (statements = new Map()));
+    if (!statements) {
+      statements = new Map();
+      this.prepared.set(connection, statements);
+    }
     let statement = statements.get(sql);
-    if (!statement) statements.set(sql, (statement = connection.prepare(sql)));
+    if (!statement) {
+      statement = connection.prepare(sql);
+      statements.set(sql, statement);
+    }
     return statement;
   }
 }
