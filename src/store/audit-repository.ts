@@ -29,16 +29,32 @@ function mapEvent(row: Record<string, unknown>): AuditEventRecord {
 
 export class AuditRepository extends Repository {
   async insert(event: Omit<AuditEventRecord, 'seq'>): Promise<void> {
-    await this.db(this.table.auditEvents).insert({
-      id: event.id,
-      type: event.type,
-      occurred_at: event.occurredAt,
-      actor_id: event.actorId,
-      user_id: event.userId,
-      organization_id: event.organizationId,
-      ip: event.ip,
-      data: JSON.stringify(event.data),
-    });
+    // Every write of the hot path records an event: a hot statement.
+    await this.hot.run(
+      this.db,
+      'audit.insert',
+      (values) =>
+        this.db(this.table.auditEvents).insert({
+          id: values.id,
+          type: values.type,
+          occurred_at: values.occurredAt,
+          actor_id: values.actorId,
+          user_id: values.userId,
+          organization_id: values.organizationId,
+          ip: values.ip,
+          data: values.data,
+        }),
+      {
+        id: event.id,
+        type: event.type,
+        occurredAt: event.occurredAt,
+        actorId: event.actorId,
+        userId: event.userId,
+        organizationId: event.organizationId,
+        ip: event.ip,
+        data: JSON.stringify(event.data),
+      },
+    );
   }
 
   /** Newest first; `beforeSeq` is the cursor of the previous page. */

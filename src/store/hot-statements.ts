@@ -14,7 +14,9 @@ import type { Dialect } from './database.js';
  * prepared once per connection, or a named (prepared) PostgreSQL statement.
  *
  * Only a statement's values change between runs. A statement whose shape depends on its input
- * (an optional filter, say) is two hot statements with two names.
+ * (an optional filter, say) is two hot statements with two names. A value compared in a where
+ * clause is never null: Knex writes `is null` for a null it sees, a stand-in always compiles
+ * to `= ?`.
  */
 
 type Values = Record<string, unknown>;
@@ -68,7 +70,8 @@ export class HotStatements {
 
   private async execute<V extends Values>(db: Knex | Knex.Transaction, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<{ rows: unknown[]; changed: number }> {
     const shape = this.shapes.get(name) ?? this.learn(name, build, values);
-    const bound = shape.slots.map((slot) => ('value' in slot ? values[slot.value] : slot.constant));
+    // Knex leaves an undefined column out of an insert; a shape has every column, so undefined is NULL.
+    const bound = shape.slots.map((slot) => ('value' in slot ? (values[slot.value] ?? null) : slot.constant));
     if ('isCompleted' in db && db.isCompleted()) throw new Error(`Transaction already completed before hot statement ${name}`);
     const connection = (await db.client.acquireConnection()) as object;
     try {

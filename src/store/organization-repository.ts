@@ -208,7 +208,13 @@ export class RoleRepository extends Repository {
   }
 
   async isSuperadmin(userId: string): Promise<boolean> {
-    return (await this.db(this.table.globalRoleGrants).where({ user_id: userId, role_id: SUPERADMIN_ROLE_ID }).first('user_id')) !== undefined;
+    const grant = await this.hot.first(
+      this.db,
+      'globalRoleGrants.isSuperadmin',
+      (values) => this.db(this.table.globalRoleGrants).where({ user_id: values.userId, role_id: SUPERADMIN_ROLE_ID }).first('user_id'),
+      { userId },
+    );
+    return grant !== undefined;
   }
 }
 

@@ -64,19 +64,36 @@ export function mapSession(row: Record<string, unknown>): SessionRecord {
 
 export class SessionRepository extends Repository {
   async insert(session: NewSession): Promise<void> {
-    await this.db(this.table.sessions).insert({
-      id: session.id,
-      user_id: session.userId,
-      organization_id: session.organizationId,
-      mfa: session.mfa,
-      amr: JSON.stringify(session.amr),
-      auth_time: session.authTime,
-      ip: session.ip,
-      user_agent: session.userAgent,
-      created_at: session.now,
-      last_used_at: session.now,
-      expires_at: session.expiresAt,
-    });
+    await this.hot.run(
+      this.db,
+      'sessions.insert',
+      (values) =>
+        this.db(this.table.sessions).insert({
+          id: values.id,
+          user_id: values.userId,
+          organization_id: values.organizationId,
+          mfa: values.mfa,
+          amr: values.amr,
+          auth_time: values.authTime,
+          ip: values.ip,
+          user_agent: values.userAgent,
+          created_at: values.now,
+          last_used_at: values.now,
+          expires_at: values.expiresAt,
+        }),
+      {
+        id: session.id,
+        userId: session.userId,
+        organizationId: session.organizationId,
+        mfa: session.mfa,
+        amr: JSON.stringify(session.amr),
+        authTime: session.authTime,
+        ip: session.ip,
+        userAgent: session.userAgent,
+        now: session.now,
+        expiresAt: session.expiresAt,
+      },
+    );
   }
 
   async findById(id: string): Promise<SessionRecord | undefined> {
@@ -122,7 +139,13 @@ export class SessionRepository extends Repository {
 
   /** Records a refresh on a session that is still live; false when it was revoked in the meantime. */
   async touchLive(id: string, now: number, expiresAt: number): Promise<boolean> {
-    return (await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').update({ last_used_at: now, expires_at: expiresAt })) === 1;
+    const changed = await this.hot.run(
+      this.db,
+      'sessions.touchLive',
+      (values) => this.db(this.table.sessions).where({ id: values.id }).whereNull('revoked_at').update({ last_used_at: values.now, expires_at: values.expiresAt }),
+      { id, now, expiresAt },
+    );
+    return changed === 1;
   }
 
   async setOrganization(id: string, organizationId: string | null): Promise<boolean> {
@@ -172,13 +195,19 @@ export interface RefreshTokenRecord {
 
 export class RefreshTokenRepository extends Repository {
   async insert(token: { id: string; sessionId: string; tokenHash: string; now: number; expiresAt: number }): Promise<void> {
-    await this.db(this.table.refreshTokens).insert({
-      id: token.id,
-      session_id: token.sessionId,
-      token_hash: token.tokenHash,
-      created_at: token.now,
-      expires_at: token.expiresAt,
-    });
+    await this.hot.run(
+      this.db,
+      'refreshTokens.insert',
+      (values) =>
+        this.db(this.table.refreshTokens).insert({
+          id: values.id,
+          session_id: values.sessionId,
+          token_hash: values.tokenHash,
+          created_at: values.now,
+          expires_at: values.expiresAt,
+        }),
+      token,
+    );
   }
 
   async findByHash(tokenHash: string): Promise<RefreshTokenRecord | undefined> {
@@ -192,17 +221,23 @@ export class RefreshTokenRepository extends Repository {
    * user. The caller decides on liveness, reuse and expiry.
    */
   async findForRefresh(tokenHash: string): Promise<{ token: RefreshTokenRecord; session: SessionRecord; user: UserRecord } | undefined> {
-    const row = await this.db(`${this.table.refreshTokens} as t`)
-      .join(`${this.table.sessions} as s`, 's.id', 't.session_id')
-      .join(`${this.table.users} as u`, 'u.id', 's.user_id')
-      .where('t.token_hash', tokenHash)
-      .first([
-        't.id as token_id',
-        't.expires_at as token_expires_at',
-        't.consumed_at as token_consumed_at',
-        's.*',
-        ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`),
-      ]);
+    const row = await this.hot.first(
+      this.db,
+      'refreshTokens.findForRefresh',
+      (values) =>
+        this.db(`${this.table.refreshTokens} as t`)
+          .join(`${this.table.sessions} as s`, 's.id', 't.session_id')
+          .join(`${this.table.users} as u`, 'u.id', 's.user_id')
+          .where('t.token_hash', values.tokenHash)
+          .first([
+            't.id as token_id',
+            't.expires_at as token_expires_at',
+            't.consumed_at as token_consumed_at',
+            's.*',
+            ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`),
+          ]),
+      { tokenHash },
+    );
     if (!row) return undefined;
     return {
       token: { id: String(row.token_id), sessionId: String(row.id), expiresAt: toNumber(row.token_expires_at), consumedAt: toNullableNumber(row.token_consumed_at) },
@@ -213,7 +248,13 @@ export class RefreshTokenRepository extends Repository {
 
   /** The single-use primitive: exactly one concurrent caller gets `true`. */
   async consume(id: string, now: number): Promise<boolean> {
-    return (await this.db(this.table.refreshTokens).where({ id }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ consumed_at: now })) === 1;
+    const changed = await this.hot.run(
+      this.db,
+      'refreshTokens.consume',
+      (values) => this.db(this.table.refreshTokens).where({ id: values.id }).whereNull('consumed_at').andWhere('expires_at', '>', values.now).update({ consumed_at: values.now }),
+      { id, now },
+    );
+    return changed === 1;
   }
 }
 

@@ -69,7 +69,7 @@ export class UserRepository extends Repository {
 
   /** `email` must already be normalised (trimmed, lower-cased). */
   async findByEmail(email: string): Promise<UserRecord | undefined> {
-    const row = await this.db(this.table.users).where({ email }).first();
+    const row = await this.hot.first(this.db, 'users.findByEmail', (values) => this.db(this.table.users).where({ email: values.email }).first(), { email });
     return row ? mapUser(row) : undefined;
   }
 
@@ -132,27 +132,44 @@ export class UserRepository extends Repository {
    */
   async reserveFailedAttempt(id: string, now: number, lockout: { threshold: number; windowMs: number }): Promise<boolean> {
     // A fresh window when the previous one has lapsed, or when a lock has run out.
-    await this.db(this.table.users)
-      .where({ id })
-      .andWhere((query) =>
-        query
-          .where((expired) => expired.whereNotNull('locked_until').andWhere('locked_until', '<=', now))
-          .orWhere((lapsed) =>
-            lapsed.whereNull('locked_until').andWhere((window) => window.whereNull('failed_login_window_start').orWhere('failed_login_window_start', '<=', now - lockout.windowMs)),
-          ),
-      )
-      .update({ failed_login_count: 0, failed_login_window_start: now, locked_until: null });
-    const reserved = await this.db(this.table.users)
-      .where({ id })
-      .andWhere('failed_login_count', '<', lockout.threshold)
-      .andWhere((query) => query.whereNull('locked_until').orWhere('locked_until', '<=', now))
-      .update({ failed_login_count: this.db.raw('?? + 1', ['failed_login_count']) });
+    await this.hot.run(
+      this.db,
+      'users.restartFailedAttemptWindow',
+      (values) =>
+        this.db(this.table.users)
+          .where({ id: values.id })
+          .andWhere((query) =>
+            query
+              .where((expired) => expired.whereNotNull('locked_until').andWhere('locked_until', '<=', values.now))
+              .orWhere((lapsed) =>
+                lapsed.whereNull('locked_until').andWhere((window) => window.whereNull('failed_login_window_start').orWhere('failed_login_window_start', '<=', values.windowStartedBy)),
+              ),
+          )
+          .update({ failed_login_count: 0, failed_login_window_start: values.now, locked_until: null }),
+      { id, now, windowStartedBy: now - lockout.windowMs },
+    );
+    const reserved = await this.hot.run(
+      this.db,
+      'users.reserveFailedAttempt',
+      (values) =>
+        this.db(this.table.users)
+          .where({ id: values.id })
+          .andWhere('failed_login_count', '<', values.threshold)
+          .andWhere((query) => query.whereNull('locked_until').orWhere('locked_until', '<=', values.now))
+          .update({ failed_login_count: this.db.raw('?? + 1', ['failed_login_count']) }),
+      { id, now, threshold: lockout.threshold },
+    );
     return reserved === 1;
   }
 
   /** Gives back a slot whose attempt succeeded: the attempt is not a failure, and earlier failures still count. */
   async releaseFailedAttempt(id: string): Promise<void> {
-    await this.db(this.table.users).where({ id }).andWhere('failed_login_count', '>', 0).decrement('failed_login_count', 1);
+    await this.hot.run(
+      this.db,
+      'users.releaseFailedAttempt',
+      (values) => this.db(this.table.users).where({ id: values.id }).andWhere('failed_login_count', '>', 0).update({ failed_login_count: this.db.raw('?? - 1', ['failed_login_count']) }),
+      { id },
+    );
   }
 
   /** After a failed attempt kept its slot: locks the account when the window holds `threshold` failures. Answers whether this call locked it. */
