@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Harness, STRONG_PASSWORD, decodeJwt, decodeJwtHeader, uniqueEmail } from './helpers/harness.js';
 import { assertError, assertValidationErrors, median, registerOnly } from './helpers/account.js';
+import { signUpWithTotp } from './helpers/mfa.js';
 
 // Spec 4.1 POST /auth/login, spec 3 user status (lockout), spec 6 user.logged_in / login_failed / locked.
 
@@ -135,6 +136,27 @@ test('lockout counters are cleared by a successful login and lapse with the wind
   await h.post('/auth/login', { email: user.email, password: 'wrong password!' });
   assert.equal((await h.post('/auth/login', { email: user.email, password: user.password })).status, 200);
   assert.equal(h.eventsOfType('user.locked').length, lockedBefore);
+});
+
+// The failed-attempt slot a correct password took goes back on every way out of a login:
+// a leaked slot would count as a failure and lock the account of a user who typed it right.
+test('a correct password never counts as a failure: disabled, MFA-gated and completed sign-ins give their slot back', async () => {
+  const failuresOf = async (userId: string) => Number((await h.knex(`${h.tablePrefix}users`).where({ id: userId }).first()).failed_login_count);
+  const disabled = await h.signUp();
+  await h.knex(`${h.tablePrefix}users`).where({ id: disabled.userId }).update({ status: 'disabled' });
+  const gated = await signUpWithTotp(h);
+  const plain = await h.signUp();
+  for (let attempt = 1; attempt <= 7; attempt += 1) {
+    assertError(await h.post('/auth/login', { email: disabled.email, password: disabled.password }), 403, 'account_disabled');
+    const ticket = await h.post('/auth/login', { email: gated.email, password: gated.password });
+    assert.equal(ticket.body.data?.mfa_required, true, `attempt ${attempt}: ${ticket.text}`);
+    assert.equal((await h.post('/auth/login', { email: plain.email, password: plain.password })).status, 200, `attempt ${attempt}`);
+  }
+  assert.deepEqual([await failuresOf(disabled.userId), await failuresOf(gated.userId), await failuresOf(plain.userId)], [0, 0, 0]);
+  // Earlier failures still count after a correct password that did not complete a sign-in.
+  await h.post('/auth/login', { email: gated.email, password: 'wrong password!' });
+  await h.post('/auth/login', { email: gated.email, password: gated.password });
+  assert.equal(await failuresOf(gated.userId), 1);
 });
 
 // Threat: bcrypt reads only 72 bytes; without a pre-hash a long password's tail is ignored.

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { errors, IdentityError } from '../errors.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
+import type { OpenedSession } from './session-service.js';
 import type { OneTimeTokenPurpose } from '../store/session-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
@@ -84,28 +85,34 @@ export class AccountService {
       throw errors.invalidCredentials();
     }
     // A correct password gives its slot back but does not clear earlier failures: those end
-    // only when the sign-in completes (a second factor may still be guessed, CONTRACT 5).
-    await slot.release();
-    if (user.status === 'disabled') {
-      await this.recordLoginFailure(user, 'account_disabled', meta);
-      throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
-    }
-    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
-      throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', {
-        extra: { resend: '/auth/email/verify/resend' },
+    // only when the sign-in completes (a second factor may still be guessed, CONTRACT 5). A
+    // sign-in that completes here clears them in its own transaction, which frees the slot
+    // too; any other way out of this block gives the slot back.
+    let opened: OpenedSession;
+    try {
+      if (user.status === 'disabled') {
+        await this.recordLoginFailure(user, 'account_disabled', meta);
+        throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
+      }
+      if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
+        throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', {
+          extra: { resend: '/auth/email/verify/resend' },
+        });
+      }
+      await this.upgradePasswordHash(user, input.password);
+
+      const gate = await this.mfa.loginGate(user, meta);
+      if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
+
+      opened = await runUnitOfWork(this.context, meta, async (uow) => {
+        await slot.completeSignIn(uow, user);
+        const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
+        await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'], method: 'password' } });
+        return opened;
       });
+    } finally {
+      await slot.release();
     }
-    await this.upgradePasswordHash(user, input.password);
-
-    const gate = await this.mfa.loginGate(user, meta);
-    if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
-
-    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
-      if (user.failedLoginCount > 0 || user.lockedUntil !== null) await uow.repos.users.clearFailedLogins(user.id);
-      const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'], method: 'password' } });
-      return opened;
-    });
     const tokens = await this.sessions.signOpened(opened);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }

@@ -1,5 +1,6 @@
 import type { ResolvedConfig } from '../config/types.js';
 import type { Repositories } from '../store/store.js';
+import type { UserRecord } from '../store/user-repository.js';
 import type { UnitOfWork } from './unit-of-work.js';
 
 type LockoutSettings = ResolvedConfig['auth']['lockout'];
@@ -34,6 +35,19 @@ export class FailedAttemptSlot {
     if (this.settled) return;
     this.settled = true;
     await this.repos.users.releaseFailedAttempt(this.userId);
+  }
+
+  /**
+   * The attempt completed a sign-in in `uow`: the slot goes back in the same transaction, and
+   * earlier failures, if the account had any, end with it. Settled only once that commits; a
+   * sign-in that rolls back still owes its `release()`.
+   */
+  async completeSignIn(uow: UnitOfWork, user: Pick<UserRecord, 'failedLoginCount' | 'lockedUntil'>): Promise<void> {
+    if (user.failedLoginCount > 0 || user.lockedUntil !== null) await uow.repos.users.clearFailedLogins(this.userId);
+    else await uow.repos.users.releaseFailedAttempt(this.userId);
+    uow.afterCommit(() => {
+      this.settled = true;
+    });
   }
 
   /** The attempt failed: the slot stays taken; emits `user.locked` when this failure reached the threshold. */

@@ -37,7 +37,13 @@ const FACTOR_ORDER = [{ column: 'created_at', order: 'asc' as const }, { column:
 
 export class MfaFactorRepository extends Repository {
   async listConfirmed(userId: string): Promise<MfaFactorRecord[]> {
-    const rows = await this.db(this.table.mfaFactors).where({ user_id: userId }).whereNotNull('confirmed_at').orderBy(FACTOR_ORDER);
+    // Every login reads it (the MFA gate): a hot statement.
+    const rows = await this.hot.all(
+      this.db,
+      'mfaFactors.listConfirmed',
+      (values) => this.db(this.table.mfaFactors).where({ user_id: values.userId }).whereNotNull('confirmed_at').orderBy(FACTOR_ORDER),
+      { userId },
+    );
     return rows.map(mapFactor);
   }
 

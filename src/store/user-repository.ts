@@ -183,7 +183,12 @@ export class UserRepository extends Repository {
   }
 
   async clearFailedLogins(id: string): Promise<void> {
-    await this.db(this.table.users).where({ id }).update({ failed_login_count: 0, failed_login_window_start: null, locked_until: null });
+    await this.hot.run(
+      this.db,
+      'users.clearFailedLogins',
+      (values) => this.db(this.table.users).where({ id: values.id }).update({ failed_login_count: 0, failed_login_window_start: null, locked_until: null }),
+      { id },
+    );
   }
 
   /** Replaces the identifying fields with a tombstone; the row stays so ids in the audit log still resolve. */
