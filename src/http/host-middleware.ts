@@ -1,13 +1,12 @@
-import express, { type Request, type RequestHandler } from 'express';
+import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
 import type { AccessRequirement, Actor, Caller } from '../services/access-policy.js';
 import type { IdentityServices } from '../services/identity-services.js';
-import { asyncStep } from './build-router.js';
 import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
-import { findApiKeyPrincipal, principalOf, setApiKeyPrincipal, setPrincipal } from './request-state.js';
+import { setApiKeyPrincipal, setPrincipal } from './request-state.js';
 
 /*
  * The caller of a host route, keyed by the request object itself: nothing is added to
@@ -51,33 +50,42 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     ...(permission === undefined ? { actsInActiveOrganization: true } : { permission }),
     ...(options.apiKeys ? { acceptsApiKeys: true } : {}),
   };
-  const chain = express.Router();
-  chain.use(
-    asyncStep(async (req, res) => {
+  const answerError = errorHandler(logger);
+  // Each key has its own budget in the `authenticated` group (CONTRACT 10), counted before
+  // the permission check so a key probing for permissions spends it too.
+  const countKeyRequest = (req: Request, res: Response) =>
+    new Promise<void>((resolve, reject) => {
+      authenticatedLimiter(req, res, (error?: unknown) => (error ? reject(error) : resolve()));
+    });
+  // One handler in sequence rather than a Router of steps: this runs before every host route.
+  const gate = async (req: Request, res: Response): Promise<void> => {
+    if (!readiness.ready) {
       await readiness.ensure().catch((error: unknown) => {
         throw errors.unavailable(error);
       });
-      const credential = presentedCredential(req);
-      if (credential.kind === 'none') throw errors.unauthorized();
-      if (credential.kind === 'api_key') setApiKeyPrincipal(res, await services.policy.authenticateApiKey(credential.key, requirement));
-      else {
-        const principal = await services.policy.authenticate(credential.token);
-        services.policy.assertNotLocked(principal.user);
-        setPrincipal(res, principal);
-      }
-    }),
-  );
-  // Each key has its own budget in the `authenticated` group (CONTRACT 10), counted before
-  // the permission check so a key probing for permissions spends it too.
-  chain.use((req, res, next) => (findApiKeyPrincipal(res) ? authenticatedLimiter(req, res, next) : next()));
-  chain.use(
-    asyncStep(async (req, res) => {
-      const actor: Actor = findApiKeyPrincipal(res) ?? principalOf(res);
-      const organizationId = actor.organizationId ?? undefined;
-      const authority = (await services.policy.authorize(actor, requirement, organizationId)) ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);
-      callers.set(req, services.policy.caller(actor, authority));
-    }),
-  );
-  chain.use(errorHandler(logger));
-  return chain;
+    }
+    const credential = presentedCredential(req);
+    if (credential.kind === 'none') throw errors.unauthorized();
+    let actor: Actor;
+    if (credential.kind === 'api_key') {
+      const keyPrincipal = await services.policy.authenticateApiKey(credential.key, requirement);
+      setApiKeyPrincipal(res, keyPrincipal);
+      await countKeyRequest(req, res);
+      actor = keyPrincipal;
+    } else {
+      const principal = await services.policy.authenticate(credential.token);
+      services.policy.assertNotLocked(principal.user);
+      setPrincipal(res, principal);
+      actor = principal;
+    }
+    const organizationId = actor.organizationId ?? undefined;
+    const authority = (await services.policy.authorize(actor, requirement, organizationId)) ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);
+    callers.set(req, services.policy.caller(actor, authority));
+  };
+  return (req, res, next) => {
+    gate(req, res).then(
+      () => next(),
+      (error: unknown) => answerError(error, req, res, next),
+    );
+  };
 }

@@ -42,7 +42,10 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
           error: () => logger.warn(`identity-router: the rate-limit store of group ${group} is unavailable; the request passes without a limit (passOnStoreError)`),
           warn: (error, message) => logger.warn(`identity-router: express-rate-limit: ${message ?? (error as Error)?.message ?? 'warning'}`),
         },
-        ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res) } : {}),
+        // The authenticated group runs on every authenticated request: its key comes from the
+        // credential, not the IP, and it is counted once by construction, so the library's
+        // per-request double-count bookkeeping (a map per request) is left out.
+        ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res), validate: false } : {}),
         // CONTRACT 9.9: the social group counts each of its routes separately, per IP.
         ...(group === 'social' ? { keyGenerator: (req: Request) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${String(req.route?.path ?? '')}` } : {}),
         handler: (req, _res, next) => {
