@@ -128,6 +128,10 @@ export function mayAuthenticate(user: { status: string; deletedAt: number | null
 
 /** `last_used_at` is written at most this often per key, so a busy key does not write on every request. */
 const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
+/** Keys whose last write this instance remembers; past it the memory starts over (a key then writes once more). */
+const API_KEY_TOUCHES_REMEMBERED = 10_000;
+/** Digests of keys that were found, remembered per presented key (oldest out first). */
+const API_KEY_DIGESTS_REMEMBERED = 4_096;
 
 /** The router's own routes, and host routes that did not opt in, never take a key (CONTRACT 10). */
 export function apiKeyNotAccepted(): IdentityError {
@@ -140,6 +144,21 @@ function apiKeyStopped(): IdentityError {
 }
 
 export class AccessPolicy {
+  /**
+   * When this instance last wrote each key's `last_used_at`. The cached key row keeps the
+   * value it was read with for up to a second, and without this every request in that
+   * second would issue the (then empty) update again.
+   */
+  private readonly apiKeyTouchedAt = new Map<string, number>();
+  /**
+   * The HMAC of a key presented before, as the JWT codec remembers verified tokens: the digest
+   * is a pure function of the key, so this only saves its computation; whether the key is
+   * still live is read every time. Only keys that were found are remembered, so random
+   * guesses cannot fill it. It holds presented keys in memory, as the request did, next to
+   * `config.secret`, from which every digest can be made anyway.
+   */
+  private readonly apiKeyDigests = new Map<string, string>();
+
   constructor(
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
@@ -165,9 +184,17 @@ export class AccessPolicy {
    */
   async authenticateApiKey(presented: string, requirement: AccessRequirement): Promise<ApiKeyPrincipal> {
     if (!requirement.acceptsApiKeys) throw apiKeyNotAccepted();
-    if (!isApiKeyShaped(presented)) throw apiKeyStopped();
-    const found = await this.context.access.apiKeyForUse(apiKeyDigest(this.context.keys.apiKeyHash, presented));
+    let digest = this.apiKeyDigests.get(presented);
+    if (digest === undefined) {
+      if (!isApiKeyShaped(presented)) throw apiKeyStopped();
+      digest = apiKeyDigest(this.context.keys.apiKeyHash, presented);
+    }
+    const found = await this.context.access.apiKeyForUse(digest);
     if (!found) throw apiKeyStopped();
+    if (!this.apiKeyDigests.has(presented)) {
+      if (this.apiKeyDigests.size >= API_KEY_DIGESTS_REMEMBERED) this.apiKeyDigests.delete(this.apiKeyDigests.keys().next().value!);
+      this.apiKeyDigests.set(presented, digest);
+    }
     const { key, owner } = found;
     if (key.revokedAt !== null || key.expiresAt <= this.context.clock.now()) throw apiKeyStopped();
     if (!mayAuthenticate(owner) || !found.organizationActive) throw apiKeyStopped();
@@ -292,7 +319,10 @@ export class AccessPolicy {
     const mfaEnforced = this.context.config.mfa.enforce || actor.owner.mfaEnforced || actor.owner.inMfaRequiringOrganization;
     if (!requirement.allowedDuringEnrollment && mfaEnforced && !actor.owner.hasConfirmedFactor) throw mfaEnrollmentRequired();
     const now = this.context.clock.now();
-    if (actor.lastUsedAt === null || now - actor.lastUsedAt >= API_KEY_LAST_USED_RESOLUTION_MS) {
+    const lastUsedAt = Math.max(actor.lastUsedAt ?? Number.NEGATIVE_INFINITY, this.apiKeyTouchedAt.get(actor.apiKeyId) ?? Number.NEGATIVE_INFINITY);
+    if (now - lastUsedAt >= API_KEY_LAST_USED_RESOLUTION_MS) {
+      if (this.apiKeyTouchedAt.size >= API_KEY_TOUCHES_REMEMBERED) this.apiKeyTouchedAt.clear();
+      this.apiKeyTouchedAt.set(actor.apiKeyId, now);
       await this.context.store.repos.apiKeys.touchLastUsed(actor.apiKeyId, now, API_KEY_LAST_USED_RESOLUTION_MS);
     }
     if (requirement.stepUp) throw errors.stepUpRequired();
