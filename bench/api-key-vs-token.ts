@@ -5,6 +5,8 @@
  *
  *   npx tsx bench/api-key-vs-token.ts
  *
+ * The server runs in a child process; autocannon drives it from this one.
+ *
  * Both credentials go through the live checks of every request (the token: signature, live
  * session and user, organization, membership; the key: HMAC, one indexed lookup with owner
  * and organization state, membership). The key also pays its per-key rate limiter, set high
@@ -12,11 +14,12 @@
  *
  * `runApiKeyVsToken()` is exported so `bench/run.ts` can fold the rows into its own table.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fork } from 'node:child_process';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 // autocannon ships no types.
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
@@ -33,11 +36,35 @@ export interface BenchRow {
   requestsPerSecond: number;
   /** Non-2xx answers; any would make the row meaningless. */
   errors: number;
+  /** CPU time of the server process per answered request (Linux /proc), in microseconds: steadier than throughput on a shared machine. */
+  serverCpuMicros?: number;
 }
 
-async function measure(name: string, url: string, headers: Record<string, string> = {}): Promise<BenchRow> {
+/** utime + stime of a process in microseconds, from /proc (undefined elsewhere). */
+function cpuMicros(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return undefined;
+  }
+}
+
+async function measure(name: string, url: string, headers: Record<string, string> = {}, serverPid?: number): Promise<BenchRow> {
+  await autocannon({ url, connections: CONNECTIONS, duration: 1, headers });
+  const before = cpuMicros(serverPid);
   const result = await autocannon({ url, connections: CONNECTIONS, duration: SECONDS, headers });
-  return { name, p50: result.latency.p50, p99: result.latency.p99, requestsPerSecond: result.requests.average, errors: result.non2xx + result.errors };
+  const after = cpuMicros(serverPid);
+  const answered = result['2xx'] as number;
+  return {
+    name,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requestsPerSecond: result.requests.average,
+    errors: result.non2xx + result.errors,
+    ...(before !== undefined && after !== undefined && answered > 0 ? { serverCpuMicros: (after - before) / answered } : {}),
+  };
 }
 
 async function postJson(url: string, body: unknown, token?: string): Promise<any> {
@@ -51,9 +78,20 @@ async function postJson(url: string, body: unknown, token?: string): Promise<any
   return json;
 }
 
-/** Bare Express, then the same host route with an access token, then with an API key. */
-export async function runApiKeyVsToken(): Promise<BenchRow[]> {
+interface ServerInfo {
+  origin: string;
+  accessToken: string;
+  apiKey: string;
+}
+
+/**
+ * The server side, in a child process of its own (`api-key-vs-token.ts server`): the load
+ * generator must not share the server's event loop, or the client's work on each answer
+ * would count against the route that answers it.
+ */
+async function serve(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'identity-bench-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
   const mail: MailMessage[] = [];
   const quiet = { debug() {}, info() {}, warn() {}, error: console.error };
   const identity = createIdentityRouter(
@@ -79,27 +117,35 @@ export async function runApiKeyVsToken(): Promise<BenchRow[]> {
   const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const base = `${origin}/identity`;
 
-  try {
-    const email = 'bench-keys@example.com';
-    const password = 'bench password 1234';
-    await postJson(`${base}/auth/register`, { email, password });
-    await postJson(`${base}/auth/email/verify`, { token: String(mail.find((message) => message.template === 'verify_email')!.context.token) });
-    const login = await postJson(`${base}/auth/login`, { email, password });
-    const org = await postJson(`${base}/orgs`, { name: 'Bench' }, login.data.access_token);
-    const switched = await postJson(`${base}/auth/switch-org`, { organization_id: org.data.id }, login.data.access_token);
-    const accessToken: string = switched.data.access_token;
-    const created = await postJson(`${base}/orgs/${org.data.id}/api-keys`, { name: 'bench', permission_keys: ['invoices.read'] }, accessToken);
-    const apiKey: string = created.data.key;
+  const email = 'bench-keys@example.com';
+  const password = 'bench password 1234';
+  await postJson(`${base}/auth/register`, { email, password });
+  await postJson(`${base}/auth/email/verify`, { token: String(mail.find((message) => message.template === 'verify_email')!.context.token) });
+  const login = await postJson(`${base}/auth/login`, { email, password });
+  const org = await postJson(`${base}/orgs`, { name: 'Bench' }, login.data.access_token);
+  const switched = await postJson(`${base}/auth/switch-org`, { organization_id: org.data.id }, login.data.access_token);
+  const accessToken: string = switched.data.access_token;
+  const created = await postJson(`${base}/orgs/${org.data.id}/api-keys`, { name: 'bench', permission_keys: ['invoices.read'] }, accessToken);
+  const info: ServerInfo = { origin, accessToken, apiKey: created.data.key };
+  process.send!(info);
+}
 
+/** Bare Express, then the same host route with an access token, then with an API key. */
+export async function runApiKeyVsToken(): Promise<BenchRow[]> {
+  const child = fork(fileURLToPath(import.meta.url), ['server'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  try {
+    const { origin, accessToken, apiKey } = await new Promise<ServerInfo>((resolve, reject) => {
+      child.once('message', (message) => resolve(message as ServerInfo));
+      child.once('exit', (code) => reject(new Error(`the bench server exited with ${code} before it was ready`)));
+    });
     const rows: BenchRow[] = [];
-    rows.push(await measure('bare Express (baseline)', `${origin}/bare/invoices`));
-    rows.push(await measure('requirePermission, access token', `${origin}/api/invoices`, { authorization: `Bearer ${accessToken}` }));
-    rows.push(await measure('requirePermission, API key', `${origin}/api/invoices`, { authorization: `Bearer ${apiKey}` }));
+    rows.push(await measure('bare Express (baseline)', `${origin}/bare/invoices`, {}, child.pid));
+    rows.push(await measure('requirePermission, access token', `${origin}/api/invoices`, { authorization: `Bearer ${accessToken}` }, child.pid));
+    rows.push(await measure('requirePermission, API key', `${origin}/api/invoices`, { authorization: `Bearer ${apiKey}` }, child.pid));
     return rows;
   } finally {
-    server.close();
-    await identity.close();
-    rmSync(dir, { recursive: true, force: true });
+    child.removeAllListeners('exit');
+    child.kill('SIGINT');
   }
 }
 
@@ -109,14 +155,24 @@ export function printRows(rows: BenchRow[]): void {
   for (const row of rows) {
     const ratio = baseline ? ` ${(row.requestsPerSecond / baseline.requestsPerSecond).toFixed(2)}x of bare` : '';
     const errors = row.errors > 0 ? `  (${row.errors} non-2xx!)` : '';
-    console.log(`${row.name.padEnd(34)} p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${Math.round(row.requestsPerSecond).toString().padStart(6)} req/s${ratio}${errors}`);
+    const cpu = row.serverCpuMicros === undefined ? '' : `  server CPU ${Math.round(row.serverCpuMicros)} µs/request`;
+    console.log(`${row.name.padEnd(34)} p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${Math.round(row.requestsPerSecond).toString().padStart(6)} req/s${ratio}${cpu}${errors}`);
   }
   const token = rows.find((row) => row.name.includes('access token'));
   const key = rows.find((row) => row.name.includes('API key'));
-  if (token && key) console.log(`  API key / access token throughput: ${(key.requestsPerSecond / token.requestsPerSecond).toFixed(2)}x (>= 1 means the key is at least as fast)`);
+  if (token && key) {
+    console.log(`  API key / access token throughput: ${(key.requestsPerSecond / token.requestsPerSecond).toFixed(2)}x (>= 1 means the key is at least as fast)`);
+    if (token.serverCpuMicros && key.serverCpuMicros) console.log(`  access token / API key server CPU per request: ${(token.serverCpuMicros / key.serverCpuMicros).toFixed(2)}x (>= 1 means the key costs the server no more)`);
+  }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href && process.argv[2] === 'server') {
+  process.on('SIGINT', () => process.exit(0));
+  serve().catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
+} else if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   runApiKeyVsToken()
     .then((rows) => {
       printRows(rows);
