@@ -16,7 +16,9 @@ import type { Dialect } from './database.js';
  * Only a statement's values change between runs. A statement whose shape depends on its input
  * (an optional filter, say) is two hot statements with two names. A value compared in a where
  * clause is never null: Knex writes `is null` for a null it sees, a stand-in always compiles
- * to `= ?`.
+ * to `= ?`. Columns are selected by name, never `*`: on PostgreSQL a prepared statement whose
+ * result columns change under it (a newer instance's migration adding one, during a rolling
+ * upgrade) fails with "cached plan must not change result type".
  */
 
 type Values = Record<string, unknown>;
@@ -92,6 +94,7 @@ export class HotStatements {
     const names = Object.keys(values);
     const standIns = Object.fromEntries(names.map((key, index) => [key, FIRST_STAND_IN + index])) as StandIns<V>;
     const compiled = build(standIns).toSQL().toNative();
+    if (/\bselect\s+\*|\.\*/i.test(compiled.sql)) throw new Error(`Hot statement ${name} selects *; name its columns`);
     const slots: Shape['slots'] = compiled.bindings.map((binding) =>
       typeof binding === 'number' && binding >= FIRST_STAND_IN ? { value: names[binding - FIRST_STAND_IN]! } : { constant: binding },
     );

@@ -18,6 +18,9 @@ export interface MfaFactorRecord {
   createdAt: number;
 }
 
+/** The columns mapFactor reads, named: a hot statement never selects `*` (see hot-statements.ts). */
+const FACTOR_COLUMNS = ['id', 'user_id', 'type', 'label', 'destination', 'secret_sealed', 'is_default', 'last_used_step', 'confirmed_at', 'created_at'] as const;
+
 export function mapFactor(row: Record<string, unknown>): MfaFactorRecord {
   return {
     id: String(row.id),
@@ -41,7 +44,7 @@ export class MfaFactorRepository extends Repository {
     const rows = await this.hot.all(
       this.db,
       'mfaFactors.listConfirmed',
-      (values) => this.db(this.table.mfaFactors).where({ user_id: values.userId }).whereNotNull('confirmed_at').orderBy(FACTOR_ORDER),
+      (values) => this.db(this.table.mfaFactors).where({ user_id: values.userId }).whereNotNull('confirmed_at').orderBy(FACTOR_ORDER).select(FACTOR_COLUMNS),
       { userId },
     );
     return rows.map(mapFactor);

@@ -45,6 +45,9 @@ export type SessionRevocationReason =
   | 'org_deleted'
   | 'email_proven';
 
+/** The columns mapSession reads, named: a hot statement never selects `*` (see hot-statements.ts). */
+export const SESSION_COLUMNS = ['id', 'user_id', 'organization_id', 'mfa', 'amr', 'auth_time', 'ip', 'user_agent', 'created_at', 'last_used_at', 'expires_at', 'revoked_at'] as const;
+
 export function mapSession(row: Record<string, unknown>): SessionRecord {
   return {
     id: String(row.id),
@@ -233,7 +236,7 @@ export class RefreshTokenRepository extends Repository {
             't.id as token_id',
             't.expires_at as token_expires_at',
             't.consumed_at as token_consumed_at',
-            's.*',
+            ...SESSION_COLUMNS.map((column) => `s.${column}`),
             ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`),
           ]),
       { tokenHash },

@@ -69,7 +69,7 @@ export class UserRepository extends Repository {
 
   /** `email` must already be normalised (trimmed, lower-cased). */
   async findByEmail(email: string): Promise<UserRecord | undefined> {
-    const row = await this.hot.first(this.db, 'users.findByEmail', (values) => this.db(this.table.users).where({ email: values.email }).first(), { email });
+    const row = await this.hot.first(this.db, 'users.findByEmail', (values) => this.db(this.table.users).where({ email: values.email }).first(USER_COLUMNS), { email });
     return row ? mapUser(row) : undefined;
   }
 
