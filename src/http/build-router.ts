@@ -137,8 +137,8 @@ function handle(route: RouteDefinition): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     const run = async () => {
       const request: RouteRequest = {
-        params: validateInput(route.params, req.params, { convert: true }),
-        query: validateInput(route.query, req.query, { convert: true }),
+        params: validateInput(route.params, req.params, { convert: true, remember: true }),
+        query: validateInput(route.query, req.query, { convert: true, remember: true }),
         body: validateInput(route.body, bodyOf(req), { convert: false }),
         meta: requestMeta(req),
         get principal() {

@@ -78,11 +78,37 @@ function prepared(schema: Joi.ObjectSchema, convert: boolean): Joi.ObjectSchema 
   return convert ? schemas.convert : schemas.strict;
 }
 
-/** Runs a joi schema and answers 422 `{errors: [...]}` with every problem. */
-export function validateInput<T>(schema: Joi.ObjectSchema | undefined, value: unknown, options: { convert: boolean }): T {
+/** Valid inputs remembered per schema (oldest out first): path parameters and query strings repeat from request to request. */
+const rememberedInputs = new WeakMap<Joi.ObjectSchema, Map<string, unknown>>();
+const REMEMBERED_INPUTS_PER_SCHEMA = 1000;
+
+/**
+ * Runs a joi schema and answers 422 `{errors: [...]}` with every problem.
+ *
+ * With `remember`, an input that validated before is answered from memory (frozen, since
+ * every request that repeats it shares the object): for path parameters and query strings,
+ * which carry no secret and repeat on every page of a list. Bodies are never remembered.
+ */
+export function validateInput<T>(schema: Joi.ObjectSchema | undefined, value: unknown, options: { convert: boolean; remember?: boolean }): T {
   if (!schema) return (value ?? {}) as T;
+  if (!options.remember) return validateNow<T>(schema, value, options.convert);
+  let remembered = rememberedInputs.get(schema);
+  if (!remembered) {
+    remembered = new Map();
+    rememberedInputs.set(schema, remembered);
+  }
+  const key = JSON.stringify(value ?? {});
+  const known = remembered.get(key);
+  if (known !== undefined) return known as T;
+  const validated = Object.freeze(validateNow<T>(schema, value, options.convert));
+  if (remembered.size >= REMEMBERED_INPUTS_PER_SCHEMA) remembered.delete(remembered.keys().next().value!);
+  remembered.set(key, validated);
+  return validated;
+}
+
+function validateNow<T>(schema: Joi.ObjectSchema, value: unknown, convert: boolean): T {
   const controlProblems = controlCharacterProblems(value, checkedKeys(schema));
-  const { error, value: validated } = prepared(schema, options.convert).validate(value ?? {});
+  const { error, value: validated } = prepared(schema, convert).validate(value ?? {});
   if (error || controlProblems.length > 0) {
     throw errors.validation([...new Set([...controlProblems, ...(error?.details.map((detail) => detail.message) ?? [])])]);
   }
