@@ -14,7 +14,7 @@
  *
  * `runApiKeyVsToken()` is exported so `bench/run.ts` can fold the rows into its own table.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,6 +25,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import autocannon from 'autocannon';
 import express from 'express';
 import { createIdentityRouter, type MailMessage } from '../src/index.js';
+import { cpuMicros } from './process-cpu.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const CONNECTIONS = 10;
@@ -38,17 +39,6 @@ export interface BenchRow {
   errors: number;
   /** CPU time of the server process per answered request (Linux /proc), in microseconds: steadier than throughput on a shared machine. */
   serverCpuMicros?: number;
-}
-
-/** utime + stime of a process in microseconds, from /proc (undefined elsewhere). */
-function cpuMicros(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * 10_000;
-  } catch {
-    return undefined;
-  }
 }
 
 async function measure(name: string, url: string, headers: Record<string, string> = {}, serverPid?: number): Promise<BenchRow> {

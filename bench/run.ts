@@ -22,7 +22,7 @@
  */
 import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism, cpus, loadavg, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -32,6 +32,7 @@ import { Worker } from 'node:worker_threads';
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
 import bcrypt from 'bcryptjs';
+import { cpuMicros } from './process-cpu.js';
 import { BCRYPT_COST, HOST_ROUTE, MOUNT, type IdentitySeed } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -115,18 +116,6 @@ function summarise(result: any): Measurement {
     errors: result.errors as number,
     timeouts: result.timeouts as number,
   };
-}
-
-/** utime + stime of a process in microseconds, from /proc (undefined elsewhere). */
-function cpuMicros(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    // Fields 14 and 15 of stat (utime, stime), counted after the command name; clock ticks of 10 ms.
-    return (Number(fields[11]) + Number(fields[12])) * 10_000;
-  } catch {
-    return undefined;
-  }
 }
 
 async function measure(origin: string, request: LoadRequest, pid?: number): Promise<Measurement> {
