@@ -143,6 +143,8 @@ export class InviteService {
       { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:organization:${organizationId}`), budget: perOrganization },
       { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:address:${email}`), budget: perAddress },
     ];
+    // Concurrent invites count one after the other, or several would fit under the last slot.
+    await uow.repos.rateEvents.lockBuckets(buckets.map(({ bucket }) => bucket));
     for (const { bucket, budget } of buckets) {
       const since = uow.now - budget.windowSec * 1000;
       if ((await uow.repos.rateEvents.countSince(bucket, since)) >= budget.limit) {

@@ -81,7 +81,23 @@ export class AuditRepository extends Repository {
   }
 }
 
+/** First half of the two-key advisory lock of a budget bucket (see startup-lock.ts for the start-up lock's). */
+const BUDGET_LOCK_CLASS = 0x1d3e7002;
+
 export class RateEventRepository extends Repository {
+  /**
+   * Serialises the transactions that count and spend these buckets: on PostgreSQL a
+   * transaction-scoped advisory lock per bucket (sorted, so two transactions never wait on
+   * each other crosswise), released at commit or rollback. SQLite serialises writers already.
+   * Call it inside the transaction, before counting.
+   */
+  async lockBuckets(buckets: string[]): Promise<void> {
+    if (this.dialect !== 'pg') return;
+    for (const bucket of [...new Set(buckets)].sort()) {
+      await this.db.raw('select pg_advisory_xact_lock(?, hashtext(?))', [BUDGET_LOCK_CLASS, `${this.table.rateEvents}:${bucket}`]);
+    }
+  }
+
   async record(bucket: string, now: number): Promise<void> {
     await this.db(this.table.rateEvents).insert({ bucket, occurred_at: now });
   }

@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Harness, uniqueEmail } from './helpers/harness.js';
+import { createOrg } from './helpers/orgs.js';
+
+// The invite send budget (CONTRACT 2 `invites.sendBudget`) is a count and an insert: two
+// transactions that count at once must not both fit under the limit. On PostgreSQL each
+// bucket is locked for the transaction before it is counted; SQLite serialises writers.
+
+let h: Harness;
+before(async () => {
+  h = await Harness.start({
+    config: {
+      invites: { sendBudget: { perOrganization: { limit: 5, windowSec: 3600 }, perAddress: { limit: 2, windowSec: 86400 } } },
+    },
+  });
+});
+after(async () => {
+  await h.close();
+});
+
+const statuses = (responses: Array<{ status: number }>) => responses.map((response) => response.status).sort();
+
+test('twenty concurrent invites against an organization budget of five: exactly five are sent', async () => {
+  const org = await createOrg(h);
+  const responses = await Promise.all(
+    Array.from({ length: 20 }, () => h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('race'), role_slugs: ['member'] }, { token: org.owner.token })),
+  );
+  assert.deepEqual(statuses(responses), [...Array(5).fill(201), ...Array(15).fill(429)], responses.map((response) => response.text).join('\n'));
+  assert.equal(h.mail.filter((message) => message.template === 'invite' && message.to.startsWith('race')).length >= 5, true);
+});
+
+test('six organizations inviting one address at once against an address budget of two: exactly two are sent', async () => {
+  const orgs = await Promise.all(Array.from({ length: 6 }, () => createOrg(h)));
+  const email = uniqueEmail('popular');
+  const responses = await Promise.all(orgs.map((org) => h.post(`/orgs/${org.id}/invites`, { email, role_slugs: ['member'] }, { token: org.owner.token })));
+  assert.deepEqual(statuses(responses), [201, 201, 429, 429, 429, 429], responses.map((response) => response.text).join('\n'));
+  assert.equal(h.mail.filter((message) => message.to === email).length, 2);
+});
