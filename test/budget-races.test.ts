@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Harness, uniqueEmail } from './helpers/harness.js';
+import { enrollSms, loginForTicket } from './helpers/mfa.js';
 import { createOrg } from './helpers/orgs.js';
 
-// The invite send budget (CONTRACT 2 `invites.sendBudget`) is a count and an insert: two
-// transactions that count at once must not both fit under the limit. On PostgreSQL each
+// The invite and OTP send budgets (CONTRACT 2 `invites.sendBudget`, `otp.sendBudget`) are a
+// count and an insert: two transactions that count at once must not both fit under the limit. On PostgreSQL each
 // bucket is locked for the transaction before it is counted; SQLite serialises writers.
 
 let h: Harness;
@@ -36,4 +37,22 @@ test('six organizations inviting one address at once against an address budget o
   const responses = await Promise.all(orgs.map((org) => h.post(`/orgs/${org.id}/invites`, { email, role_slugs: ['member'] }, { token: org.owner.token })));
   assert.deepEqual(statuses(responses), [201, 201, 429, 429, 429, 429], responses.map((response) => response.text).join('\n'));
   assert.equal(h.mail.filter((message) => message.to === email).length, 2);
+});
+
+test('five accounts asking for a login code to one shared phone at once, against a destination budget of two: exactly two are sent', async () => {
+  const otp = await Harness.start({ config: { otp: { sendBudget: { perDestination: { limit: 2, windowSec: 3600 }, perAccount: { limit: 50, windowSec: 3600 } } } } });
+  try {
+    const phone = '+15555550123';
+    const users = await Promise.all(Array.from({ length: 5 }, () => otp.signUp()));
+    // One at a time: an enrollment code goes to the phone too, budgeted per (account, phone).
+    const factors: string[] = [];
+    for (const user of users) factors.push((await enrollSms(otp, user.accessToken, phone)).factorId);
+    const tickets = await Promise.all(users.map((user) => loginForTicket(otp, user)));
+    const sentBefore = otp.sms.filter((message) => message.to === phone).length;
+    const responses = await Promise.all(tickets.map(({ ticket }, index) => otp.post('/auth/mfa/challenge', { factor_id: factors[index] }, { token: ticket })));
+    assert.deepEqual(statuses(responses), [200, 200, 429, 429, 429], responses.map((response) => response.text).join('\n'));
+    assert.equal(otp.sms.filter((message) => message.to === phone).length - sentBefore, 2);
+  } finally {
+    await otp.close();
+  }
 });

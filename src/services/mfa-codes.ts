@@ -64,6 +64,8 @@ export class MfaCodes {
       { bucket: this.bucket(`otp-send:destination:${destinationKey}`), budget: otp.sendBudget.perDestination },
       { bucket: this.bucket(`otp-send:account:${factor.userId}`), budget: otp.sendBudget.perAccount },
     ];
+    // Sends for other factors (another account's, on the same phone) count one after the other too.
+    await uow.repos.rateEvents.lockBuckets(buckets.map(({ bucket }) => bucket));
     for (const { bucket, budget } of buckets) await this.assertWithinBudget(uow.repos, bucket, budget, uow.now);
 
     const challengeId = randomUUID();
