@@ -8,6 +8,7 @@ import { isWellFormedId } from './ids.js';
 import { GLOBAL_ONLY_PERMISSIONS, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+import { iso, isoOrNull } from './iso-time.js';
 
 const DAY_SECONDS = 24 * 3600;
 /** CONTRACT 10: every key expires; 90 days unless asked otherwise, never beyond 365. */
@@ -38,8 +39,6 @@ export interface CreatedApiKeyView {
   created_at: string;
 }
 
-const iso = (ms: number) => new Date(ms).toISOString();
-
 function apiKeyView(key: ApiKeyRecord): ApiKeyView {
   return {
     id: key.id,
@@ -49,7 +48,7 @@ function apiKeyView(key: ApiKeyRecord): ApiKeyView {
     permission_keys: [...key.permissionKeys],
     expires_at: iso(key.expiresAt),
     created_at: iso(key.createdAt),
-    last_used_at: key.lastUsedAt === null ? null : iso(key.lastUsedAt),
+    last_used_at: isoOrNull(key.lastUsedAt),
   };
 }
 

@@ -11,6 +11,7 @@ import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+import { iso } from './iso-time.js';
 
 export interface InviteView {
   id: string;
@@ -23,8 +24,6 @@ export interface PendingInviteView extends InviteView {
   created_at: string;
   invited_by: string | null;
 }
-
-const iso = (ms: number) => new Date(ms).toISOString();
 
 function pendingInviteView(invite: InviteRecord): PendingInviteView {
   return { id: invite.id, email: invite.email, role_slugs: invite.roleSlugs, expires_at: iso(invite.expiresAt), created_at: iso(invite.createdAt), invited_by: invite.invitedBy };

@@ -2,6 +2,7 @@ import type { ResolvedConfig } from '../config/types.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { UnitOfWork } from './unit-of-work.js';
+import { iso } from './iso-time.js';
 
 type LockoutSettings = ResolvedConfig['auth']['lockout'];
 
@@ -55,7 +56,7 @@ export class FailedAttemptSlot {
     this.settled = true;
     const lockedNow = await uow.repos.users.lockIfThresholdReached(this.userId, uow.now, { threshold: this.lockout.threshold, durationMs: this.lockout.duration * 1000 });
     if (lockedNow) {
-      await uow.emit({ type: 'user.locked', userId: this.userId, data: { until: new Date(uow.now + this.lockout.duration * 1000).toISOString(), reason } });
+      await uow.emit({ type: 'user.locked', userId: this.userId, data: { until: iso(uow.now + this.lockout.duration * 1000), reason } });
     }
   }
 }

@@ -12,6 +12,7 @@ import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+import { iso } from './iso-time.js';
 
 export interface TokenResponse {
   access_token: string;
@@ -199,8 +200,8 @@ export class SessionService {
         current: session.id === principal.sessionId,
         ip: session.ip,
         user_agent: session.userAgent,
-        created_at: new Date(session.createdAt).toISOString(),
-        last_used_at: new Date(session.lastUsedAt).toISOString(),
+        created_at: iso(session.createdAt),
+        last_used_at: iso(session.lastUsedAt),
       })),
       nextCursor,
     };

@@ -17,6 +17,7 @@ import type { SessionService } from './session-service.js';
 import { recordFirstEmailProof } from './email-proof.js';
 import { isUnreachable, SocialProviderClients } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+import { iso, isoOrNull } from './iso-time.js';
 
 /** `identity` of CONTRACT 9.2; the provider's `sub` is never returned. */
 export interface SocialIdentityView {
@@ -464,8 +465,8 @@ function identityView(identity: SocialIdentityRecord): SocialIdentityView {
     provider: identity.provider,
     email: identity.email,
     email_verified: identity.emailVerified,
-    created_at: new Date(identity.createdAt).toISOString(),
-    last_login_at: identity.lastLoginAt === null ? null : new Date(identity.lastLoginAt).toISOString(),
+    created_at: iso(identity.createdAt),
+    last_login_at: isoOrNull(identity.lastLoginAt),
   };
 }
 

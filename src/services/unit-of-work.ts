@@ -5,6 +5,7 @@ import { isDatabaseError } from '../database-errors.js';
 import type { Repositories } from '../store/store.js';
 import type { AccessScope } from './access-cache.js';
 import type { RequestMeta, ServiceContext } from './context.js';
+import { iso } from './iso-time.js';
 
 /**
  * One transaction plus what must happen once it commits. Events are written to the audit
@@ -27,7 +28,7 @@ export class UnitOfWork {
     const event: IdentityEvent = {
       id: randomUUID(),
       type: input.type,
-      occurred_at: new Date(this.now).toISOString(),
+      occurred_at: iso(this.now),
       actor_id: input.actorId ?? null,
       user_id: input.userId ?? null,
       organization_id: input.organizationId ?? null,
@@ -87,7 +88,7 @@ export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
   return {
     id: record.id,
     type: record.type as IdentityEventType,
-    occurred_at: new Date(record.occurredAt).toISOString(),
+    occurred_at: iso(record.occurredAt),
     actor_id: record.actorId,
     user_id: record.userId,
     organization_id: record.organizationId,
