@@ -146,19 +146,9 @@ export class SocialIdentityRepository extends Repository {
 
 /** Authorization round trips (CONTRACT 9.10 `social_flows`): single-use by conditional updates. */
 export class SocialFlowRepository extends Repository {
-  async insert(flow: {
-    id: string;
-    stateHash: string;
-    provider: string;
-    purpose: SocialFlowPurpose;
-    userId: string | null;
-    sessionId: string | null;
-    secretsEnc: string;
-    returnTo: string;
-    handoffChallenge: string;
-    now: number;
-    expiresAt: number;
-  }): Promise<void> {
+  async insert(
+    flow: Pick<SocialFlowRecord, 'id' | 'provider' | 'purpose' | 'userId' | 'sessionId' | 'secretsEnc' | 'returnTo' | 'handoffChallenge' | 'expiresAt'> & { stateHash: string; now: number },
+  ): Promise<void> {
     await this.db(this.table.socialFlows).insert({
       id: flow.id,
       state_hash: flow.stateHash,
