@@ -28,6 +28,7 @@ export type IdentityErrorCode =
   | 'rate_limited'
   | 'too_many_requests'
   | 'unavailable'
+  | 'request_abandoned'
   | 'internal_error'
   | SocialErrorCode;
 
@@ -113,4 +114,10 @@ export const errors = {
     }),
   unavailable: (cause?: unknown) =>
     new IdentityError(503, 'unavailable', 'The identity service is unavailable; try again shortly.', { cause }),
+  /**
+   * The client closed its connection before the answer: work it was waiting for is dropped.
+   * 499 is nginx's "client closed request"; nobody is left to read it, and it is not an error
+   * of the service, so it is not logged.
+   */
+  requestAbandoned: () => new IdentityError(499, 'request_abandoned', 'The client closed the request before it was answered.'),
 };

@@ -66,6 +66,8 @@ interface PendingJob {
   job: Job;
   resolve: (value: unknown) => void;
   reject: (reason: Error) => void;
+  /** Stops listening for the caller's abandonment once the job has left the queue. */
+  detach?: () => void;
 }
 
 interface PoolWorker {
@@ -128,9 +130,16 @@ export class PasswordHasher {
     return this.run(job) as Promise<string>;
   }
 
-  /** Verifies against a bcrypt or an argon2id hash, whatever the configured algorithm. */
-  verify(password: string, hash: string): Promise<boolean> {
-    return this.run({ op: 'compare', password: this.prehash(password), hash }) as Promise<boolean>;
+  /**
+   * Verifies against a bcrypt or an argon2id hash, whatever the configured algorithm.
+   *
+   * `abandoned` is the caller giving up (its client went away). A comparison still waiting
+   * for a thread is dropped then and rejects with the signal's reason: under a login storm
+   * clients that time out would otherwise keep the pool busy with answers nobody reads. A
+   * comparison a thread has taken always runs to its end and resolves as usual.
+   */
+  verify(password: string, hash: string, abandoned?: AbortSignal): Promise<boolean> {
+    return this.run({ op: 'compare', password: this.prehash(password), hash }, abandoned) as Promise<boolean>;
   }
 
   /** Whether a stored hash differs from what `hash` would make now (algorithm, cost or parameters). */
@@ -148,9 +157,9 @@ export class PasswordHasher {
    * is locked, so response time does not reveal which. The dummy is a real hash at the
    * configured algorithm and cost: bcryptjs returns at once on a malformed hash.
    */
-  async burnVerification(password: string): Promise<false> {
+  async burnVerification(password: string, abandoned?: AbortSignal): Promise<false> {
     this.dummyHash ??= this.hash('identity-router timing equaliser');
-    await this.verify(password, await this.dummyHash);
+    await this.verify(password, await this.dummyHash, abandoned);
     return false;
   }
 
@@ -162,7 +171,10 @@ export class PasswordHasher {
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const pending of this.queue.splice(0)) pending.reject(new Error('Password hasher closed'));
+    for (const pending of this.queue.splice(0)) {
+      pending.detach?.();
+      pending.reject(new Error('Password hasher closed'));
+    }
     await Promise.all(this.workers.splice(0).map(({ worker }) => worker.terminate()));
   }
 
@@ -170,10 +182,22 @@ export class PasswordHasher {
     return createHmac('sha256', this.options.pepper).update(password, 'utf8').digest('base64');
   }
 
-  private run(job: Job): Promise<unknown> {
+  private run(job: Job, abandoned?: AbortSignal): Promise<unknown> {
     if (this.closed) return Promise.reject(new Error('Password hasher closed'));
+    if (abandoned?.aborted) return Promise.reject(abandoned.reason);
     return new Promise((resolve, reject) => {
-      this.queue.push({ job, resolve, reject });
+      const pending: PendingJob = { job, resolve, reject };
+      if (abandoned) {
+        const drop = () => {
+          const index = this.queue.indexOf(pending);
+          if (index < 0) return;
+          this.queue.splice(index, 1);
+          reject(abandoned.reason);
+        };
+        abandoned.addEventListener('abort', drop, { once: true });
+        pending.detach = () => abandoned.removeEventListener('abort', drop);
+      }
+      this.queue.push(pending);
       this.dispatch();
     });
   }
@@ -201,6 +225,7 @@ export class PasswordHasher {
       target ??= active.filter((candidate) => candidate.jobs.length < PIPELINE_DEPTH).sort((a, b) => a.jobs.length - b.jobs.length)[0];
       if (!target) return;
       const pending = this.queue.shift()!;
+      pending.detach?.();
       target.jobs.push(pending);
       target.worker.ref();
       target.worker.postMessage({ id: ++this.nextJobId, ...pending.job });

@@ -7,7 +7,7 @@ import type { IdentityServices } from '../services/identity-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
 import { bearerValue, presentedCredential } from './credentials.js';
-import { principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
+import { abandonmentOf, principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { sendJson } from './send-json.js';
 import { validateInput } from './validate.js';
@@ -136,6 +136,7 @@ function authenticateTicket(services: IdentityServices): RequestHandler {
 function handle(route: RouteDefinition): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     const run = async () => {
+      let abandoned: AbortSignal | undefined;
       const request: RouteRequest = {
         params: validateInput(route.params, req.params, { convert: true, remember: true }),
         query: validateInput(route.query, req.query, { convert: true, remember: true }),
@@ -149,6 +150,10 @@ function handle(route: RouteDefinition): RequestHandler {
         },
         get bearer() {
           return bearerValue(req);
+        },
+        get abandoned() {
+          abandoned ??= abandonmentOf(res);
+          return abandoned;
         },
       };
       const response = await route.handler(request);

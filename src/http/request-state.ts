@@ -4,6 +4,7 @@ import type { RequestMeta } from '../services/context.js';
 import type { MfaTicket } from '../services/mfa-ticket.js';
 import type { Principal } from '../services/principal.js';
 import type { Request } from 'express';
+import { errors } from '../errors.js';
 
 /*
  * What the middleware chain learns about a request lives on res.locals under one key,
@@ -56,4 +57,20 @@ export function ticketOf(res: Response): MfaTicket {
 export function requestMeta(req: Request): RequestMeta {
   const userAgent = req.get('user-agent');
   return { ip: req.ip ?? req.socket.remoteAddress ?? null, userAgent: userAgent ? userAgent.slice(0, 512) : null };
+}
+
+/**
+ * A signal that aborts when the client closes its connection before the answer is written.
+ * Built on first use only: most routes never ask.
+ */
+export function abandonmentOf(res: Response): AbortSignal {
+  const controller = new AbortController();
+  const abandon = () => controller.abort(errors.requestAbandoned());
+  if (res.destroyed || res.socket?.destroyed) abandon();
+  else {
+    res.once('close', () => {
+      if (!res.writableFinished) abandon();
+    });
+  }
+  return controller.signal;
 }

@@ -18,6 +18,8 @@ export interface RouteRequest<Body = Record<string, unknown>, Query = Record<str
   ticket: MfaTicket;
   /** The raw `Authorization: Bearer` value on a public route that takes one optionally (the social exchange of a link). */
   bearer: string | undefined;
+  /** Aborts when the client closes its connection before the answer is sent (reason: `request_abandoned`). */
+  abandoned: AbortSignal;
 }
 
 export interface RouteResponse {

@@ -65,7 +65,12 @@ export class AccountService {
     });
   }
 
-  async login(input: { email: string; password: string }, meta: RequestMeta): Promise<LoginResult> {
+  /**
+   * `abandoned`: the client went away. A login still waiting for a hashing thread then ends
+   * without comparing, recording or answering anything, and gives its failed-attempt slot
+   * back: nothing was compared, so nothing counts against the account.
+   */
+  async login(input: { email: string; password: string }, meta: RequestMeta, abandoned?: AbortSignal): Promise<LoginResult> {
     const email = normaliseEmail(input.email);
     const now = this.context.clock.now();
     const repos = this.context.store.repos;
@@ -75,12 +80,19 @@ export class AccountService {
 
     if (!user || user.deletedAt !== null || !user.passwordHash || !slot) {
       // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.
-      await this.context.hasher.burnVerification(input.password);
+      await this.context.hasher.burnVerification(input.password, abandoned);
       await this.recordLoginFailure(user, user?.passwordHash && user.deletedAt === null ? 'locked' : 'unknown_account', meta);
       throw errors.invalidCredentials();
     }
 
-    if (!(await this.context.hasher.verify(input.password, user.passwordHash))) {
+    let passwordMatches: boolean;
+    try {
+      passwordMatches = await this.context.hasher.verify(input.password, user.passwordHash, abandoned);
+    } catch (error) {
+      await slot.release();
+      throw error;
+    }
+    if (!passwordMatches) {
       await this.recordLoginFailure(user, 'wrong_password', meta, slot);
       throw errors.invalidCredentials();
     }

@@ -55,8 +55,8 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'public',
       rateLimit: 'login',
       body: Joi.object({ email: emailSchema.required(), password: storedPasswordSchema.required() }),
-      handler: async ({ body, meta }) => {
-        return loginAnswer(await services.accounts.login({ email: body.email, password: body.password }, meta));
+      handler: async ({ body, meta, abandoned }) => {
+        return loginAnswer(await services.accounts.login({ email: body.email, password: body.password }, meta, abandoned));
       },
     },
     {
