@@ -131,33 +131,34 @@ export class UserRepository extends Repository {
    * locked or every slot of the window is taken.
    */
   async reserveFailedAttempt(id: string, now: number, lockout: { threshold: number; windowMs: number }): Promise<boolean> {
-    // A fresh window when the previous one has lapsed, or when a lock has run out.
-    await this.hot.run(
-      this.db,
-      'users.restartFailedAttemptWindow',
-      (values) =>
-        this.db(this.table.users)
-          .where({ id: values.id })
-          .andWhere((query) =>
-            query
-              .where((expired) => expired.whereNotNull('locked_until').andWhere('locked_until', '<=', values.now))
-              .orWhere((lapsed) =>
-                lapsed.whereNull('locked_until').andWhere((window) => window.whereNull('failed_login_window_start').orWhere('failed_login_window_start', '<=', values.windowStartedBy)),
-              ),
-          )
-          .update({ failed_login_count: 0, failed_login_window_start: values.now, locked_until: null }),
-      { id, now, windowStartedBy: now - lockout.windowMs },
-    );
+    // One statement, so one write and commit per attempt: a fresh window (this attempt its
+    // first) when the previous one has lapsed or a lock has run out, else one more attempt
+    // while the window is under the threshold and no lock holds. Every SET expression reads
+    // the row as it was, on SQLite and PostgreSQL alike.
+    const freshWindow = '((locked_until is not null and locked_until <= ?) or (locked_until is null and (failed_login_window_start is null or failed_login_window_start <= ?)))';
     const reserved = await this.hot.run(
       this.db,
       'users.reserveFailedAttempt',
-      (values) =>
-        this.db(this.table.users)
+      (values) => {
+        const fresh = [values.now, values.windowStartedBy];
+        return this.db(this.table.users)
           .where({ id: values.id })
-          .andWhere('failed_login_count', '<', values.threshold)
-          .andWhere((query) => query.whereNull('locked_until').orWhere('locked_until', '<=', values.now))
-          .update({ failed_login_count: this.db.raw('?? + 1', ['failed_login_count']) }),
-      { id, now, threshold: lockout.threshold },
+          .andWhere((query) =>
+            query
+              .whereRaw(freshWindow, fresh)
+              .orWhere((open) =>
+                open
+                  .where('failed_login_count', '<', values.threshold)
+                  .andWhere((unlocked) => unlocked.whereNull('locked_until').orWhere('locked_until', '<=', values.now)),
+              ),
+          )
+          .update({
+            failed_login_count: this.db.raw(`case when ${freshWindow} then 1 else failed_login_count + 1 end`, fresh),
+            failed_login_window_start: this.db.raw(`case when ${freshWindow} then ? else failed_login_window_start end`, [...fresh, values.now]),
+            locked_until: this.db.raw(`case when ${freshWindow} then null else locked_until end`, fresh),
+          });
+      },
+      { id, now, windowStartedBy: now - lockout.windowMs, threshold: lockout.threshold },
     );
     return reserved === 1;
   }
