@@ -18,7 +18,7 @@ import { normaliseEmail } from './identity-rules.js';
 import { FailedAttemptSlot } from './lockout.js';
 import { MfaCodes } from './mfa-codes.js';
 import type { Principal } from './principal.js';
-import type { SessionService, TokenResponse } from './session-service.js';
+import type { SessionService } from './session-service.js';
 import { describeError, runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 type WebauthnLibrary = typeof import('@simplewebauthn/server');

@@ -371,7 +371,7 @@ export class SocialService {
   async exchange(input: { code: string; handoffVerifier: string; bearer: string | undefined }, meta: RequestMeta): Promise<SocialExchangeResult> {
     const invalid = () => errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
     const flow = await this.context.store.repos.socialFlows.consumeExchange(this.hash('exchange', input.code), this.context.clock.now());
-    if (!flow || !flow.outcome || flow.exchangeExpiresAt === null || flow.exchangeExpiresAt <= this.context.clock.now()) throw invalid();
+    if (!flow?.outcome || flow.exchangeExpiresAt === null || flow.exchangeExpiresAt <= this.context.clock.now()) throw invalid();
     if (!handoffMatches(input.handoffVerifier, flow.handoffChallenge)) throw invalid();
     const outcome = flow.outcome;
 
