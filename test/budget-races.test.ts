@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Harness, uniqueEmail } from './helpers/harness.js';
-import { enrollSms, loginForTicket } from './helpers/mfa.js';
+import { enrollSms, loginForTicket, signUpWithTotp } from './helpers/mfa.js';
 import { createOrg } from './helpers/orgs.js';
 
 // The invite and OTP send budgets (CONTRACT 2 `invites.sendBudget`, `otp.sendBudget`) are a
@@ -54,5 +54,27 @@ test('five accounts asking for a login code to one shared phone at once, against
     assert.equal(otp.sms.filter((message) => message.to === phone).length - sentBefore, 2);
   } finally {
     await otp.close();
+  }
+});
+
+test('one account asking for login codes on six factors at once, against an account budget of two: exactly two are sent', async () => {
+  const windowSec = 3600;
+  // The factors are enrolled through an instance with the default budgets (enrollment codes
+  // count against the account too); the race runs on one with an account budget of two.
+  const enrolling = await Harness.start();
+  const otp = await Harness.start({ shareDatabaseWith: enrolling, config: { otp: { sendBudget: { perDestination: { limit: 50, windowSec }, perAccount: { limit: 2, windowSec } } } } });
+  try {
+    const user = await signUpWithTotp(enrolling);
+    const factors: string[] = [];
+    for (const phone of ['+15555550131', '+15555550132', '+15555550133', '+15555550134', '+15555550135', '+15555550136']) factors.push((await enrollSms(enrolling, user.accessToken, phone)).factorId);
+    enrolling.clock.advance(windowSec + 1);
+    const { ticket } = await loginForTicket(otp, user);
+    const sentBefore = otp.sms.length;
+    const responses = await Promise.all(factors.map((factorId) => otp.post('/auth/mfa/challenge', { factor_id: factorId }, { token: ticket })));
+    assert.deepEqual(statuses(responses), [200, 200, 429, 429, 429, 429], responses.map((response) => response.text).join('\n'));
+    assert.equal(otp.sms.length - sentBefore, 2);
+  } finally {
+    await otp.close();
+    await enrolling.close();
   }
 });
