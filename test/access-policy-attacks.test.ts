@@ -146,6 +146,10 @@ describe('attack 3: host middleware applies every gate the router applies', () =
     const on = await h.patch(`/orgs/${org.id}`, { settings: { require_mfa: true } }, { token: owner.token });
     assert.equal(on.status, 200, on.text);
     assertError(await h.get(`/orgs/${org.id}`, { token: member.token }), 403, 'mfa_required', 'router');
+    // The API-key routes need no permission, only membership: the organization's policy binds them too.
+    assertError(await h.get(`/orgs/${org.id}/api-keys`, { token: member.token }), 403, 'mfa_required', 'list API keys');
+    assertError(await h.post(`/orgs/${org.id}/api-keys`, { name: 'k', permission_keys: [] }, { token: member.token }), 403, 'mfa_required', 'create an API key');
+    assertError(await h.delete(`/orgs/${org.id}/api-keys/00000000-0000-4000-8000-00000000abcd`, { token: member.token }), 403, 'mfa_required', 'revoke an API key');
     for (const path of ['/host/org', '/host/any']) {
       const answer = await hostGet(host.url + path, { authorization: `Bearer ${member.token}` });
       assert.equal(answer.status, 403, path);

@@ -122,7 +122,8 @@ function authenticateBearer(services: IdentityServices, answersSessionEnded: boo
 
 /** The route's declared requirement, evaluated by the one access policy (organization from the path). */
 async function authorize(services: IdentityServices, route: RouteDefinition, req: Request, res: Response): Promise<void> {
-  await services.policy.authorize(principalOf(res), route, route.permission === undefined ? undefined : String(req.params.orgId));
+  const inOrganization = route.permission !== undefined || route.member === true;
+  await services.policy.authorize(principalOf(res), route, inOrganization ? String(req.params.orgId) : undefined);
 }
 
 function authenticateTicket(services: IdentityServices): RequestHandler {

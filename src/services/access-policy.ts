@@ -27,6 +27,13 @@ export interface AccessRequirement {
    * `require_mfa` must be met by the session.
    */
   permission?: string;
+  /**
+   * Organization scope without a particular permission: the caller must be an active member
+   * of the path's organization, which must be its active one (superadmins are not exempt:
+   * what such a route makes belongs to a member), exist, and have its `require_mfa` met.
+   * The API-key routes (CONTRACT 10); data-dependent rules (whose keys) are the service's.
+   */
+  member?: boolean;
   /** Always needs a recent strong authentication (spec 5). Conditional step-up is evaluated by the service with `assertStepUp`. */
   stepUp?: boolean;
   /**
@@ -222,9 +229,9 @@ export class AccessPolicy {
     const repos = this.context.access;
     if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
     let authority: ResolvedAuthority | undefined;
-    if (requirement.permission !== undefined) {
+    if (requirement.permission !== undefined || requirement.member) {
       if (organizationId === undefined) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
-      authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement.permission);
+      authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
       // Every request scoped to an organization meets its MFA policy, host middleware included.
       await this.assertOrganizationMfa(repos, principal, principal.organizationId);
@@ -339,9 +346,9 @@ export class AccessPolicy {
     throw mfaEnrollmentRequired();
   }
 
-  private async authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, permission: string): Promise<ResolvedAuthority> {
+  private async authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, requirement: AccessRequirement): Promise<ResolvedAuthority> {
     const superadmin = await reads.isSuperadmin(principal.userId);
-    if (!superadmin && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
+    if ((requirement.member || !superadmin) && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
     // Only a superadmin reaches here with a path value that did not come from our own token.
     if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
     const [organization, authority] = await Promise.all([
@@ -350,7 +357,8 @@ export class AccessPolicy {
     ]);
     if (!organization) throw errors.notFound('Organization');
     if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
-    if (!authority.permissions.has(permission)) throw errors.forbidden();
+    if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
+    if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
     return authority;
   }
 

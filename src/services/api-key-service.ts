@@ -63,9 +63,11 @@ export class ApiKeyService {
     private readonly catalog: PermissionCatalog,
   ) {}
 
-  /** POST /orgs/{id}/api-keys (step-up is checked by the route before this runs). */
+  /**
+   * POST /orgs/{id}/api-keys. The route's requirement (an active member of the active
+   * organization, its MFA policy, step-up) is met before this runs.
+   */
   async create(principal: Principal, organizationId: string, input: { name: string; permissionKeys: string[]; expiresIn?: number | undefined }, meta: RequestMeta): Promise<CreatedApiKeyView> {
-    assertActiveOrganization(principal, organizationId);
     const permissionKeys = [...new Set(input.permissionKeys)];
     for (const key of permissionKeys) {
       if (GLOBAL_ONLY_PERMISSIONS.has(key)) throw errors.forbidden(`An API key can never hold "${key}".`);
@@ -89,7 +91,6 @@ export class ApiKeyService {
 
   /** GET /orgs/{id}/api-keys: the caller's own keys; with members.update, every member's. */
   async list(principal: Principal, organizationId: string): Promise<ApiKeyView[]> {
-    assertActiveOrganization(principal, organizationId);
     const repos = this.context.store.repos;
     const authority = await this.memberAuthority({ repos }, principal.userId, organizationId);
     const everyone = authority.permissions.has('members.update');
@@ -102,7 +103,6 @@ export class ApiKeyService {
    * the same and emits once.
    */
   async revoke(principal: Principal, organizationId: string, keyId: string, meta: RequestMeta): Promise<void> {
-    assertActiveOrganization(principal, organizationId);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const authority = await this.memberAuthority(uow, principal.userId, organizationId);
       const key = isWellFormedId(keyId) ? await uow.repos.apiKeys.findInOrganization(organizationId, keyId) : undefined;
@@ -113,7 +113,11 @@ export class ApiKeyService {
     });
   }
 
-  /** The caller's authority in the organization; only active members manage keys there. */
+  /**
+   * The caller's authority in the organization, read again by the operation (in the
+   * transaction whose write it guards): the route's requirement was met a moment before, and a
+   * membership that ended since must not mint or widen anything.
+   */
   private async memberAuthority(uow: Pick<UnitOfWork, 'repos'>, userId: string, organizationId: string): Promise<ResolvedAuthority> {
     const [organization, authority] = await Promise.all([
       uow.repos.organizations.findActive(organizationId),
@@ -127,11 +131,6 @@ export class ApiKeyService {
   private hashOf(key: string): string {
     return apiKeyDigest(this.context.keys.apiKeyHash, key);
   }
-}
-
-/** The three routes work in the token's active organization only (CONTRACT 10). */
-function assertActiveOrganization(principal: Principal, organizationId: string): void {
-  if (principal.organizationId !== organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
 }
 
 /**

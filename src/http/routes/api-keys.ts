@@ -8,9 +8,9 @@ const orgParams = Joi.object({ orgId: idSchema.required() });
 const keyParams = Joi.object({ orgId: idSchema.required(), keyId: idSchema.required() });
 
 /**
- * CONTRACT 10: API keys of the token's active organization. The organization and membership
- * checks live in the service, because listing and revoking are open to every member for
- * their own keys and widen with members.update.
+ * CONTRACT 10: API keys of the token's active organization, for its active members (the
+ * policy's `member` requirement). Whose keys a member may list and revoke (their own, every
+ * member's with members.update) depends on the key, so the service decides that.
  */
 export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
   return [
@@ -18,6 +18,7 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/orgs/:orgId/api-keys',
       auth: 'bearer',
+      member: true,
       stepUp: true,
       params: orgParams,
       body: Joi.object({
@@ -32,6 +33,7 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'get',
       path: '/orgs/:orgId/api-keys',
       auth: 'bearer',
+      member: true,
       params: orgParams,
       handler: async ({ params, principal }) => ok({ keys: await services.apiKeys.list(principal, params.orgId) }),
     },
@@ -39,6 +41,7 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'delete',
       path: '/orgs/:orgId/api-keys/:keyId',
       auth: 'bearer',
+      member: true,
       params: keyParams,
       handler: async ({ params, principal, meta }) => {
         await services.apiKeys.revoke(principal, params.orgId, params.keyId, meta);
