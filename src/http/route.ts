@@ -1,5 +1,5 @@
 import type Joi from 'joi';
-import type { LoginResult } from '../services/account-service.js';
+import type { LoginResult } from '../services/login-result.js';
 import type { RateLimitGroup } from '../config/types.js';
 import type { RequestMeta } from '../services/context.js';
 import type { Principal } from '../services/principal.js';

@@ -5,19 +5,16 @@ import type { OpenedSession } from './session-service.js';
 import type { OneTimeTokenPurpose } from '../store/session-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
-import type { MfaService, LoginFactorView } from './mfa-service.js';
+import type { MfaService } from './mfa-service.js';
+import type { LoginResult } from './login-result.js';
 import { assertPasswordAcceptable } from './password-policy.js';
 import { normaliseDisplayName, normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
-import type { SessionService, TokenResponse } from './session-service.js';
+import type { SessionService } from './session-service.js';
 import { FailedAttemptSlot } from './lockout.js';
 import { mayAuthenticate } from './access-policy.js';
 import { recordFirstEmailProof } from './email-proof.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
-
-export type LoginResult =
-  | { kind: 'session'; tokens: TokenResponse; user: { id: string; email: string; email_verified: boolean } }
-  | { kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] };
 
 /** Registration, e-mail verification, password login and password reset / change (spec 4.1). */
 export class AccountService {

@@ -7,6 +7,7 @@ import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { MfaCodes, maskedDestination } from './mfa-codes.js';
 import type { MfaTicket } from './mfa-ticket.js';
+import type { LoginFactorView } from './login-result.js';
 import type { PasskeyChallenge, PasskeyService } from './passkey-service.js';
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import { normaliseEmail } from './identity-rules.js';
@@ -17,14 +18,6 @@ import { mayAuthenticate, type AccessPolicy } from './access-policy.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 /** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
-export interface LoginFactorView {
-  id: string;
-  type: FactorType;
-  default: boolean;
-  label?: string;
-  destination?: string;
-}
-
 /** A factor in the management list (spec 2.6): pending ones too. */
 export interface FactorView extends LoginFactorView {
   confirmed: boolean;

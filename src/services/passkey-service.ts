@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { LoginResult } from './account-service.js';
+import type { LoginResult } from './login-result.js';
 import type {
   AuthenticationResponseJSON,
   AuthenticatorTransport,

@@ -7,7 +7,7 @@ import { errors, IdentityError, type SocialErrorCode } from '../errors.js';
 import type { SocialFlowOutcome, SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../store/social-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { AccessPolicy } from './access-policy.js';
-import type { LoginResult } from './account-service.js';
+import type { LoginResult } from './login-result.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { userStatus } from './identity-service.js';
 import type { MfaService } from './mfa-service.js';

@@ -1,0 +1,19 @@
+import type { FactorType } from '../store/mfa-repository.js';
+import type { TokenResponse } from './session-service.js';
+
+/** A factor offered at the login gate (spec 2.2): no secret, the destination masked. */
+export interface LoginFactorView {
+  id: string;
+  type: FactorType;
+  default: boolean;
+  label?: string;
+  destination?: string;
+}
+
+/**
+ * What every way of signing in answers (CONTRACT 8 and 9.2: exactly the answer of
+ * POST /auth/login): a session, or the MFA gate's ticket and factors.
+ */
+export type LoginResult =
+  | { kind: 'session'; tokens: TokenResponse; user: { id: string; email: string; email_verified: boolean } }
+  | { kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] };
