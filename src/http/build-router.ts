@@ -120,10 +120,9 @@ function authenticateBearer(services: IdentityServices, answersSessionEnded: boo
   });
 }
 
-/** The route's declared requirement, evaluated by the one access policy (organization from the path). */
+/** The route's declared requirement, evaluated by the one access policy (organization from the path, when it names one). */
 async function authorize(services: IdentityServices, route: RouteDefinition, req: Request, res: Response): Promise<void> {
-  const inOrganization = route.permission !== undefined || route.member === true;
-  await services.policy.authorize(principalOf(res), route, inOrganization ? String(req.params.orgId) : undefined);
+  await services.policy.authorize(principalOf(res), route, req.params.orgId === undefined ? undefined : String(req.params.orgId));
 }
 
 function authenticateTicket(services: IdentityServices): RequestHandler {

@@ -82,23 +82,16 @@ export class AccountService {
       throw errors.invalidCredentials();
     }
 
-    let passwordMatches: boolean;
-    try {
-      passwordMatches = await this.context.hasher.verify(input.password, user.passwordHash, abandoned);
-    } catch (error) {
-      await slot.release();
-      throw error;
-    }
-    if (!passwordMatches) {
-      await this.recordLoginFailure(user, 'wrong_password', meta, slot);
-      throw errors.invalidCredentials();
-    }
-    // A correct password gives its slot back but does not clear earlier failures: those end
-    // only when the sign-in completes (a second factor may still be guessed, CONTRACT 5). A
-    // sign-in that completes here clears them in its own transaction, which frees the slot
-    // too; any other way out of this block gives the slot back.
+    // Only a wrong password keeps the slot (`fail` settles it); every other way out of this
+    // block gives it back, a comparison that never ran (its client gone) included. A correct
+    // password does not clear earlier failures: those end only when the sign-in completes (a
+    // second factor may still be guessed, CONTRACT 5), which clears them in its own transaction.
     let opened: OpenedSession;
     try {
+      if (!(await this.context.hasher.verify(input.password, user.passwordHash, abandoned))) {
+        await this.recordLoginFailure(user, 'wrong_password', meta, slot);
+        throw errors.invalidCredentials();
+      }
       if (user.status === 'disabled') {
         await this.recordLoginFailure(user, 'account_disabled', meta);
         throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');

@@ -89,12 +89,15 @@ export class ApiKeyService {
     });
   }
 
-  /** GET /orgs/{id}/api-keys: the caller's own keys; with members.update, every member's. */
+  /**
+   * GET /orgs/{id}/api-keys: the caller's own keys; with members.update, every member's. A read
+   * guards no write, so the viewer's authority comes through the access cache the route's
+   * requirement was just evaluated with, as the member page's does.
+   */
   async list(principal: Principal, organizationId: string): Promise<ApiKeyView[]> {
-    const repos = this.context.store.repos;
-    const authority = await this.memberAuthority({ repos }, principal.userId, organizationId);
-    const everyone = authority.permissions.has('members.update');
-    return (await repos.apiKeys.listInOrganization(organizationId, everyone ? undefined : principal.userId)).map(apiKeyView);
+    const viewer = await this.context.access.authority(this.catalog, principal.userId, organizationId);
+    const everyone = viewer.permissions.has('members.update');
+    return (await this.context.store.repos.apiKeys.listInOrganization(organizationId, everyone ? undefined : principal.userId)).map(apiKeyView);
   }
 
   /**
@@ -114,11 +117,11 @@ export class ApiKeyService {
   }
 
   /**
-   * The caller's authority in the organization, read again by the operation (in the
-   * transaction whose write it guards): the route's requirement was met a moment before, and a
-   * membership that ended since must not mint or widen anything.
+   * The caller's authority in the organization, read again in the transaction whose write it
+   * guards: the route's requirement was met a moment before, and a membership that ended
+   * since must not mint or revoke anything.
    */
-  private async memberAuthority(uow: Pick<UnitOfWork, 'repos'>, userId: string, organizationId: string): Promise<ResolvedAuthority> {
+  private async memberAuthority(uow: UnitOfWork, userId: string, organizationId: string): Promise<ResolvedAuthority> {
     const [organization, authority] = await Promise.all([
       uow.repos.organizations.findActive(organizationId),
       resolveAuthority(uow.repos, this.catalog, userId, organizationId),

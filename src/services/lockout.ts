@@ -31,7 +31,7 @@ export class FailedAttemptSlot {
     return reserved ? new FailedAttemptSlot(repos, lockout, userId) : undefined;
   }
 
-  /** The attempt succeeded: its slot goes back; earlier failures still count. */
+  /** The attempt did not fail (it succeeded, or nothing was compared): its slot goes back; earlier failures still count. No-op once settled. */
   async release(): Promise<void> {
     if (this.settled) return;
     this.settled = true;

@@ -1,7 +1,7 @@
 import type { FactorType } from '../store/mfa-repository.js';
 import type { TokenResponse } from './session-service.js';
 
-/** A factor offered at the login gate (spec 2.2): no secret, the destination masked. */
+/** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
 export interface LoginFactorView {
   id: string;
   type: FactorType;

@@ -17,7 +17,6 @@ import { FailedAttemptSlot } from './lockout.js';
 import { mayAuthenticate, type AccessPolicy } from './access-policy.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
-/** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
 /** A factor in the management list (spec 2.6): pending ones too. */
 export interface FactorView extends LoginFactorView {
   confirmed: boolean;

@@ -19,6 +19,10 @@ export interface UserRecord {
   updatedAt: number;
 }
 
+/** A lock that has run out, or a failed-attempt window that has lapsed (bound: now, then the window's oldest start still open). */
+const FRESH_FAILED_ATTEMPT_WINDOW =
+  '((locked_until is not null and locked_until <= ?) or (locked_until is null and (failed_login_window_start is null or failed_login_window_start <= ?)))';
+
 type UserRow = Record<string, unknown>;
 
 /** Every column of the users table, for queries that select a user beside another row. */
@@ -135,7 +139,6 @@ export class UserRepository extends Repository {
     // first) when the previous one has lapsed or a lock has run out, else one more attempt
     // while the window is under the threshold and no lock holds. Every SET expression reads
     // the row as it was, on SQLite and PostgreSQL alike.
-    const freshWindow = '((locked_until is not null and locked_until <= ?) or (locked_until is null and (failed_login_window_start is null or failed_login_window_start <= ?)))';
     const reserved = await this.hot.run(
       this.db,
       'users.reserveFailedAttempt',
@@ -145,7 +148,7 @@ export class UserRepository extends Repository {
           .where({ id: values.id })
           .andWhere((query) =>
             query
-              .whereRaw(freshWindow, fresh)
+              .whereRaw(FRESH_FAILED_ATTEMPT_WINDOW, fresh)
               .orWhere((open) =>
                 open
                   .where('failed_login_count', '<', values.threshold)
@@ -153,9 +156,9 @@ export class UserRepository extends Repository {
               ),
           )
           .update({
-            failed_login_count: this.db.raw(`case when ${freshWindow} then 1 else failed_login_count + 1 end`, fresh),
-            failed_login_window_start: this.db.raw(`case when ${freshWindow} then ? else failed_login_window_start end`, [...fresh, values.now]),
-            locked_until: this.db.raw(`case when ${freshWindow} then null else locked_until end`, fresh),
+            failed_login_count: this.db.raw(`case when ${FRESH_FAILED_ATTEMPT_WINDOW} then 1 else failed_login_count + 1 end`, fresh),
+            failed_login_window_start: this.db.raw(`case when ${FRESH_FAILED_ATTEMPT_WINDOW} then ? else failed_login_window_start end`, [...fresh, values.now]),
+            locked_until: this.db.raw(`case when ${FRESH_FAILED_ATTEMPT_WINDOW} then null else locked_until end`, fresh),
           });
       },
       { id, now, windowStartedBy: now - lockout.windowMs, threshold: lockout.threshold },
