@@ -53,7 +53,7 @@ export class IdentityServices {
     this.invites = new InviteService(context, this.catalog, this.policy);
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
-    this.apiKeys = new ApiKeyService(context, this.catalog);
+    this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
   }
 

@@ -243,9 +243,10 @@ export class UserRepository extends Repository {
       .whereRaw('?? = ??', ['r.organization_id', 'm.organization_id']);
   }
 
-  /** Every second-factor secret of a user: challenges, login tickets, recovery codes, factors. */
+  /** Every second-factor secret of a user: challenges, login tickets, recovery codes, factors (passkeys among them). */
   async deleteSecondFactorData(userId: string): Promise<void> {
     await this.db(this.table.otpChallenges).where({ user_id: userId }).delete();
+    await this.db(this.table.webauthnChallenges).where({ user_id: userId }).delete();
     await this.db(this.table.mfaTickets).where({ user_id: userId }).delete();
     await this.db(this.table.recoveryCodes).where({ user_id: userId }).delete();
     await this.db(this.table.mfaFactors).where({ user_id: userId }).delete();

@@ -81,7 +81,8 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/social/:provider/link',
       auth: 'bearer',
-      freshAuthentication: true,
+      // The credential gate (CONTRACT 9.5): checked at link start, never at the callback.
+      addsCredential: 'sign_in_method',
       params: providerParams,
       body: Joi.object(handoffFields),
       handler: async ({ params, body, principal, meta }) =>
