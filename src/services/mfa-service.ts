@@ -339,14 +339,6 @@ export class MfaService {
     return this.context.store.repos.recoveryCodes.countUnused(userId);
   }
 
-  /** The per-user enforcement flag (CONTRACT 5: `service.setMfaEnforced`). */
-  async setMfaEnforced(userId: string, on: boolean): Promise<void> {
-    const user = await this.context.store.repos.users.findById(userId);
-    if (!user) throw errors.notFound('User');
-    await this.context.store.repos.users.setMfaEnforced(userId, on, this.context.clock.now());
-    this.context.accessCache.invalidate([{ user: userId }]);
-  }
-
   // ---------------------------------------------------------------- internals
 
   /** A confirmed factor of the user; unknown, foreign and pending factors are 404 alike. */

@@ -119,8 +119,9 @@ export class UserRepository extends Repository {
     await this.db(this.table.users).where({ id }).update({ display_name: displayName, updated_at: now });
   }
 
-  async setMfaEnforced(id: string, enforced: boolean, now: number): Promise<void> {
-    await this.db(this.table.users).where({ id }).update({ mfa_enforced: enforced, updated_at: now });
+  /** Answers whether the flag changed (false: it already had that value). */
+  async setMfaEnforced(id: string, enforced: boolean, now: number): Promise<boolean> {
+    return (await this.db(this.table.users).where({ id, mfa_enforced: !enforced }).update({ mfa_enforced: enforced, updated_at: now })) === 1;
   }
 
   async setStatus(id: string, status: StoredUserStatus, now: number): Promise<void> {
