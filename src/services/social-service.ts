@@ -170,7 +170,7 @@ export class SocialService {
    * `return_to` with a one-time `social_code` or a `social_error`. A state that is unknown,
    * expired or used has no trustworthy destination: 400, or `errorUrl` when configured.
    */
-  async callback(providerId: string, parameters: CallbackParameters, meta: RequestMeta): Promise<string> {
+  async callback(providerId: string, parameters: CallbackParameters): Promise<string> {
     const provider = this.provider(providerId);
     const flow = parameters.state ? await this.context.store.repos.socialFlows.consumeByState(this.hash('state', parameters.state), this.context.clock.now()) : undefined;
     // A state issued for another provider is burned and signs no one in.

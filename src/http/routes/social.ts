@@ -60,8 +60,8 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       rateLimit: 'social',
       params: providerParams,
       query: Joi.object({ code: providerValue, state: providerValue, iss: providerValue, error: providerValue, error_description: providerValue, error_uri: providerValue }),
-      handler: async ({ params, query, meta }) => {
-        const location = await social().callback(params.provider, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error }, meta);
+      handler: async ({ params, query }) => {
+        const location = await social().callback(params.provider, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error });
         return redirect(303, location, REDIRECT_HEADERS);
       },
     },
