@@ -12,7 +12,7 @@ type LockoutSettings = ResolvedConfig['auth']['lockout'];
  * (the injected clock drives windows and locks, but a test clock stands still, and a wait is
  * about the machine's pace, not the account's policy). Past it: 429 with Retry-After.
  */
-export const SLOT_WAIT_LIMIT_MS = 3000;
+const SLOT_WAIT_LIMIT_MS = 3000;
 /** How often a waiting attempt asks the database again, for slots given back on other instances. */
 const SLOT_POLL_MS = 25;
 const RETRY_AFTER_SECONDS = 1;
