@@ -96,6 +96,16 @@ describe('right passwords in parallel', () => {
     const verified = await pending;
     assert.equal(verified.status, 200, verified.text);
   });
+
+  test('a password change whose current password finds every slot held answers 429 past the bound, never invalid_credentials', async () => {
+    const user = await h.signUp();
+    await holdSlots(user.userId, THRESHOLD);
+    const body = { current_password: STRONG_PASSWORD, new_password: `${STRONG_PASSWORD} two` };
+    assertError(await h.post('/auth/password/change', body, { token: user.accessToken }), 429, 'rate_limited');
+    await holdSlots(user.userId, THRESHOLD - 1);
+    const changed = await h.post('/auth/password/change', body, { token: user.accessToken });
+    assert.equal(changed.status, 200, changed.text);
+  });
 });
 
 describe('wrong passwords in parallel', () => {

@@ -326,6 +326,27 @@ describe(`lockout on ${TEST_DB}`, () => {
   });
 });
 
+describe(`concurrent attempts on ${TEST_DB}`, () => {
+  test('a valid assertion that finds every slot held by attempts being compared waits; past the bound 429, never invalid_credentials (issue 22)', async () => {
+    const h = await Harness.start({ config: { auth: { lockout: { threshold: 2 } }, webauthn: fixtureWebauthnConfig } });
+    try {
+      const owner = await h.signUp();
+      assert.equal((await registerRecorded(h, owner.accessToken, primary)).status, 200);
+      // Both slots held, as if two attempts were being compared on other instances.
+      await h.knex(`${h.tablePrefix}users`).where({ id: owner.userId }).update({ attempts_in_flight: 2, attempts_in_flight_at: h.clock.now() });
+      const refused = await passwordlessLogin(h, a0);
+      assertError(refused, 429, 'rate_limited');
+      assert.ok(Number(refused.headers.get('retry-after')) >= 1);
+      // One of them ends: the same assertion, on a fresh challenge, signs in.
+      await h.knex(`${h.tablePrefix}users`).where({ id: owner.userId }).update({ attempts_in_flight: 1 });
+      const login = await passwordlessLogin(h, a0);
+      assert.equal(login.status, 200, login.text);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
 describe(`without webauthn config on ${TEST_DB}`, () => {
   test('the passkey routes answer 404 and passkeys are not offered as factors', async () => {
     const h = await Harness.start({ config: { ...generous, webauthn: fixtureWebauthnConfig } });
