@@ -74,7 +74,7 @@ export class AccountService {
     const repos = this.context.store.repos;
     const user = await repos.users.findByEmail(email);
     // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared (issue 10).
-    const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now) : undefined;
+    const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined;
 
     if (!user || user.deletedAt !== null || !user.passwordHash || !slot) {
       // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.

@@ -71,13 +71,15 @@ export class FailedAttemptSlot {
    * A slot for one attempt, or undefined when the account is locked (the caller refuses
    * without comparing). While the slots are held by attempts being compared, here or on
    * another instance, it waits for one; past SLOT_WAIT_LIMIT_MS it throws 429 rate_limited.
+   * A request whose client has gone (`abandoned`) stops waiting: nobody is left to answer.
    */
-  static async reserve(repos: Repositories, lockout: LockoutSettings, userId: string, now: number): Promise<FailedAttemptSlot | undefined> {
+  static async reserve(repos: Repositories, lockout: LockoutSettings, userId: string, now: number, abandoned?: AbortSignal): Promise<FailedAttemptSlot | undefined> {
     const limits = { threshold: lockout.threshold, windowMs: lockout.window * 1000 };
     const giveUpAt = performance.now() + SLOT_WAIT_LIMIT_MS;
     for (;;) {
       if (await repos.users.reserveFailedAttempt(userId, now, limits)) return new FailedAttemptSlot(repos, lockout, userId);
       if ((await repos.users.attemptState(userId, now, limits)) === 'locked') return undefined;
+      if (abandoned?.aborted) throw errors.requestAbandoned();
       const left = giveUpAt - performance.now();
       if (left <= 0) throw errors.rateLimited(RETRY_AFTER_SECONDS);
       await nextTry(userId, Math.min(left, SLOT_POLL_MS));
