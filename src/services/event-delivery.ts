@@ -223,7 +223,7 @@ export class EventDelivery {
 
   private async attemptWebhookRow(row: DeliveryRecord, owner: string, event: IdentityEvent): Promise<AttemptResult | undefined> {
     const webhook = row.webhookId ? await this.context.store.repos.webhooks.findById(row.webhookId) : undefined;
-    const result: AttemptResult = !webhook || webhook.status !== 'active'
+    const result: AttemptResult = webhook?.status !== 'active'
       ? { kind: 'dead', lastStatus: null, lastError: 'endpoint_disabled' }
       : await attemptWebhook(this.context, webhook, event);
     const recorded = await this.record(row, owner, result);
