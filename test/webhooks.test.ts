@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
+import express from 'express';
 import { Webhook } from 'standardwebhooks';
 import { assertError } from './helpers/account.js';
 import { Harness } from './helpers/harness.js';
@@ -111,6 +113,46 @@ test('a delivery verifies with standardwebhooks; the body is {type, timestamp, d
     assert.equal(delivery.next_attempt_at, null);
   } finally {
     await receiver.close();
+  }
+});
+
+test('the Express receiver of docs/webhooks.md verifies deliveries with standardwebhooks and refuses a tampered one', async () => {
+  const org = await createOrg(h);
+  const seen: string[] = [];
+  let secret = '';
+  const app = express();
+  // As docs/webhooks.md shows it: the raw body, verified before anything else.
+  app.post('/identity', express.raw({ type: 'application/json' }), (req, res) => {
+    let payload: { type: string; data: { id: string } };
+    try {
+      payload = new Webhook(secret).verify(req.body, req.headers as Record<string, string>) as typeof payload;
+    } catch {
+      res.status(400).end();
+      return;
+    }
+    seen.push(payload.data.id);
+    res.status(204).end();
+  });
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  try {
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/identity`;
+    secret = (await createWebhook(org, url, ['org.updated'])).secret;
+    const eventId = await touch(org);
+    await eventually(() => seen.includes(eventId), 'the receiver verified the delivery');
+    const webhookId = (await h.get(`/orgs/${org.id}/webhooks`, { token: org.owner.token })).body.data.webhooks[0].id;
+    assert.equal((await deliveries(org, webhookId))[0].status, 'delivered');
+    // The receiver refuses a request signed with another secret: the router's delivery then fails (400).
+    secret = `whsec_${Buffer.alloc(32, 1).toString('base64')}`;
+    const refusedId = await touch(org);
+    const refused = async () => (await deliveries(org, webhookId)).find((delivery) => delivery.event_id === refusedId);
+    await eventually(async () => (await refused())?.last_status === 400, 'the refused delivery is recorded');
+    assert.equal((await refused()).status, 'pending');
+    // Its retries would run into the next tests' steps.
+    assert.equal((await h.delete(`/orgs/${org.id}/webhooks/${webhookId}`, { token: org.owner.token })).status, 200);
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 });
 
@@ -242,6 +284,7 @@ test('a 302 is a failed attempt (redirect) and its Location is never requested',
     assert.equal(delivery.last_status, 302);
     assert.equal(delivery.last_error, 'redirect');
     assert.equal(elsewhere.connections, 0, 'the Location was never requested');
+    assert.equal((await h.delete(`/orgs/${org.id}/webhooks/${webhook.id}`, { token: org.owner.token })).status, 200, 'its retries stay out of the next tests');
   } finally {
     await receiver.close();
     await elsewhere.close();
