@@ -141,33 +141,44 @@ export class EventDelivery {
    */
   async deliverDue(): Promise<DeliveryTotals> {
     const totals: DeliveryTotals = { attempted: 0, delivered: 0, failed: 0 };
-    const targets = this.targets;
     const seen: string[] = [];
-    const deliveries = this.context.store.repos.eventDeliveries;
     while (!this.closing && seen.length < PASS_LIMIT) {
-      const now = this.context.clock.now();
-      const owner = randomUUID();
-      const rows = await deliveries.claimDue({ now, leaseUntil: now + this.settings.leaseSec * 1000, owner, targets, limit: CLAIM_BATCH, exclude: seen });
-      if (rows.length === 0) break;
-      seen.push(...rows.map((row) => row.id));
-      const events = new Map(
-        (await this.context.store.repos.audit.findByIds([...new Set(rows.map((row) => row.eventId))])).map((record) => [record.id, eventFromAuditRecord(record)]),
-      );
-      await eachWithConcurrency(rows, ATTEMPT_CONCURRENCY, async (row) => {
-        const event = events.get(row.eventId);
-        const attempt = event
-          ? row.target === 'listener'
-            ? this.callListener(event).then((result) => this.record(row, owner, result))
-            : this.attemptWebhookRow(row, owner, event)
-          : this.record(row, owner, { kind: 'dead', lastStatus: null, lastError: null });
-        const result = await this.track(attempt);
-        if (result === undefined) return;
-        totals.attempted += 1;
-        if (result.kind === 'delivered') totals.delivered += 1;
-        else totals.failed += 1;
-      });
+      const claimed = await this.claimAndAttempt({ limit: CLAIM_BATCH, exclude: seen }, totals);
+      if (claimed.length === 0) break;
+      seen.push(...claimed);
     }
     return totals;
+  }
+
+  /** A replayed row is attempted now, like the rows of a change, if it is still due and free. */
+  attemptNow(ids: string[]): void {
+    if (!this.settings.worker || this.closing || ids.length === 0) return;
+    this.track(this.claimAndAttempt({ limit: ids.length, exclude: [], only: ids }, { attempted: 0, delivered: 0, failed: 0 }));
+  }
+
+  /** One claim and one attempt on each row it took; answers the ids it claimed. */
+  private async claimAndAttempt(scope: { limit: number; exclude: readonly string[]; only?: readonly string[] }, totals: DeliveryTotals): Promise<string[]> {
+    const now = this.context.clock.now();
+    const owner = randomUUID();
+    const rows = await this.context.store.repos.eventDeliveries.claimDue({ now, leaseUntil: now + this.settings.leaseSec * 1000, owner, targets: this.targets, ...scope });
+    if (rows.length === 0) return [];
+    const events = new Map(
+      (await this.context.store.repos.audit.findByIds([...new Set(rows.map((row) => row.eventId))])).map((record) => [record.id, eventFromAuditRecord(record)]),
+    );
+    await eachWithConcurrency(rows, ATTEMPT_CONCURRENCY, async (row) => {
+      const event = events.get(row.eventId);
+      const attempt = event
+        ? row.target === 'listener'
+          ? this.callListener(event).then((result) => this.record(row, owner, result))
+          : this.attemptWebhookRow(row, owner, event)
+        : this.record(row, owner, { kind: 'dead', lastStatus: null, lastError: null });
+      const result = await this.track(attempt);
+      if (result === undefined) return;
+      totals.attempted += 1;
+      if (result.kind === 'delivered') totals.delivered += 1;
+      else totals.failed += 1;
+    });
+    return rows.map((row) => row.id);
   }
 
   /** Starts the poller (after `ready`); nothing with `worker: false`. */

@@ -180,6 +180,7 @@ export class WebhookService {
       if (!delivery) throw errors.notFound('Delivery');
       if (webhook.status !== 'active') throw disabledError();
       await uow.repos.eventDeliveries.replay(delivery.id, uow.now);
+      uow.afterCommit(() => this.context.delivery.attemptNow([delivery.id]));
       return deliveryView((await uow.repos.eventDeliveries.findForWebhook(webhook.id, delivery.id))!);
     });
   }

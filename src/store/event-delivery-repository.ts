@@ -95,7 +95,7 @@ export class EventDeliveryRepository extends Repository {
    * locked with SKIP LOCKED, so instances claiming at once take disjoint rows; SQLite has one
    * writer at a time. `exclude` keeps one pass from taking a row it has just attempted.
    */
-  async claimDue(claim: { now: number; leaseUntil: number; owner: string; targets: DeliveryTarget[]; limit: number; exclude: readonly string[] }): Promise<DeliveryRecord[]> {
+  async claimDue(claim: { now: number; leaseUntil: number; owner: string; targets: DeliveryTarget[]; limit: number; exclude: readonly string[]; only?: readonly string[] }): Promise<DeliveryRecord[]> {
     if (claim.targets.length === 0) return [];
     const candidates = this.db(this.table.eventDeliveries)
       .select('id')
@@ -106,6 +106,7 @@ export class EventDeliveryRepository extends Repository {
       .orderBy('next_attempt_at')
       .limit(claim.limit);
     if (claim.exclude.length > 0) candidates.whereNotIn('id', claim.exclude);
+    if (claim.only) candidates.whereIn('id', claim.only);
     if (this.dialect === 'pg') candidates.forUpdate().skipLocked();
     const rows = (await this.db(this.table.eventDeliveries)
       .whereIn('id', candidates)
