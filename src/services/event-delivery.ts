@@ -35,6 +35,8 @@ const ATTEMPT_CONCURRENCY = 10;
 const PASS_LIMIT = 5000;
 const CLOSE_WAIT_MS = 5000;
 const PRUNE_EVERY_MS = 60_000;
+const DELIVERED_BATCH = 200;
+const DELIVERED_FLUSH_MS = 20;
 
 /** Webhook events are about the webhooks themselves: audited and handed to `onEvent`, never sent to one (CONTRACT 13.4). */
 const isWebhookEvent = (event: IdentityEvent) => event.type.startsWith('webhook.');
@@ -53,6 +55,10 @@ export class EventDelivery {
   private closing = false;
   private lastPrune = 0;
   private readonly inFlight = new Set<Promise<unknown>>();
+  /** The lease of the rows this instance writes and attempts at once; claims take fresh ones. */
+  private readonly ownLease = randomUUID();
+  private readonly deliveredQueue: string[] = [];
+  private flushTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly context: ServiceContext) {}
 
@@ -74,7 +80,7 @@ export class EventDelivery {
     const { schedule, leaseSec, worker } = this.settings;
     const firstDelay = (schedule[0] ?? 0) * 1000;
     // The writing instance attempts at once only if attempt 1 is due at once and it runs a worker.
-    const owner = worker && firstDelay === 0 && !this.closing ? randomUUID() : undefined;
+    const owner = worker && firstDelay === 0 && !this.closing ? this.ownLease : undefined;
     const base = { nextAttemptAt: now + firstDelay, lease: owner ? { owner, until: now + leaseSec * 1000 } : undefined, now };
     const rows: NewDelivery[] = [];
     const row = (event: IdentityEvent, target: DeliveryTarget, webhookId: string | null): NewDelivery => ({
@@ -113,25 +119,40 @@ export class EventDelivery {
   attemptWritten(written: WrittenDeliveries): void {
     const { owner } = written;
     if (!owner || written.rows.length === 0) return;
-    const delivered: string[] = [];
-    const listenerAttempts: Array<Promise<void>> = [];
     for (const row of written.rows) {
       const event = written.events.get(row.eventId)!;
       if (row.target === 'listener') {
-        listenerAttempts.push(
+        this.track(
           this.callListener(event).then((result) => {
-            if (result.kind === 'delivered') delivered.push(row.id);
-            else return this.record(asRecord(row), owner, result).then(() => undefined);
+            if (result.kind === 'delivered') this.queueDelivered(row.id);
+            else return this.record(asRecord(row), owner, result);
           }),
         );
       } else {
         this.track(this.attemptWebhookRow(asRecord(row), owner, event));
       }
     }
-    if (listenerAttempts.length > 0) {
-      // The successes of one change are recorded in one statement.
-      this.track(Promise.all(listenerAttempts).then(() => this.context.store.repos.eventDeliveries.recordDelivered(delivered, owner, this.context.clock.now())));
+  }
+
+  /**
+   * The listener's successes after changes are recorded together: one statement for every
+   * change of the next 20 ms (or 200 rows), instead of one write per request on the hot path.
+   * They were written under this instance's own lease, which no claim ever uses.
+   */
+  private queueDelivered(id: string): void {
+    this.deliveredQueue.push(id);
+    if (this.deliveredQueue.length >= DELIVERED_BATCH) this.flushDelivered();
+    else if (!this.flushTimer) {
+      this.flushTimer = setTimeout(() => this.flushDelivered(), DELIVERED_FLUSH_MS);
+      this.flushTimer.unref();
     }
+  }
+
+  private flushDelivered(): Promise<unknown> {
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    const ids = this.deliveredQueue.splice(0);
+    return ids.length > 0 ? this.track(this.context.store.repos.eventDeliveries.recordDelivered(ids, this.ownLease, this.context.clock.now())) : Promise.resolve();
   }
 
   /**
@@ -141,6 +162,8 @@ export class EventDelivery {
    */
   async deliverDue(): Promise<DeliveryTotals> {
     const totals: DeliveryTotals = { attempted: 0, delivered: 0, failed: 0 };
+    // Successes still queued are recorded first, so a step under a moved clock never retakes them.
+    await this.flushDelivered();
     const seen: string[] = [];
     while (!this.closing && seen.length < PASS_LIMIT) {
       const claimed = await this.claimAndAttempt({ limit: CLAIM_BATCH, exclude: seen }, totals);
@@ -193,12 +216,20 @@ export class EventDelivery {
     this.closing = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    // Listener calls still running may queue successes: wait for them, then record the queue.
+    const deadline = Date.now() + CLOSE_WAIT_MS;
+    await this.waitForInFlight(deadline);
+    void this.flushDelivered();
+    await this.waitForInFlight(deadline);
+  }
+
+  private async waitForInFlight(deadline: number): Promise<void> {
     if (this.inFlight.size === 0) return;
     let timeout: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.allSettled([...this.inFlight]),
       new Promise<void>((resolve) => {
-        timeout = setTimeout(resolve, CLOSE_WAIT_MS);
+        timeout = setTimeout(resolve, Math.max(0, deadline - Date.now()));
       }),
     ]);
     clearTimeout(timeout);
