@@ -31,7 +31,7 @@ export class UnitOfWork {
    * Records an event of this change. `onlyWebhook` sends it to that one webhook and to no
    * listener (`webhook.test`, CONTRACT 13.2).
    */
-  async emit(input: EventInput, options: { onlyWebhook?: { webhookId: string; deliveryId: string } } = {}): Promise<void> {
+  async emit(input: EventInput, options: { onlyWebhook?: { webhookId: string; deliveryId: string } } = {}): Promise<IdentityEvent> {
     const event: IdentityEvent = {
       id: randomUUID(),
       type: input.type,
@@ -54,6 +54,7 @@ export class UnitOfWork {
     });
     this.committedEvents.push(event);
     this.outbox.push({ event, ...(options.onlyWebhook ? { onlyWebhook: options.onlyWebhook } : {}) });
+    return event;
   }
 
   /**

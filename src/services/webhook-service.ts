@@ -192,9 +192,8 @@ export class WebhookService {
       await this.authorize(uow, principal, organizationId);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
       if (webhook.status !== 'active') throw disabledError();
-      await uow.emit({ type: 'webhook.test', actorId: principal.userId, organizationId, data: { webhook_id: webhook.id } }, { onlyWebhook: { webhookId: webhook.id, deliveryId } });
-      const [event] = uow.outboxEntries.slice(-1);
-      return { event_id: event!.event.id, delivery_id: deliveryId };
+      const event = await uow.emit({ type: 'webhook.test', actorId: principal.userId, organizationId, data: { webhook_id: webhook.id } }, { onlyWebhook: { webhookId: webhook.id, deliveryId } });
+      return { event_id: event.id, delivery_id: deliveryId };
     });
   }
 
