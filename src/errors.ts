@@ -30,7 +30,11 @@ export type IdentityErrorCode =
   | 'unavailable'
   | 'request_abandoned'
   | 'internal_error'
-  | SocialErrorCode;
+  | SocialErrorCode
+  | WebhookErrorCode;
+
+/** Webhook failures (CONTRACT 13.2, 13.3). */
+export type WebhookErrorCode = 'invalid_webhook_url' | 'webhook_limit' | 'webhook_disabled';
 
 /**
  * Social login failures (CONTRACT 9.7). Callback failures travel as `?social_error=<code>`

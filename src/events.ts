@@ -43,6 +43,13 @@ export const EVENT_TYPES = [
   // CONTRACT 9.8
   'user.social_linked',
   'user.social_unlinked',
+  // CONTRACT 13.4: audited and handed to onEvent, never sent to a webhook (webhook.test goes only to its webhook)
+  'webhook.created',
+  'webhook.updated',
+  'webhook.deleted',
+  'webhook.secret_rotated',
+  'webhook.disabled',
+  'webhook.test',
 ] as const;
 
 export type IdentityEventType = (typeof EVENT_TYPES)[number];

@@ -14,6 +14,8 @@ import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
 import { SocialService } from './social-service.js';
 import { UserAdminService } from './user-admin-service.js';
+import type { DeliveryTotals } from './event-delivery.js';
+import { WebhookService } from './webhook-service.js';
 
 /**
  * The core service layer, usable without HTTP (`identity.service`). Every route calls
@@ -35,6 +37,8 @@ export class IdentityServices {
   readonly roles: RoleService;
   readonly users: UserAdminService;
   readonly apiKeys: ApiKeyService;
+  /** Organization webhooks (CONTRACT 13); the routes answer 404 unless `webhooks.enabled`. */
+  readonly webhooks: WebhookService;
   /** Present only with a `social` config (CONTRACT 9). */
   readonly social: SocialService | undefined;
 
@@ -53,6 +57,7 @@ export class IdentityServices {
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
     this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
+    this.webhooks = new WebhookService(context, this.catalog);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
   }
 
@@ -76,6 +81,15 @@ export class IdentityServices {
   /** The per-user MFA enforcement flag (CONTRACT 5); audited (`user.mfa_enforcement_changed`). */
   setMfaEnforced(userId: string, on: boolean): Promise<void> {
     return this.users.setMfaEnforced(userId, on);
+  }
+
+  /**
+   * Claims every event delivery due by the injected clock, makes one attempt on each and
+   * resolves once the outcomes are recorded (CONTRACT 13.1). Rows leased by another instance
+   * are skipped. For `events.delivery.worker: false`, cron jobs and tests.
+   */
+  deliverDueEvents(): Promise<DeliveryTotals> {
+    return this.context.delivery.deliverDue();
   }
 
   /** The published next key becomes active and a fresh next key is published; the retiring one stays in the JWKS until the last token it signed has expired (CONTRACT 7). */

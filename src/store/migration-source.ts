@@ -7,6 +7,7 @@ import * as apiKeys from './migrations/007-api-keys.js';
 import * as socialLogin from './migrations/006-social-login.js';
 import * as socialClaims from './migrations/008-social-claims.js';
 import * as attemptSlots from './migrations/009-attempt-slots.js';
+import * as eventsAndWebhooks from './migrations/010-events-and-webhooks.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -29,6 +30,7 @@ const MIGRATIONS: Migration[] = [
   { name: '007-api-keys', up: apiKeys.up },
   { name: '008-social-claims', up: socialClaims.up },
   { name: '009-attempt-slots', up: attemptSlots.up },
+  { name: '010-events-and-webhooks', up: eventsAndWebhooks.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

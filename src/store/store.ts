@@ -13,6 +13,8 @@ import { SigningKeyRepository } from './signing-key-repository.js';
 import { SocialFlowRepository, SocialIdentityRepository } from './social-repository.js';
 import type { TableNames } from './table-names.js';
 import { UserRepository } from './user-repository.js';
+import { EventDeliveryRepository } from './event-delivery-repository.js';
+import { WebhookRepository } from './webhook-repository.js';
 
 /** Every repository, bound to one connection: the pool, or one transaction. */
 export interface Repositories {
@@ -36,6 +38,8 @@ export interface Repositories {
   rateLimitCounters: RateLimitCounterRepository;
   passkeys: PasskeyRepository;
   apiKeys: ApiKeyRepository;
+  webhooks: WebhookRepository;
+  eventDeliveries: EventDeliveryRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -60,6 +64,8 @@ function bindRepositories(context: RepositoryContext): Repositories {
     rateLimitCounters: new RateLimitCounterRepository(context),
     passkeys: new PasskeyRepository(context),
     apiKeys: new ApiKeyRepository(context),
+    webhooks: new WebhookRepository(context),
+    eventDeliveries: new EventDeliveryRepository(context),
   };
 }
 

@@ -21,6 +21,8 @@ export const TABLES = [
   'rateLimitCounters',
   'webauthnChallenges',
   'apiKeys',
+  'webhooks',
+  'eventDeliveries',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];
