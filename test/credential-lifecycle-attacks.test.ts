@@ -52,6 +52,19 @@ async function bindAsBeforeTheGate(h: Harness, userId: string, bind: () => Promi
   }
 }
 
+interface HostApp {
+  url: string;
+  close(): Promise<void>;
+}
+
+/** The host's own routes behind the router's middleware, on a loopback port. */
+async function listen(app: express.Express): Promise<HostApp> {
+  const server = await new Promise<ReturnType<typeof app.listen>>((resolve) => {
+    const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
 async function registerPasskey(h: Harness, token: string): Promise<string> {
   const registered = await registerRecorded(h, token, primary, 'squatter key');
   assert.equal(registered.status, 200, registered.text);
@@ -210,15 +223,12 @@ describe(`finding 1 through a provider sign-up, and finding 2: links complete at
 
 describe(`findings 3 and 4: a stale token mints no passkey and no API key; recovery revokes keys (${TEST_DB})`, () => {
   let h: Harness;
-  let host: { url: string; close: () => Promise<void> };
+  let host: HostApp;
   before(async () => {
     h = await Harness.start({ config: { ...generous, webauthn: fixtureWebauthnConfig, permissions: [{ key: 'invoices.read', description: 'Read invoices' }] } });
     const app = express();
     app.get('/invoices', h.identity.requirePermission('invoices.read', { apiKeys: true }), (_req, res) => void res.json({ ok: true }));
-    const server = await new Promise<ReturnType<typeof app.listen>>((resolve) => {
-      const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
-    });
-    host = { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+    host = await listen(app);
   });
   after(async () => {
     await host.close();
@@ -328,16 +338,13 @@ describe(`finding 6: passkey login options tell nothing about accounts (${TEST_D
 
 describe(`finding 7: host middleware never serves an organization the user has left (${TEST_DB})`, () => {
   let h: Harness;
-  let host: { url: string; close: () => Promise<void> };
+  let host: HostApp;
   before(async () => {
     h = await Harness.start();
     const app = express();
     app.get('/host/any', h.identity.authenticate(), (req, res) => void res.json({ caller: h.identity.caller(req) }));
     app.get('/host/org', h.identity.requirePermission('org.read'), (req, res) => void res.json({ caller: h.identity.caller(req) }));
-    const server = await new Promise<ReturnType<typeof app.listen>>((resolve) => {
-      const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
-    });
-    host = { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+    host = await listen(app);
   });
   after(async () => {
     await host.close();
