@@ -34,6 +34,10 @@ export const EVENT_TYPES = [
   'user.disabled',
   'user.enabled',
   'user.deleted',
+  // Privilege changes made through identity.service or by an administrator (issue 23).
+  'user.superadmin_granted',
+  'user.superadmin_revoked',
+  'user.mfa_enforcement_changed',
   'api_key.created',
   'api_key.revoked',
   // CONTRACT 9.8

@@ -1,5 +1,4 @@
 import type { KeyRing } from './key-ring.js';
-import { errors } from '../errors.js';
 import { AccountService } from './account-service.js';
 import { AccessPolicy } from './access-policy.js';
 import { ApiKeyService } from './api-key-service.js';
@@ -57,7 +56,7 @@ export class IdentityServices {
     this.invites = new InviteService(context, this.catalog, this.policy);
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
-    this.apiKeys = new ApiKeyService(context, this.catalog);
+    this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
     this.webhooks = new WebhookService(context, this.catalog);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
   }
@@ -69,23 +68,19 @@ export class IdentityServices {
     await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
   }
 
-  /** Grants the global superadmin role (every permission in every organization); idempotent. */
-  async grantSuperadmin(userId: string): Promise<void> {
-    const user = await this.context.store.repos.users.findById(userId);
-    if (!user) throw errors.notFound('User');
-    await this.context.store.repos.roles.grantSuperadmin(userId, this.context.clock.now());
-    this.context.accessCache.invalidate([{ user: userId }]);
+  /** Grants the global superadmin role (every permission in every organization); idempotent, audited (`user.superadmin_granted`). */
+  grantSuperadmin(userId: string): Promise<void> {
+    return this.users.grantSuperadmin(userId);
   }
 
-  /** Revokes the global superadmin role; idempotent. */
-  async revokeSuperadmin(userId: string): Promise<void> {
-    await this.context.store.repos.roles.revokeSuperadmin(userId);
-    this.context.accessCache.invalidate([{ user: userId }]);
+  /** Revokes the global superadmin role; idempotent, audited (`user.superadmin_revoked`). */
+  revokeSuperadmin(userId: string): Promise<void> {
+    return this.users.revokeSuperadmin(userId);
   }
 
-  /** The per-user MFA enforcement flag (CONTRACT 5). */
+  /** The per-user MFA enforcement flag (CONTRACT 5); audited (`user.mfa_enforcement_changed`). */
   setMfaEnforced(userId: string, on: boolean): Promise<void> {
-    return this.mfa.setMfaEnforced(userId, on);
+    return this.users.setMfaEnforced(userId, on);
   }
 
   /**
