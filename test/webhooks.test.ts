@@ -509,19 +509,19 @@ test('without webhooks.enabled every webhook route answers 404 and no webhook ro
   }
 });
 
-test('migration 009 gives webhooks.manage to the owner and admin roles of organizations made before it', async () => {
+test('migration 010 gives webhooks.manage to the owner and admin roles of organizations made before it', async () => {
   const older = await Harness.start();
   try {
     const org = await createOrg(older);
     const roles = `${older.tablePrefix}roles`;
-    // The database as the release before it left it: no webhook tables, no key, 009 not applied.
+    // The database as the release before it left it: no webhook tables, no key, 010 not applied.
     for (const row of await older.knex(roles).where({ organization_id: org.id })) {
       const keys = (JSON.parse(row.permission_keys) as string[]).filter((key) => key !== 'webhooks.manage');
       await older.knex(roles).where({ id: row.id }).update({ permission_keys: JSON.stringify(keys) });
     }
     await older.knex.schema.dropTable(`${older.tablePrefix}event_deliveries`);
     await older.knex.schema.dropTable(`${older.tablePrefix}webhooks`);
-    await older.knex(`${older.tablePrefix}migrations`).where({ name: '009-events-and-webhooks' }).delete();
+    await older.knex(`${older.tablePrefix}migrations`).where({ name: '010-events-and-webhooks' }).delete();
     await migrateIdentityDatabase(older.knex, { tablePrefix: older.tablePrefix });
     const keysOf = async (slug: string) => JSON.parse((await older.knex(roles).where({ organization_id: org.id, slug }).first()).permission_keys) as string[];
     assert.ok((await keysOf('owner')).includes('webhooks.manage'), 'owner holds webhooks.manage');
