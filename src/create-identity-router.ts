@@ -152,13 +152,14 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
         await keyRing.initialise();
         await services.initialise();
       });
+      // Here rather than after the first attempt: a start-up that succeeds on a retry starts it too.
+      context.delivery.start();
     } catch (error) {
       logger.error('identity-router failed to start; requests answer 503 until a retry succeeds', { error: describeError(error) });
       throw error;
     }
   });
   const ready = readiness.firstAttempt;
-  ready.then(() => context.delivery.start()).catch(() => undefined);
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 

@@ -71,7 +71,7 @@ test('a rollback writes no delivery row and calls no listener', async () => {
       }),
       /the change fails after its event/,
     );
-    assert.ok(emitted);
+    assert.ok(emitted, 'an event was emitted');
     assert.equal(await countRows(h, 'event_deliveries'), before);
     assert.equal(await countRows(h, 'audit_events', { id: emitted }), 0);
     assert.deepEqual(await h.identity.service.deliverDueEvents(), { attempted: 0, delivered: 0, failed: 0 });
@@ -113,7 +113,7 @@ test('a listener that throws is called again on the schedule with the same event
     const created = eventOf(h, 'org.created');
     await eventually(async () => Number((await deliveriesOf(h, created.id))[0]?.attempts) === 1, 'attempt 1 is recorded');
     assert.equal((await deliveriesOf(h, created.id))[0]!.status, 'pending');
-    assert.ok(h.logs.some((line) => line.level === 'error' && /onEvent listener failed for org\.created/.test(line.msg)));
+    assert.ok(h.logs.some((line) => line.level === 'error' && /onEvent listener failed for org\.created/.test(line.msg)), 'the failure is logged');
 
     // Attempt 2 is due schedule[1] = 5 s after attempt 1 failed, not before.
     h.clock.advance(4);
@@ -173,7 +173,7 @@ test('an instance closed between commit and delivery: a fresh instance delivers 
     const email = uniqueEmail('crash');
     assert.equal((await first.post('/auth/register', { email, password: STRONG_PASSWORD })).status, 202);
     const [audit] = await database.knex(`${database.tablePrefix}audit_events`).where({ type: 'user.registered' });
-    assert.ok(audit);
+    assert.ok(audit, 'the change is audited');
     assert.equal(first.events.length, 0, 'the first instance never called its listener');
     await first.close();
 
@@ -236,7 +236,7 @@ test('an instance without a listener writes and claims no listener rows; without
     try {
       await createOrg(withListener);
       const rows = await countRows(h, 'event_deliveries', { target: 'listener' });
-      assert.ok(rows > 0);
+      assert.ok(rows > 0, 'listener rows written');
       // The instance without a listener never takes them.
       assert.deepEqual(await h.identity.service.deliverDueEvents(), { attempted: 0, delivered: 0, failed: 0 });
       assert.equal(await countRows(h, 'event_deliveries', { status: 'pending' }), rows);
@@ -257,7 +257,7 @@ test('delivered and dead rows are pruned after retentionDays; pending ones stay'
     const deliveries = h.identity.service.context.store.repos.eventDeliveries;
     assert.equal(await deliveries.pruneFinishedBefore(h.clock.now() - 24 * 3600 * 1000), 0);
     h.clock.advance(24 * 3600 + 1);
-    assert.ok((await deliveries.pruneFinishedBefore(h.clock.now() - 24 * 3600 * 1000)) >= 1);
+    assert.ok((await deliveries.pruneFinishedBefore(h.clock.now() - 24 * 3600 * 1000)) >= 1, 'pruned');
     assert.equal((await deliveriesOf(h, created.id)).length, 0);
   } finally {
     await h.close();

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import { Webhook } from 'standardwebhooks';
+import { migrateIdentityDatabase } from '../src/index.js';
 import { assertError } from './helpers/account.js';
 import { Harness } from './helpers/harness.js';
 import { addMember, createOrg, type CreatedOrg } from './helpers/orgs.js';
@@ -66,7 +67,7 @@ async function touch(org: CreatedOrg): Promise<string> {
   const response = await h.patch(`/orgs/${org.id}`, { name: `Renamed ${renames}` }, { token: org.owner.token });
   assert.equal(response.status, 200, response.text);
   const latest = h.events.filter((candidate) => candidate.type === 'org.updated' && candidate.organization_id === org.id).at(-1);
-  assert.ok(latest);
+  assert.ok(latest, 'an org.updated event');
   return latest.id;
 }
 
@@ -189,7 +190,7 @@ test('the secret is shown once, by create and rotate, and never again in any ans
     const webhookEvents = h.events.filter((event) => event.type.startsWith('webhook.') && event.data.webhook_id === webhook.id);
     assert.deepEqual(webhookEvents.map((event) => event.type), ['webhook.created', 'webhook.secret_rotated', 'webhook.updated']);
     assert.deepEqual(webhookEvents[2]!.data, { webhook_id: webhook.id, fields: ['events'] });
-    assert.ok(!JSON.stringify(webhookEvents).includes('secret-path') && !JSON.stringify(webhookEvents).includes('capability'));
+    assert.ok(!JSON.stringify(webhookEvents).includes('secret-path') && !JSON.stringify(webhookEvents).includes('capability'), 'no URL path or query in webhook events');
   } finally {
     await receiver.close();
   }
@@ -223,7 +224,7 @@ test('a receiver answering 500, 500, 200 sees one webhook-id three times, then t
     assert.equal(delivery.attempts, 3);
     assert.equal(delivery.last_status, 200);
     assert.equal(delivery.last_error, null);
-    assert.ok(delivery.delivered_at);
+    assert.ok(delivery.delivered_at, 'delivered_at is set');
   } finally {
     await receiver.close();
   }
@@ -417,7 +418,7 @@ test('test sends a webhook.test event to that webhook only, audited and never ha
     assert.equal(delivery.event_type, 'webhook.test');
     assert.equal(h.events.filter((event) => event.type === 'webhook.test').length, 0, 'never to onEvent');
     const audit = await h.get(`/orgs/${org.id}/audit-log`, { token: org.owner.token });
-    assert.ok(audit.body.data.events.some((event: any) => event.id === sent.body.data.event_id && event.type === 'webhook.test'));
+    assert.ok(audit.body.data.events.some((event: any) => event.id === sent.body.data.event_id && event.type === 'webhook.test'), 'the test event is in the audit log');
     assert.equal(bystander.requests.length, 0, 'another webhook of the organization never gets it, nor the webhook.* events');
   } finally {
     await receiver.close();
@@ -431,7 +432,7 @@ test('input: unknown or webhook.* types 422, a bad URL 422 invalid_webhook_url, 
   for (const events of [['user.unknown'], ['webhook.created'], ['*', 'org.updated'], []]) {
     const response = await h.post(`/orgs/${org.id}/webhooks`, { url, events }, { token: org.owner.token });
     assert.equal(response.status, 422, `${JSON.stringify(events)}: ${response.text}`);
-    assert.ok(Array.isArray(response.body.errors));
+    assert.ok(Array.isArray(response.body.errors), 'an {errors} answer');
   }
   for (const body of [{ url: 42, events: ['*'] }, { events: ['*'] }, { url, events: 'org.updated' }]) {
     assert.equal((await h.post(`/orgs/${org.id}/webhooks`, body, { token: org.owner.token })).status, 422, JSON.stringify(body));
@@ -485,7 +486,7 @@ test('the delivery log pages newest first with next_cursor', async () => {
     const page = await h.get(`/orgs/${org.id}/webhooks/${webhook.id}/deliveries?limit=1`, { token: org.owner.token });
     assert.equal(page.status, 200, page.text);
     assert.deepEqual(page.body.data.deliveries.map((entry: any) => entry.event_id), [second]);
-    assert.ok(page.body.data.next_cursor);
+    assert.ok(page.body.data.next_cursor, 'a next page');
     const next = await h.get(`/orgs/${org.id}/webhooks/${webhook.id}/deliveries?limit=1&cursor=${page.body.data.next_cursor}`, { token: org.owner.token });
     assert.deepEqual(next.body.data.deliveries.map((entry: any) => entry.event_id), [first]);
     assert.equal(next.body.data.next_cursor, null);
@@ -505,5 +506,28 @@ test('without webhooks.enabled every webhook route answers 404 and no webhook ro
     assert.equal((await off.knex(`${off.tablePrefix}event_deliveries`).where({ target: 'webhook' })).length, 0);
   } finally {
     await off.close();
+  }
+});
+
+test('migration 010 gives webhooks.manage to the owner and admin roles of organizations made before it', async () => {
+  const older = await Harness.start();
+  try {
+    const org = await createOrg(older);
+    const roles = `${older.tablePrefix}roles`;
+    // The database as the release before it left it: no webhook tables, no key, 010 not applied.
+    for (const row of await older.knex(roles).where({ organization_id: org.id })) {
+      const keys = (JSON.parse(row.permission_keys) as string[]).filter((key) => key !== 'webhooks.manage');
+      await older.knex(roles).where({ id: row.id }).update({ permission_keys: JSON.stringify(keys) });
+    }
+    await older.knex.schema.dropTable(`${older.tablePrefix}event_deliveries`);
+    await older.knex.schema.dropTable(`${older.tablePrefix}webhooks`);
+    await older.knex(`${older.tablePrefix}migrations`).where({ name: '010-events-and-webhooks' }).delete();
+    await migrateIdentityDatabase(older.knex, { tablePrefix: older.tablePrefix });
+    const keysOf = async (slug: string) => JSON.parse((await older.knex(roles).where({ organization_id: org.id, slug }).first()).permission_keys) as string[];
+    assert.ok((await keysOf('owner')).includes('webhooks.manage'), 'owner holds webhooks.manage');
+    assert.ok((await keysOf('admin')).includes('webhooks.manage'), 'admin holds webhooks.manage');
+    assert.ok(!(await keysOf('member')).includes('webhooks.manage'), 'member does not');
+  } finally {
+    await older.close();
   }
 });
