@@ -40,14 +40,40 @@ export class SignInRules {
     email: string,
     options: { userId?: string | undefined; credentialRight?: boolean; viaConnectionId?: string | null; repos?: Repositories } = {},
   ): Promise<void> {
+    const refusal = await this.refusal(email, options);
+    if (refusal) throw refusal;
+  }
+
+  /** The same rule, answered rather than thrown (for a transaction that must commit its own bookkeeping first). */
+  async refusal(
+    email: string,
+    options: { userId?: string | undefined; credentialRight?: boolean; viaConnectionId?: string | null; repos?: Repositories } = {},
+  ): Promise<IdentityError | undefined> {
     const requirement = await this.ssoRequirement(email, options.repos);
+    if (!requirement) return undefined;
+    if (options.viaConnectionId && options.viaConnectionId === requirement.connectionId) return undefined;
+    if (options.userId && options.credentialRight && (await (options.repos ?? this.context.store.repos).roles.isSuperadmin(options.userId))) return undefined;
+    return ssoRequired(requirement);
+  }
+
+  /**
+   * A session's later uses (refresh 401, invite acceptance 403): allowed when the address is
+   * under no enforcement, the session was opened through the enforcing connection, or the
+   * account is a superadmin (its session was opened with a right credential).
+   */
+  async assertSessionAllowed(user: { id: string; email: string }, sessionId: string, status: 401 | 403): Promise<void> {
+    const requirement = await this.ssoRequirement(user.email);
     if (!requirement) return;
-    if (options.viaConnectionId && options.viaConnectionId === requirement.connectionId) return;
-    if (options.userId && options.credentialRight && (await (options.repos ?? this.context.store.repos).roles.isSuperadmin(options.userId))) return;
-    throw ssoRequired(requirement);
+    const repos = this.context.store.repos;
+    if ((await repos.ssoIdentities.sessionConnection(sessionId)) === requirement.connectionId) return;
+    if (await repos.roles.isSuperadmin(user.id)) return;
+    throw ssoRequired(requirement, status);
   }
 }
 
 export function ssoRequired(requirement: Pick<SsoRequirement, 'organizationSlug'>, status: 401 | 403 = 403): IdentityError {
-  return new IdentityError(status, 'sso_required', 'Your organization requires signing in through its single sign-on.', { extra: { organization_slug: requirement.organizationSlug } });
+  return new IdentityError(status, 'sso_required', 'Your organization requires signing in through its single sign-on.', {
+    extra: { organization_slug: requirement.organizationSlug },
+    ...(status === 401 ? { headers: { 'WWW-Authenticate': 'Bearer error="sso_required"' } } : {}),
+  });
 }

@@ -110,7 +110,16 @@ export class SocialService {
   async callback(providerId: string, parameters: CallbackParameters): Promise<string> {
     const provider = this.provider(providerId);
     // A state issued for another provider (or an organization's connection) is burned and signs no one in.
-    return this.flows.callback(provider.id, this.social, parameters, async (flow) => (flow.connectionId === null ? this.target(provider) : undefined));
+    return this.flows.callback(
+      provider.id,
+      this.social,
+      parameters,
+      async (flow) => (flow.connectionId === null ? this.target(provider) : undefined),
+      async (flow, claims) => {
+        // Require SSO (CONTRACT 12.6): an address at an enforcing domain never signs in through a social provider.
+        if (flow.purpose === 'login' && claims.email) await this.assertSsoAllows(claims.email);
+      },
+    );
   }
 
   /** CONTRACT 9.4, rules 1 to 4 in order, at the exchange. Refusals tied to a user are recorded (after commit) and then thrown. */
@@ -276,9 +285,12 @@ export class SocialService {
   }
 
   private async completeLogin(provider: ResolvedSocialProvider, claims: ProviderClaims, meta: RequestMeta): Promise<SocialExchangeResult> {
+    if (claims.email) await this.assertSsoAllows(claims.email);
     const outcome = await this.resolveLogin(provider, claims, meta);
     const user = await this.context.store.repos.users.findById(outcome.user_id);
     if (!user) throw invalidExchangeCode();
+    // A linked account (9.4 rule 1) is judged by its own address, whatever the provider's is.
+    await this.assertSsoAllows(user.email);
     // CONTRACT 9.6: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
     const login = await this.flows.openSession(user, meta, { method: 'social', provider: provider.id });
     return { purpose: 'login', isNewUser: outcome.is_new_user, login };
@@ -313,6 +325,13 @@ export class SocialService {
     const provider = this.social.providers.get(providerId);
     if (!provider) throw errors.notFound('Provider');
     return provider;
+  }
+
+  /** The one "require SSO" rule; a superadmin signed in by its provider holds a right credential. */
+  private async assertSsoAllows(email: string): Promise<void> {
+    const local = await this.context.store.repos.users.findByEmail(email);
+    const refusal = await this.signInRules.refusal(email, { userId: local?.id, credentialRight: true });
+    if (refusal) throw new SocialRefusal('sso_required');
   }
 
   /** Never derived from Host or X-Forwarded-*: hosts register exactly this URL (CONTRACT 9.1). */
