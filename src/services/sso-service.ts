@@ -31,7 +31,7 @@ import { userStatus } from './identity-service.js';
 import { normaliseEmail } from './identity-rules.js';
 import { iso } from './iso-time.js';
 import type { LoginResult } from './login-result.js';
-import { loadOpenIdClient, type ProviderConfiguration } from './social-provider-client.js';
+import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 import { TOMBSTONE_EMAIL_DOMAIN } from './user-admin-service.js';
 
@@ -592,7 +592,8 @@ export class SsoService {
       return configuration;
     } catch (error) {
       this.context.logger.warn('sso discovery failed', { connection_id: connection.id, reason: error instanceof OutboundRefusal ? error.reason : 'discovery_failed' });
-      throw new FederatedRefusal('provider_unavailable');
+      // 502 at authorize; the callback turns it into social_error=provider_unavailable.
+      throw providerUnavailable();
     }
   }
 }
