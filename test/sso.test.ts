@@ -211,3 +211,41 @@ describe('identifier-first sign-in', () => {
     assert.equal(trip.error, 'account_link_required');
   });
 });
+
+describe('MFA after single sign-on', () => {
+  test('a user with a confirmed factor gets the MFA gate from the exchange; the IdP amr never satisfies it', async () => {
+    const { domain } = await ssoOrg(h, dns, op, { jit: true });
+    const member = await h.signUp(addressAt(domain, 'mfa'));
+    const { enrollTotp } = await import('./helpers/mfa.js');
+    await enrollTotp(h, member.accessToken);
+    const { exchanged } = await ssoLogin(h, op, { sub: newSubject(), email: member.email }, { email: member.email });
+    assert.equal(exchanged!.status, 200, exchanged!.text);
+    assert.equal(exchanged!.body.data.mfa_required, true);
+    assert.equal(exchanged!.body.data.access_token, undefined);
+  });
+
+  test("require_mfa: a JIT join counts at once; the session is under grace enrollment in the organization", async () => {
+    const { org, domain } = await ssoOrg(h, dns, op, { jit: true });
+    const strict = await h.patch(`/orgs/${org.id}`, { settings: { require_mfa: true } }, { token: org.owner.token });
+    assert.equal(strict.status, 200, strict.text);
+    const email = addressAt(domain);
+    const { exchanged } = await ssoLogin(h, op, { sub: newSubject(), email }, { email });
+    assert.equal(exchanged!.status, 200, exchanged!.text);
+    const token = exchanged!.body.data.access_token;
+    assert.equal(decodeJwt(token).mfa, false);
+    assertError(await h.post('/auth/switch-org', { organization_id: org.id }, { token }), 403, 'mfa_enrollment_required');
+    assert.equal((await h.get('/auth/mfa/factors', { token })).status, 200);
+  });
+});
+
+describe('organization deletion', () => {
+  test('releases its domains and removes its connection', async () => {
+    const { org, domain } = await ssoOrg(h, dns, op);
+    const removed = await h.delete(`/orgs/${org.id}`, { token: org.owner.token });
+    assert.equal(removed.status, 200, removed.text);
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0);
+    const next = await createOrg(h);
+    const added = await h.post(`/orgs/${next.id}/domains`, { domain }, { token: next.owner.token });
+    assert.equal(added.status, 201, added.text);
+  });
+});

@@ -136,6 +136,10 @@ export class OrgDomainRepository extends Repository {
   async delete(organizationId: string, id: string): Promise<boolean> {
     return (await this.db(this.table.orgDomains).where({ organization_id: organizationId, id }).delete()) === 1;
   }
+
+  async deleteAllOfOrganization(organizationId: string): Promise<number> {
+    return this.db(this.table.orgDomains).where({ organization_id: organizationId }).delete();
+  }
 }
 
 /** The organization's OpenID provider (CONTRACT 12.3); one per organization. */
