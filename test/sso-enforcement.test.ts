@@ -115,6 +115,17 @@ describe('every path refused for an address at an enforcing domain', () => {
     assert.equal((await h.post('/auth/token/refresh', { refresh_token: exchanged!.body.data.refresh_token })).status, 200);
   });
 
+  test('a session opened through the connection behind the MFA gate refreshes under enforcement', async () => {
+    // The employee holds a passkey: single sign-on stops at the MFA gate, and the session it opens counts as SSO.
+    const { exchanged } = await ssoLogin(h, op, { sub: newSubject(), email: employee.email }, { email: employee.email });
+    assert.equal(exchanged!.status, 200, exchanged!.text);
+    assert.equal(exchanged!.body.data.mfa_required, true);
+    const { passGateWithRecorded } = await import('./helpers/passkeys.js');
+    const passed = await passGateWithRecorded(h, exchanged!.body.data.mfa_token, exchanged!.body.data.factors[0].id, fixtures.primary.assertions[1]!);
+    assert.equal(passed.status, 200, passed.text);
+    assert.equal((await h.post('/auth/token/refresh', { refresh_token: passed.body.data.refresh_token })).status, 200);
+  });
+
   test('addresses outside the domain are untouched', async () => {
     const outsider = await h.signUp();
     assert.equal((await h.post('/auth/login', { email: outsider.email, password: outsider.password })).status, 200);

@@ -247,8 +247,14 @@ export class FederatedFlows {
    * A federated first factor completes the sign-in (CONTRACT 9.6, 12.5): the MFA gate applies
    * unchanged, else a session opens with `amr: ['fed']`; `opened` runs in its transaction.
    */
-  async openSession(user: UserRecord, meta: RequestMeta, loggedIn: Record<string, unknown>, opened?: (uow: UnitOfWork, sessionId: string) => Promise<void>): Promise<LoginResult> {
-    const gate = await this.mfa.loginGate(user, meta, 'fed');
+  async openSession(
+    user: UserRecord,
+    meta: RequestMeta,
+    loggedIn: Record<string, unknown>,
+    opened?: (uow: UnitOfWork, sessionId: string) => Promise<void>,
+    ssoConnectionId?: string,
+  ): Promise<LoginResult> {
+    const gate = await this.mfa.loginGate(user, meta, 'fed', ssoConnectionId);
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
     const session = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);

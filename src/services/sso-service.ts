@@ -447,7 +447,7 @@ export class SsoService {
     const login = await this.flows.openSession(user, meta, { method: 'sso', connection_id: connection.id }, async (uow, sessionId) => {
       // Enforcement lets this session refresh and accept invites: it was opened through the connection.
       await uow.repos.ssoIdentities.markSessionOpenedThrough(sessionId, connection.id);
-    });
+    }, connection.id);
     return { login, isNewUser: outcome.isNewUser, organizationId: connection.organizationId };
   }
 

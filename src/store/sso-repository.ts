@@ -154,6 +154,22 @@ export class SsoConnectionRepository extends Repository {
     return row ? mapConnection(row) : undefined;
   }
 
+  /**
+   * CONTRACT 12.1: every organization's `owner` system role holds `sso.manage` once `sso` is
+   * configured, organizations created before it included. Idempotent; answers how many changed.
+   */
+  async grantToOwnerRoles(key: string, now: number): Promise<number> {
+    const rows = await this.db(this.table.roles).where({ slug: 'owner', is_system: true }).whereNotNull('organization_id').select('id', 'permission_keys');
+    let changed = 0;
+    for (const row of rows as Array<{ id: string; permission_keys: string }>) {
+      const keys = JSON.parse(row.permission_keys) as string[];
+      if (keys.includes(key)) continue;
+      await this.db(this.table.roles).where({ id: row.id }).update({ permission_keys: JSON.stringify([...keys, key]), updated_at: now });
+      changed += 1;
+    }
+    return changed;
+  }
+
   async organizationIdForSlug(slug: string): Promise<string | undefined> {
     const row = await this.db(this.table.organizations).where({ slug }).whereNull('deleted_at').first('id');
     return row ? String(row.id) : undefined;

@@ -59,6 +59,10 @@ export function up(table: TableNames) {
     await knex.schema.alterTable(table.socialFlows, (t) => {
       t.string('connection_id', 36).nullable();
     });
+    // An MFA gate after single sign-on remembers the connection, so the session it opens counts as opened through it.
+    await knex.schema.alterTable(table.mfaTickets, (t) => {
+      t.string('sso_connection_id', 36).nullable();
+    });
     // A session opened through a connection survives that connection's enforcement (CONTRACT 12.6).
     await knex.schema.alterTable(table.sessions, (t) => {
       t.string('sso_connection_id', 36).nullable();
