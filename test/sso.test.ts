@@ -249,3 +249,22 @@ describe('organization deletion', () => {
     assert.equal(added.status, 201, added.text);
   });
 });
+
+describe('sso.manage for organizations created before sso was configured', () => {
+  test('their owner roles are granted it at start-up', async () => {
+    const { Harness } = await import('./helpers/harness.js');
+    const plain = await Harness.start();
+    try {
+      const org = await createOrg(plain);
+      const withSso = await startSsoHarness(op, dns, { shareDatabaseWith: plain });
+      try {
+        const listed = await withSso.get(`/orgs/${org.id}/domains`, { token: org.owner.token });
+        assert.equal(listed.status, 200, listed.text);
+      } finally {
+        await withSso.close();
+      }
+    } finally {
+      await plain.close();
+    }
+  });
+});
