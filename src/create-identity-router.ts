@@ -142,7 +142,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   } as Omit<ServiceContext, 'delivery'> as ServiceContext;
   // The worker needs the context it is part of (its 410 handling runs a unit of work).
   context.delivery = new EventDelivery(context);
-  const services = new IdentityServices(context);
+  const services = new IdentityServices(context, adapters.dns);
 
   const readiness = new Readiness(async () => {
     try {

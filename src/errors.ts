@@ -31,7 +31,20 @@ export type IdentityErrorCode =
   | 'request_abandoned'
   | 'internal_error'
   | SocialErrorCode
-  | WebhookErrorCode;
+  | WebhookErrorCode
+  | SsoErrorCode;
+
+/** Single sign-on per organization (CONTRACT 12.7); the last three travel as `social_error`. */
+export type SsoErrorCode =
+  | 'invalid_domain'
+  | 'domain_not_verified'
+  | 'invalid_issuer'
+  | 'domain_taken'
+  | 'sso_not_configured'
+  | 'sso_required'
+  | 'sso_email_outside_domain'
+  | 'sso_not_member'
+  | 'sso_member_suspended';
 
 /** Webhook failures (CONTRACT 13.2, 13.3). */
 export type WebhookErrorCode = 'invalid_webhook_url' | 'webhook_limit' | 'webhook_disabled';

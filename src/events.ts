@@ -43,6 +43,14 @@ export const EVENT_TYPES = [
   // CONTRACT 9.8
   'user.social_linked',
   'user.social_unlinked',
+  // CONTRACT 12.7: single sign-on per organization
+  'org.domain_added',
+  'org.domain_verified',
+  'org.domain_removed',
+  'sso.connection_created',
+  'sso.connection_updated',
+  'sso.connection_deleted',
+  'user.sso_linked',
   // CONTRACT 13.4: audited and handed to onEvent, never sent to a webhook (webhook.test goes only to its webhook)
   'webhook.created',
   'webhook.updated',

@@ -2,6 +2,7 @@ import Joi from 'joi';
 import { DEFAULTS, DEFAULT_RATE_LIMITS, RATE_LIMIT_GROUPS } from './defaults.js';
 import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } from './types.js';
 import { resolveSocialConfig, socialConfigProblems, socialConfigSchema } from './social.js';
+import { resolveSsoConfig, ssoConfigProblems, ssoConfigSchema } from './sso.js';
 
 const seconds = Joi.number().integer().min(1);
 const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
@@ -74,6 +75,7 @@ const configSchema = Joi.object<IdentityConfig>({
     origins: Joi.array().items(Joi.string().min(1)).min(1).required(),
   }),
   social: socialConfigSchema,
+  sso: ssoConfigSchema,
   events: Joi.object({
     delivery: Joi.object({
       worker: Joi.boolean(),
@@ -138,6 +140,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   };
   if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
   problems.push(...socialConfigProblems(input.social));
+  problems.push(...ssoConfigProblems(input.sso));
   const totpIssuer = defaultTotpIssuer(input);
   if (!error && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
   if (input.webauthn && !error?.details.some((detail) => detail.path[0] === 'webauthn')) problems.push(...webauthnProblems(input.webauthn));
@@ -183,6 +186,7 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
       ? { rpId: input.webauthn.rpId, rpName: input.webauthn.rpName ?? input.appName ?? input.issuer, origins: [...input.webauthn.origins] }
       : undefined,
     social: resolveSocialConfig(input.social),
+    sso: resolveSsoConfig(input.sso),
     events: { delivery: { ...DEFAULTS.eventDelivery, schedule: [...(input.events?.delivery?.schedule ?? DEFAULTS.eventDelivery.schedule)], ...withoutSchedule(input.events?.delivery) } },
     webhooks: { ...DEFAULTS.webhooks, ...input.webhooks },
   };

@@ -98,7 +98,7 @@ export const socialConfigSchema = Joi.object({
 const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 
 /** `https:`, or `http:` on a loopback host (answered as insecure so start-up can warn). */
-function checkAbsoluteUrl(value: unknown, label: string, problems: string[]): { url: URL; insecure: boolean } | undefined {
+export function checkAbsoluteUrl(value: unknown, label: string, problems: string[]): { url: URL; insecure: boolean } | undefined {
   if (typeof value !== 'string') return undefined;
   let url: URL;
   try {

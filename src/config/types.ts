@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Store as RateLimitStore } from 'express-rate-limit';
 import type { ResolvedSocialConfig, SocialConfig } from './social.js';
+import type { ResolvedSsoConfig, SsoConfig } from './sso.js';
 
 export type RateLimitGroup =
   | 'login'
@@ -122,6 +123,8 @@ export interface IdentityConfig {
   links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
   /** Social login through OpenID Connect providers (CONTRACT 9); without it the social routes answer 404. */
   social?: SocialConfig;
+  /** Single sign-on per organization (CONTRACT 12); without it the SSO routes answer 404. */
+  sso?: SsoConfig;
   /** Passkeys (CONTRACT 8). Without it the passkey routes answer 404 and passkeys are not offered as factors. */
   webauthn?: WebauthnConfig;
   /** Durable delivery of events to `onEvent` and webhooks (CONTRACT 13.1). */
@@ -229,6 +232,7 @@ export interface ResolvedConfig {
   links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
   webauthn: { rpId: string; rpName: string; origins: string[] } | undefined;
   social: ResolvedSocialConfig | undefined;
+  sso: ResolvedSsoConfig | undefined;
   events: { delivery: ResolvedEventDeliveryConfig };
   webhooks: ResolvedWebhooksConfig;
 }

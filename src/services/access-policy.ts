@@ -126,7 +126,8 @@ export interface SessionCaller {
  * inviting with or granting such a role needs step-up.
  */
 export function isOwnerEquivalent(role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): boolean {
-  return (role.isSystem && role.slug === OWNER_ROLE_SLUG) || role.permissionKeys.includes('org.delete') || role.permissionKeys.includes('roles.manage');
+  // sso.manage too (CONTRACT 12.1): whoever controls the IdP can sign in as anyone at the domain, owners included.
+  return (role.isSystem && role.slug === OWNER_ROLE_SLUG) || role.permissionKeys.includes('org.delete') || role.permissionKeys.includes('roles.manage') || role.permissionKeys.includes('sso.manage');
 }
 
 /** The `owner` system role itself (last-owner invariants are about this role). */

@@ -16,6 +16,7 @@ import { mayAuthenticate } from './access-policy.js';
 import { revokeKeysOfUser } from './api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+import { type SignInRules, ssoRequired } from './sign-in-rules.js';
 
 /** Registration, e-mail verification, password login and password reset / change (spec 4.1). */
 export class AccountService {
@@ -23,6 +24,7 @@ export class AccountService {
     private readonly context: ServiceContext,
     private readonly sessions: SessionService,
     private readonly mfa: MfaService,
+    private readonly signInRules: SignInRules,
   ) {}
 
   /**
@@ -31,6 +33,8 @@ export class AccountService {
    */
   async register(input: { email: string; password: string; displayName?: string | undefined }, meta: RequestMeta): Promise<void> {
     const email = normaliseEmail(input.email);
+    // Require SSO (CONTRACT 12.6): nothing is created or sent for an address at an enforcing domain.
+    await this.signInRules.assertAllowed(email);
     assertPasswordAcceptable(input.password, email, this.context.config.password);
     const passwordHash = await this.context.hasher.hash(input.password);
     await runUnitOfWork(this.context, meta, async (uow) => {
@@ -73,6 +77,13 @@ export class AccountService {
     const now = this.context.clock.now();
     const repos = this.context.store.repos;
     const user = await repos.users.findByEmail(email);
+    // Require SSO (CONTRACT 12.6): decided by the domain before any password check. Only a
+    // superadmin goes on to the comparison, and a wrong password still answers sso_required.
+    const ssoRequirement = await this.signInRules.ssoRequirement(email);
+    if (ssoRequirement && !(user && (await repos.roles.isSuperadmin(user.id)))) {
+      await this.context.hasher.burnVerification(input.password, abandoned);
+      throw ssoRequired(ssoRequirement);
+    }
     // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared (issue 10).
     const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined;
 
@@ -91,7 +102,7 @@ export class AccountService {
     try {
       if (!(await this.context.hasher.verify(input.password, user.passwordHash, abandoned))) {
         await this.recordLoginFailure(user, 'wrong_password', meta, slot);
-        throw errors.invalidCredentials();
+        throw ssoRequirement ? ssoRequired(ssoRequirement) : errors.invalidCredentials();
       }
       if (user.status === 'disabled') {
         await this.recordLoginFailure(user, 'account_disabled', meta);
@@ -133,6 +144,9 @@ export class AccountService {
 
   async forgotPassword(emailInput: string, meta: RequestMeta): Promise<void> {
     const email = normaliseEmail(emailInput);
+    // Require SSO: no reset link is sent to an address at an enforcing domain (superadmins excepted).
+    const exempt = await this.context.store.repos.users.findByEmail(email).then((user) => (user ? this.context.store.repos.roles.isSuperadmin(user.id) : false));
+    if (!exempt) await this.signInRules.assertAllowed(email);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const user = await uow.repos.users.findByEmail(email);
       if (!user || !mayAuthenticate(user)) return;
@@ -148,6 +162,8 @@ export class AccountService {
     if (!stored || stored.consumedAt !== null || stored.expiresAt <= this.context.clock.now()) throw invalid();
     const user = await this.context.store.repos.users.findById(stored.userId);
     if (!user || user.deletedAt !== null) throw invalid();
+    // Require SSO: a token issued before enforcement changes nothing either; a superadmin's valid token is a right credential.
+    await this.signInRules.assertAllowed(user.email, { userId: user.id, credentialRight: true });
     assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
     const passwordHash = await this.context.hasher.hash(input.newPassword);
 

@@ -12,7 +12,13 @@ import { PasskeyService } from './passkey-service.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
-import { SocialService } from './social-service.js';
+import { SocialService, type SocialExchangeResult } from './social-service.js';
+import { FederatedFlows } from './federated-flow.js';
+import { SignInRules } from './sign-in-rules.js';
+import { SsoService } from './sso-service.js';
+import type { RequestMeta } from './context.js';
+import { errors } from '../errors.js';
+import type { DnsResolver } from '../adapters/types.js';
 import { UserAdminService } from './user-admin-service.js';
 import type { DeliveryTotals } from './event-delivery.js';
 import { WebhookService } from './webhook-service.js';
@@ -41,30 +47,57 @@ export class IdentityServices {
   readonly webhooks: WebhookService;
   /** Present only with a `social` config (CONTRACT 9). */
   readonly social: SocialService | undefined;
+  /** Present only with an `sso` config (CONTRACT 12). */
+  readonly sso: SsoService | undefined;
+  /** "Require SSO" (CONTRACT 12.6): the one rule every sign-in path asks. */
+  readonly signInRules: SignInRules;
+  /** The federated round trip shared by social login and single sign-on. */
+  readonly flows: FederatedFlows;
 
-  constructor(readonly context: ServiceContext) {
-    this.catalog = buildPermissionCatalog(context.config.permissions);
+  constructor(readonly context: ServiceContext, dns?: DnsResolver) {
+    this.catalog = buildPermissionCatalog(context.config.permissions, { sso: context.config.sso !== undefined });
+    this.signInRules = new SignInRules(context);
     this.keyRing = context.keyRing;
     this.policy = new AccessPolicy(context, this.catalog);
-    this.sessions = new SessionService(context, this.catalog);
-    this.passkeys = new PasskeyService(context, this.sessions, this.policy);
+    this.sessions = new SessionService(context, this.catalog, this.signInRules);
+    this.passkeys = new PasskeyService(context, this.sessions, this.policy, this.signInRules);
     this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys);
-    this.accounts = new AccountService(context, this.sessions, this.mfa);
+    this.accounts = new AccountService(context, this.sessions, this.mfa, this.signInRules);
     this.identity = new IdentityService(context);
     this.organizations = new OrganizationService(context, this.catalog);
     this.members = new MemberService(context, this.catalog, this.policy);
-    this.invites = new InviteService(context, this.catalog, this.policy);
+    this.invites = new InviteService(context, this.catalog, this.policy, this.signInRules);
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
     this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
     this.webhooks = new WebhookService(context, this.catalog);
-    this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
+    this.flows = new FederatedFlows(context, this.sessions, this.mfa);
+    this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.flows, this.policy, this.signInRules) : undefined;
+    this.sso = context.config.sso ? new SsoService(context, context.config.sso, this.flows, dns) : undefined;
+  }
+
+  /**
+   * POST /auth/social/exchange (CONTRACT 9.2, 12.5): the code is burned and the handoff
+   * verifier matched once, then the flow's own feature completes it: its organization's
+   * connection for a single sign-on flow, else its social provider.
+   */
+  async exchange(input: { code: string; handoffVerifier: string; bearer: string | undefined }, meta: RequestMeta): Promise<SocialExchangeResult & { organizationId?: string }> {
+    const { flow, claims } = await this.flows.consumeExchange(input);
+    if (flow.connectionId !== null) {
+      if (!this.sso) throw errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
+      const result = await this.sso.completeExchange(flow, claims, meta);
+      return { purpose: 'login', login: result.login, isNewUser: result.isNewUser, organizationId: result.organizationId };
+    }
+    if (!this.social) throw errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
+    return this.social.completeExchange(flow, claims, input.bearer, meta);
   }
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */
   async initialise(): Promise<void> {
     // Later areas add their start-up work here (e.g. the global superadmin role row).
     // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
+    // With `sso`, owners of organizations created before it hold sso.manage too (CONTRACT 12.1).
+    if (this.sso) await this.context.store.repos.ssoConnections.grantToOwnerRoles('sso.manage', this.context.clock.now());
     await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
   }
 

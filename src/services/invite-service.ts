@@ -10,6 +10,7 @@ import { normaliseEmail } from './identity-rules.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
 import { decodeCursor, keysetPage } from './pagination.js';
+import type { SignInRules } from './sign-in-rules.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 import { iso } from './iso-time.js';
 import { spendSendBudget } from './send-budget.js';
@@ -44,6 +45,7 @@ export class InviteService {
     protected readonly context: ServiceContext,
     protected readonly catalog: PermissionCatalog,
     private readonly policy: AccessPolicy,
+    private readonly signInRules: SignInRules,
   ) {}
 
   /** POST /orgs/{id}/invites. Re-inviting a pending address rotates its token and extends the expiry. */
@@ -170,6 +172,8 @@ export class InviteService {
    */
   async accept(principal: Principal, token: string, meta: RequestMeta): Promise<{ organization_id: string }> {
     const tokenHash = keyedHash(this.context.keys.tokenHash, token);
+    // Require SSO (CONTRACT 12.6): only a session opened through the enforcing connection joins; the invite stays pending.
+    await this.signInRules.assertSessionAllowed(principal.user, principal.sessionId, 403);
     return runUnitOfWork(this.context, meta, async (uow) => {
       const refused = () => uow.failAfterCommit(errors.invalidToken(400));
       const invite = await uow.repos.invites.findByTokenHash(tokenHash);

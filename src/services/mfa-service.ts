@@ -66,7 +66,7 @@ export class MfaService {
    * factors when it does, nothing when a session may open, and refuses the login in
    * 'block' mode when MFA is enforced and no factor is confirmed.
    */
-  async loginGate(user: UserRecord, meta: RequestMeta, firstFactor: 'pwd' | 'fed' = 'pwd'): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
+  async loginGate(user: UserRecord, meta: RequestMeta, firstFactor: 'pwd' | 'fed' = 'pwd', ssoConnectionId?: string): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
     const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {
@@ -76,7 +76,7 @@ export class MfaService {
     }
     const ticketId = randomUUID();
     const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
-    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor });
+    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId });
     return { mfaToken: token, factors: confirmed.filter((factor) => factor.type !== 'webauthn' || this.passkeys.enabled).map(loginFactorView) };
   }
 
@@ -92,7 +92,7 @@ export class MfaService {
     const now = this.context.clock.now();
     if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
     // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, no code is looked at.
-    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
+    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
   }
 
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
@@ -134,9 +134,11 @@ export class MfaService {
       const secondFactor = secondFactorAmr(method);
       const amr = ticket.firstFactor === 'fed' ? ['fed', ...secondFactor.slice(1)] : secondFactor;
       const opened = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
+      // Opened through single sign-on: enforcement lets it refresh and accept invites (CONTRACT 12.6).
+      if (ticket.ssoConnectionId) await uow.repos.ssoIdentities.markSessionOpenedThrough(opened.subject.sid, ticket.ssoConnectionId);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.firstFactor === 'fed' ? { method: 'social' } : { method }) } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.ssoConnectionId ? { method: 'sso', connection_id: ticket.ssoConnectionId } : ticket.firstFactor === 'fed' ? { method: 'social' } : { method }) } });
       return opened;
     });
     return this.sessions.signOpened(opened);

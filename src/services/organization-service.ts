@@ -149,6 +149,9 @@ export class OrganizationService {
       const invitesRevoked = await uow.repos.invites.revokeAllPending(organizationId, uow.now);
       await uow.repos.apiKeys.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
       await deleteWebhooksOfOrganization(uow, organizationId);
+      // CONTRACT 12.4: deleting the organization releases its domains and removes its connection.
+      await uow.repos.orgDomains.deleteAllOfOrganization(organizationId);
+      await uow.repos.ssoConnections.delete(organizationId);
       await uow.emit({ type: 'org.deleted', actorId: principal.userId, organizationId, data: { sessions_revoked: sessionsRevoked, invites_revoked: invitesRevoked } });
     });
   }

@@ -14,6 +14,7 @@ import type { PasskeyChallengePurpose, PasskeyRecord } from '../store/passkey-re
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { AccessPolicy } from './access-policy.js';
+import type { SignInRules } from './sign-in-rules.js';
 import { FailedAttemptSlot } from './lockout.js';
 import { MfaCodes } from './mfa-codes.js';
 import type { Principal } from './principal.js';
@@ -57,6 +58,7 @@ export class PasskeyService {
     private readonly context: ServiceContext,
     private readonly sessions: SessionService,
     private readonly policy: AccessPolicy,
+    private readonly signInRules: SignInRules,
   ) {
     this.codes = new MfaCodes(context);
   }
@@ -228,6 +230,9 @@ export class PasskeyService {
           if (refusal.code === 'account_disabled') await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'account_disabled' } });
           return uow.failAfterCommit(refusal);
         }
+        // Require SSO (CONTRACT 12.6); a superadmin's verified passkey is a right credential.
+        const ssoRefusal = await this.signInRules.refusal(user.email, { userId: user.id, credentialRight: true, repos: uow.repos });
+        if (ssoRefusal) return uow.failAfterCommit(ssoRefusal);
         // The sign-in is complete: only now do earlier failures stop counting.
         await uow.repos.users.clearFailedLogins(user.id);
         const opened = await this.sessions.open(uow, user, { mfa: true, amr: PASSKEY_LOGIN_AMR, authTime: uow.now }, meta);

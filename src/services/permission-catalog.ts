@@ -36,8 +36,12 @@ export interface PermissionCatalog {
   templates: Record<SystemRoleSlug, { name: string; description: string; keys: string[] }>;
 }
 
-export function buildPermissionCatalog(hostPermissions: PermissionDefinition[]): PermissionCatalog {
-  const entries: PermissionDefinition[] = [...CORE_PERMISSIONS, ...hostPermissions.filter((p) => !CORE_PERMISSIONS.some((core) => core.key === p.key))];
+/** CONTRACT 12.1: only with an `sso` config; owner templates hold it, admin does not. */
+export const SSO_PERMISSION = { key: 'sso.manage', description: "Manage the organization's verified domains and single sign-on connection" } as const;
+
+export function buildPermissionCatalog(hostPermissions: PermissionDefinition[], features: { sso?: boolean } = {}): PermissionCatalog {
+  const core: PermissionDefinition[] = [...CORE_PERMISSIONS, ...(features.sso ? [SSO_PERMISSION] : [])];
+  const entries: PermissionDefinition[] = [...core, ...hostPermissions.filter((p) => !core.some((entry) => entry.key === p.key))];
   const keys = new Set(entries.map((entry) => entry.key));
   const organizationKeys = entries.map((entry) => entry.key).filter((key) => !GLOBAL_ONLY_PERMISSIONS.has(key));
   return {
@@ -46,7 +50,7 @@ export function buildPermissionCatalog(hostPermissions: PermissionDefinition[]):
     organizationKeys,
     templates: {
       owner: { name: 'Owner', description: 'Full control of the organization', keys: organizationKeys },
-      admin: { name: 'Admin', description: 'Everything but deleting the organization', keys: organizationKeys.filter((key) => key !== 'org.delete') },
+      admin: { name: 'Admin', description: 'Everything but deleting the organization', keys: organizationKeys.filter((key) => key !== 'org.delete' && key !== SSO_PERMISSION.key) },
       member: { name: 'Member', description: 'Read access to the organization', keys: ['org.read', 'members.read', 'roles.read'] },
     },
   };

@@ -1,3 +1,4 @@
+import type { SignInRules } from './sign-in-rules.js';
 import { randomUUID } from 'node:crypto';
 import { errors, IdentityError } from '../errors.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
@@ -56,6 +57,7 @@ export class SessionService {
   constructor(
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
+    private readonly signInRules: SignInRules,
   ) {}
 
   /**
@@ -139,6 +141,8 @@ export class SessionService {
       });
     }
     if (stored.expiresAt <= now || !mayAuthenticate(user)) throw errors.invalidGrant();
+    // Require SSO (CONTRACT 12.6): sessions from before enforcement end at their next refresh.
+    await this.signInRules.assertSessionAllowed(user, session.id, 401);
 
     const nextRefreshToken = rotation ? randomToken() : refreshToken;
     await runUnitOfWork(this.context, meta, async (uow) => {

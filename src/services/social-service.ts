@@ -1,22 +1,32 @@
-import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { ResolvedSocialConfig, ResolvedSocialProvider } from '../config/social.js';
-import { matchesReturnUrl } from '../config/social.js';
-import { decrypt, encrypt } from '../crypto/aead.js';
-import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
-import { errors, IdentityError, type SocialErrorCode } from '../errors.js';
+import { errors, IdentityError } from '../errors.js';
 import type { SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../store/social-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { AccessPolicy } from './access-policy.js';
 import type { LoginResult } from './login-result.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { userStatus } from './identity-service.js';
-import type { MfaService } from './mfa-service.js';
-import { normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
 import type { SessionService } from './session-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
-import { isUnreachable, SocialProviderClients } from './social-provider-client.js';
+import { SocialProviderClients } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
+import {
+  type AuthorizationStart,
+  type CallbackParameters,
+  type FederatedFlows,
+  FederatedRefusal as SocialRefusal,
+  type FlowTarget,
+  exchangeError,
+  invalidExchangeCode,
+  type ProviderClaims,
+  RESOLUTION_ATTEMPTS,
+  ResolutionConflict,
+} from './federated-flow.js';
+import type { SignInRules } from './sign-in-rules.js';
+
+export type { AuthorizationStart, CallbackParameters } from './federated-flow.js';
 import { iso, isoOrNull } from './iso-time.js';
 
 /** `identity` of CONTRACT 9.2; the provider's `sub` is never returned. */
@@ -27,11 +37,6 @@ export interface SocialIdentityView {
   email_verified: boolean;
   created_at: string;
   last_login_at: string | null;
-}
-
-export interface AuthorizationStart {
-  authorization_url: string;
-  expires_in: number;
 }
 
 export type SocialExchangeResult =
@@ -45,41 +50,7 @@ interface SocialFlowOutcome {
   is_new_user: boolean;
 }
 
-/** What the callback learned from the provider (CONTRACT 9.3), sealed on the flow for the exchange. */
-interface ProviderClaims {
-  subject: string;
-  email: string | null;
-  emailVerified: boolean;
-  name: string | null;
-}
-
-/** The callback's query, as the provider sent it. */
-export interface CallbackParameters {
-  code?: string;
-  state?: string;
-  iss?: string;
-  error?: string;
-}
-
-/** RFC 6749 codes that may be passed on to the SPA as `social_error_detail` (CONTRACT 9.7). */
-const FORWARDED_PROVIDER_ERRORS = new Set(['access_denied', 'server_error', 'temporarily_unavailable', 'invalid_scope', 'login_required', 'consent_required', 'interaction_required']);
-const FLOW_RETENTION_MS = 24 * 60 * 60 * 1000;
 const DISPLAY_NAME_MAX = 120;
-const EMAIL_MAX_OCTETS = 320;
-/** Two first logins of one new subject race on the unique indexes; the loser resolves again and finds the winner's link. */
-const RESOLUTION_ATTEMPTS = 3;
-
-/** A callback or exchange refusal: a code of CONTRACT 9.7 (or a login code of section 5). */
-class SocialRefusal extends Error {
-  constructor(
-    readonly code: SocialErrorCode | 'account_disabled' | 'email_unverified' | 'invalid_credentials' | 'session_ended',
-    readonly detail?: string,
-  ) {
-    super(code);
-  }
-}
-
-class ResolutionConflict extends Error {}
 
 /**
  * Social login through OpenID Connect providers (CONTRACT 9): the authorization round trip,
@@ -93,8 +64,9 @@ export class SocialService {
     private readonly context: ServiceContext,
     private readonly social: ResolvedSocialConfig,
     private readonly sessions: SessionService,
-    private readonly mfa: MfaService,
+    private readonly flows: FederatedFlows,
     private readonly policy: AccessPolicy,
+    private readonly signInRules: SignInRules,
   ) {
     this.clients = new SocialProviderClients(context.clock, context.logger);
   }
@@ -118,49 +90,14 @@ export class SocialService {
     return this.start(this.provider(providerId), 'link', input, principal, meta);
   }
 
-  private async start(
+  private start(
     provider: ResolvedSocialProvider,
     purpose: SocialFlowPurpose,
     input: { returnTo?: string | undefined; handoffChallenge: string },
     principal: Principal | null,
     meta: RequestMeta,
   ): Promise<AuthorizationStart> {
-    const returnTo = input.returnTo ?? this.social.returnUrls[0]!;
-    if (!matchesReturnUrl(returnTo, this.social.returnUrls)) throw errors.validation(['return_to is not allowed']);
-    const { client, configuration } = await this.clients.configuration(provider);
-    const state = client.randomState();
-    const nonce = client.randomNonce();
-    const codeVerifier = client.randomPKCECodeVerifier();
-    const codeChallenge = await client.calculatePKCECodeChallenge(codeVerifier);
-    const flowId = randomUUID();
-    await runUnitOfWork(this.context, meta, async (uow) => {
-      // Pruned on the way, so no scheduler is needed (CONTRACT 9.10: rows older than one day).
-      await uow.repos.socialFlows.pruneCreatedBefore(uow.now - FLOW_RETENTION_MS);
-      await uow.repos.socialFlows.insert({
-        id: flowId,
-        stateHash: this.hash('state', state),
-        provider: provider.id,
-        purpose,
-        userId: principal?.userId ?? null,
-        sessionId: principal?.sessionId ?? null,
-        secretsEnc: encrypt(this.context.keys.socialFlowEncryption, JSON.stringify({ code_verifier: codeVerifier, nonce }), `social-flow:${flowId}`),
-        returnTo,
-        handoffChallenge: input.handoffChallenge,
-        now: uow.now,
-        expiresAt: uow.now + this.social.stateTtl * 1000,
-      });
-    });
-    const url = client.buildAuthorizationUrl(configuration, {
-      ...provider.authorizationParams,
-      redirect_uri: this.redirectUri(provider),
-      response_type: 'code',
-      scope: provider.scopes.join(' '),
-      state,
-      nonce,
-      code_challenge: codeChallenge,
-      code_challenge_method: 'S256',
-    });
-    return { authorization_url: url.href, expires_in: this.social.stateTtl };
+    return this.flows.start(this.target(provider), this.social, purpose, input, principal, meta);
   }
 
   // ---------------------------------------------------------------- callback
@@ -172,73 +109,17 @@ export class SocialService {
    */
   async callback(providerId: string, parameters: CallbackParameters): Promise<string> {
     const provider = this.provider(providerId);
-    const flow = parameters.state ? await this.context.store.repos.socialFlows.consumeByState(this.hash('state', parameters.state), this.context.clock.now()) : undefined;
-    // A state issued for another provider is burned and signs no one in.
-    if (!flow || flow.provider !== provider.id) {
-      if (this.social.errorUrl) return withQuery(this.social.errorUrl, { social_error: 'social_state_invalid' });
-      throw new IdentityError(400, 'social_state_invalid', 'The sign-in attempt is unknown, expired or already used; start again.', {
-        headers: { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' },
-      });
-    }
-    try {
-      // The callback changes no account, link, verification or session: it may be finished in
-      // any browser (a link URL sent to a victim, RFC 9700 4.7). Whatever the flow does happens
-      // at the exchange, once the tab that started it has shown its handoff verifier.
-      const claims = await this.fetchClaims(provider, flow, parameters);
-      const code = randomToken();
-      await this.context.store.repos.socialFlows.setExchange(flow.id, {
-        hash: this.hash('exchange', code),
-        expiresAt: this.context.clock.now() + this.social.exchangeTtl * 1000,
-        claimsEnc: encrypt(this.context.keys.socialFlowEncryption, JSON.stringify(claims), claimsAad(flow.id)),
-      });
-      return withQuery(flow.returnTo, { social_code: code });
-    } catch (error) {
-      const refusal = asRefusal(error);
-      if (!refusal) throw error;
-      return withQuery(flow.returnTo, { social_error: refusal.code, ...(refusal.detail ? { social_error_detail: refusal.detail } : {}) });
-    }
-  }
-
-  /** Token exchange and ID-token validation by openid-client; the provider's tokens are dropped here (CONTRACT 9.3). */
-  private async fetchClaims(provider: ResolvedSocialProvider, flow: SocialFlowRecord, parameters: CallbackParameters): Promise<ProviderClaims> {
-    if (parameters.error !== undefined) {
-      this.context.logger.warn('social provider answered with an error', { provider: provider.id, error: parameters.error.slice(0, 64) });
-      throw new SocialRefusal('provider_error', FORWARDED_PROVIDER_ERRORS.has(parameters.error) ? parameters.error : undefined);
-    }
-    const secrets = JSON.parse(decrypt(this.context.keys.socialFlowEncryption, flow.secretsEnc, `social-flow:${flow.id}`).toString('utf8')) as { code_verifier: string; nonce: string };
-    let provided: Awaited<ReturnType<SocialProviderClients['configuration']>>;
-    try {
-      provided = await this.clients.configuration(provider);
-    } catch (error) {
-      throw error instanceof IdentityError && error.code === 'provider_unavailable' ? new SocialRefusal('provider_unavailable') : error;
-    }
-    const { client, configuration } = provided;
-    const currentUrl = new URL(this.redirectUri(provider));
-    for (const [name, value] of Object.entries(parameters)) if (value !== undefined) currentUrl.searchParams.set(name, value);
-    try {
-      const tokens = await client.authorizationCodeGrant(configuration, currentUrl, {
-        pkceCodeVerifier: secrets.code_verifier,
-        expectedState: parameters.state!,
-        expectedNonce: secrets.nonce,
-        idTokenExpected: true,
-      });
-      const idToken = tokens.claims();
-      if (!idToken) throw new SocialRefusal('provider_response_invalid');
-      let source: Record<string, unknown> = idToken;
-      // CONTRACT 9.3: e-mail from the ID token, else from UserInfo (which checks the subject).
-      if (typeof idToken.email !== 'string') source = await client.fetchUserInfo(configuration, tokens.access_token, idToken.sub);
-      return {
-        subject: idToken.sub,
-        email: normaliseProviderEmail(source.email),
-        emailVerified: source.email_verified === true || source.email_verified === 'true',
-        name: typeof idToken.name === 'string' ? idToken.name : typeof source.name === 'string' ? source.name : null,
-      };
-    } catch (error) {
-      if (error instanceof SocialRefusal) throw error;
-      const unreachable = isUnreachable(error);
-      this.context.logger.warn('social callback refused by the provider response checks', { provider: provider.id, error: describeOpenIdError(error) });
-      throw new SocialRefusal(unreachable ? 'provider_unavailable' : 'provider_response_invalid');
-    }
+    // A state issued for another provider (or an organization's connection) is burned and signs no one in.
+    return this.flows.callback(
+      provider.id,
+      this.social,
+      parameters,
+      async (flow) => (flow.connectionId === null ? this.target(provider) : undefined),
+      async (flow, claims) => {
+        // Require SSO (CONTRACT 12.6): an address at an enforcing domain never signs in through a social provider.
+        if (flow.purpose === 'login' && claims.email) await this.assertSsoAllows(claims.email);
+      },
+    );
   }
 
   /** CONTRACT 9.4, rules 1 to 4 in order, at the exchange. Refusals tied to a user are recorded (after commit) and then thrown. */
@@ -374,22 +255,16 @@ export class SocialService {
   // ---------------------------------------------------------------- exchange
 
   /**
-   * POST /auth/social/exchange. The code is burned by one conditional update before anything
-   * is checked, so every failure (expired, wrong verifier, wrong bearer) burns it too. Only
-   * then, with the tab that started the flow proven, is the account resolved (login) or the
-   * link made (link): refusals are answered here, as JSON (CONTRACT 9.2, 9.7).
+   * The social half of POST /auth/social/exchange, once the code is burned and the handoff
+   * verifier matched (FederatedFlows.consumeExchange): the account is resolved (login) or
+   * the link made (link); refusals are answered here, as JSON (CONTRACT 9.2, 9.7).
    */
-  async exchange(input: { code: string; handoffVerifier: string; bearer: string | undefined }, meta: RequestMeta): Promise<SocialExchangeResult> {
-    const invalid = () => errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
-    const flow = await this.context.store.repos.socialFlows.consumeExchange(this.hash('exchange', input.code), this.context.clock.now());
-    if (!flow?.claimsEnc || flow.exchangeExpiresAt === null || flow.exchangeExpiresAt <= this.context.clock.now()) throw invalid();
-    if (!handoffMatches(input.handoffVerifier, flow.handoffChallenge)) throw invalid();
+  async completeExchange(flow: SocialFlowRecord, claims: ProviderClaims, bearer: string | undefined, meta: RequestMeta): Promise<SocialExchangeResult> {
     // A provider removed from the config since the callback signs no one in.
     const provider = this.social.providers.get(flow.provider);
-    if (!provider) throw invalid();
-    const claims = JSON.parse(decrypt(this.context.keys.socialFlowEncryption, flow.claimsEnc, claimsAad(flow.id)).toString('utf8')) as ProviderClaims;
+    if (!provider) throw invalidExchangeCode();
     try {
-      if (flow.purpose === 'link') return { purpose: 'link', identity: await this.completeLink(provider, flow, claims, input.bearer, meta) };
+      if (flow.purpose === 'link') return { purpose: 'link', identity: await this.completeLink(provider, flow, claims, bearer, meta) };
       return await this.completeLogin(provider, claims, meta);
     } catch (error) {
       throw error instanceof SocialRefusal ? exchangeError(error.code) : error;
@@ -410,24 +285,15 @@ export class SocialService {
   }
 
   private async completeLogin(provider: ResolvedSocialProvider, claims: ProviderClaims, meta: RequestMeta): Promise<SocialExchangeResult> {
+    if (claims.email) await this.assertSsoAllows(claims.email);
     const outcome = await this.resolveLogin(provider, claims, meta);
     const user = await this.context.store.repos.users.findById(outcome.user_id);
-    if (!user) throw errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
+    if (!user) throw invalidExchangeCode();
+    // A linked account (9.4 rule 1) is judged by its own address, whatever the provider's is.
+    await this.assertSsoAllows(user.email);
     // CONTRACT 9.6: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
-    const gate = await this.mfa.loginGate(user, meta, 'fed');
-    if (gate) return { purpose: 'login', isNewUser: outcome.is_new_user, login: { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors } };
-    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
-      const session = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], method: 'social', provider: provider.id } });
-      return session;
-    });
-    // Tokens are signed only after commit (no token for a session that was never stored).
-    const tokens = await this.sessions.signOpened(opened);
-    return {
-      purpose: 'login',
-      isNewUser: outcome.is_new_user,
-      login: { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } },
-    };
+    const login = await this.flows.openSession(user, meta, { method: 'social', provider: provider.id });
+    return { purpose: 'login', isNewUser: outcome.is_new_user, login };
   }
 
   // ---------------------------------------------------------------- identities
@@ -461,27 +327,24 @@ export class SocialService {
     return provider;
   }
 
+  /** The one "require SSO" rule; a superadmin signed in by its provider holds a right credential. */
+  private async assertSsoAllows(email: string): Promise<void> {
+    const local = await this.context.store.repos.users.findByEmail(email);
+    const refusal = await this.signInRules.refusal(email, { userId: local?.id, credentialRight: true });
+    if (refusal) throw new SocialRefusal('sso_required');
+  }
+
   /** Never derived from Host or X-Forwarded-*: hosts register exactly this URL (CONTRACT 9.1). */
-  private redirectUri(provider: ResolvedSocialProvider): string {
-    return `${this.social.redirectBase}/auth/social/${provider.id}/callback`;
+  private target(provider: ResolvedSocialProvider): FlowTarget {
+    return {
+      key: provider.id,
+      connectionId: null,
+      redirectUri: `${this.social.redirectBase}/auth/social/${provider.id}/callback`,
+      scopes: provider.scopes,
+      authorizationParams: provider.authorizationParams,
+      configuration: () => this.clients.configuration(provider),
+    };
   }
-
-  private hash(kind: 'state' | 'exchange', value: string): string {
-    return keyedHash(this.context.keys.socialFlowHash, `${kind}:${value}`);
-  }
-}
-
-/** `base64url(SHA-256(verifier))` equals the stored challenge, compared in constant time. */
-function handoffMatches(verifier: string, challenge: string): boolean {
-  const computed = Buffer.from(createHash('sha256').update(verifier, 'utf8').digest('base64url'));
-  const expected = Buffer.from(challenge);
-  return computed.length === expected.length && timingSafeEqual(computed, expected);
-}
-
-function withQuery(base: string, parameters: Record<string, string>): string {
-  const url = new URL(base);
-  for (const [name, value] of Object.entries(parameters)) url.searchParams.set(name, value);
-  return url.href;
 }
 
 function identityView(identity: SocialIdentityRecord): SocialIdentityView {
@@ -493,60 +356,5 @@ function identityView(identity: SocialIdentityRecord): SocialIdentityView {
     created_at: iso(identity.createdAt),
     last_login_at: isoOrNull(identity.lastLoginAt),
   };
-}
-
-/** A provider address we can store: a string that looks like an address and fits the column. */
-function normaliseProviderEmail(value: unknown): string | null {
-  if (typeof value !== 'string') return null;
-  const email = normaliseEmail(value);
-  if (!/^[^\s@]+@[^\s@]+$/.test(email) || Buffer.byteLength(email, 'utf8') > EMAIL_MAX_OCTETS) return null;
-  return email;
-}
-
-function asRefusal(error: unknown): SocialRefusal | undefined {
-  if (error instanceof SocialRefusal) return error;
-  if (error instanceof IdentityError && error.code === 'provider_unavailable') return new SocialRefusal('provider_unavailable');
-  return undefined;
-}
-
-/** The AES-GCM associated data of a flow's sealed claims: they open only on their own flow. */
-function claimsAad(flowId: string): string {
-  return `social-claims:${flowId}`;
-}
-
-/**
- * A refusal as the exchange answers it: a login refusal as `POST /auth/login` would, a link
- * refusal as 409 (401 for a session revoked meanwhile), and the resolution refusals of 9.4
- * with the status that says what the client can do about them.
- */
-function exchangeError(code: SocialRefusal['code']): IdentityError {
-  switch (code) {
-    case 'account_disabled':
-      return errors.accountDisabled();
-    case 'email_unverified':
-      return errors.emailUnverified('Verify your e-mail address before signing in.');
-    case 'invalid_credentials':
-      return errors.invalidCredentials();
-    case 'session_ended':
-      return errors.sessionEnded();
-    case 'identity_already_linked':
-      return new IdentityError(409, code, 'This provider account is already linked to another user.');
-    case 'provider_already_linked':
-      return new IdentityError(409, code, 'Your account is already linked to another account at this provider; unlink it first.');
-    case 'account_link_required':
-      return new IdentityError(409, code, 'An account with this e-mail exists; sign in with it, then link this provider.');
-    case 'social_email_required':
-      return new IdentityError(422, code, 'The provider did not share an e-mail address; allow it and try again.');
-    case 'signup_disabled':
-      return new IdentityError(403, code, 'Sign-up through this provider is disabled.');
-    default:
-      return new IdentityError(502, code, 'The provider could not complete the sign-in.');
-  }
-}
-
-/** The error's class and code only: openid-client messages can quote provider responses. */
-function describeOpenIdError(error: unknown): string {
-  const candidate = error as { name?: string; code?: string; error?: string };
-  return [candidate.name ?? 'Error', candidate.code, candidate.error].filter(Boolean).join(' ');
 }
 

@@ -240,6 +240,8 @@ export interface MfaTicketRecord {
   consumedAt: number | null;
   /** How the first factor was passed: `fed` after a social sign-in, else a password (migration 006). */
   firstFactor: 'pwd' | 'fed';
+  /** The single sign-on connection of the first factor, if any (migration 011). */
+  ssoConnectionId: string | null;
 }
 
 function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
@@ -251,11 +253,12 @@ function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
     expiresAt: toNumber(row.expires_at),
     consumedAt: toNullableNumber(row.consumed_at),
     firstFactor: row.first_factor === 'fed' ? 'fed' : 'pwd',
+    ssoConnectionId: (row.sso_connection_id as string | null | undefined) ?? null,
   };
 }
 
 export class MfaTicketRepository extends Repository {
-  async insert(ticket: { id: string; userId: string; now: number; expiresAt: number; ip: string | null; userAgent: string | null; firstFactor?: 'pwd' | 'fed' }): Promise<void> {
+  async insert(ticket: { id: string; userId: string; now: number; expiresAt: number; ip: string | null; userAgent: string | null; firstFactor?: 'pwd' | 'fed'; ssoConnectionId?: string | undefined }): Promise<void> {
     await this.db(this.table.mfaTickets).insert({
       id: ticket.id,
       user_id: ticket.userId,
@@ -266,6 +269,7 @@ export class MfaTicketRepository extends Repository {
       ip: ticket.ip,
       user_agent: ticket.userAgent?.slice(0, 512) ?? null,
       ...(ticket.firstFactor === 'fed' ? { first_factor: 'fed' } : {}),
+      ...(ticket.ssoConnectionId ? { sso_connection_id: ticket.ssoConnectionId } : {}),
     });
   }
 

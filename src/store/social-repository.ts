@@ -31,6 +31,8 @@ export interface SocialFlowRecord {
   exchangeConsumedAt: number | null;
   /** The provider's validated claims, sealed, stored by the callback for the exchange (CONTRACT 9.2). */
   claimsEnc: string | null;
+  /** The organization's connection a single sign-on flow was issued for (CONTRACT 12.5); null for social login. */
+  connectionId: string | null;
 }
 
 function mapIdentity(row: Record<string, unknown>): SocialIdentityRecord {
@@ -63,6 +65,7 @@ function mapFlow(row: Record<string, unknown>): SocialFlowRecord {
     exchangeExpiresAt: toNullableNumber(row.exchange_expires_at),
     exchangeConsumedAt: toNullableNumber(row.exchange_consumed_at),
     claimsEnc: (row.claims_enc as string | null) ?? null,
+    connectionId: (row.connection_id as string | null) ?? null,
   };
 }
 
@@ -141,12 +144,13 @@ export class SocialIdentityRepository extends Repository {
 /** Authorization round trips (CONTRACT 9.10 `social_flows`): single-use by conditional updates. */
 export class SocialFlowRepository extends Repository {
   async insert(
-    flow: Pick<SocialFlowRecord, 'id' | 'provider' | 'purpose' | 'userId' | 'sessionId' | 'secretsEnc' | 'returnTo' | 'handoffChallenge' | 'expiresAt'> & { stateHash: string; now: number },
+    flow: Pick<SocialFlowRecord, 'id' | 'provider' | 'purpose' | 'userId' | 'sessionId' | 'secretsEnc' | 'returnTo' | 'handoffChallenge' | 'expiresAt' | 'connectionId'> & { stateHash: string; now: number },
   ): Promise<void> {
     await this.db(this.table.socialFlows).insert({
       id: flow.id,
       state_hash: flow.stateHash,
       provider: flow.provider,
+      connection_id: flow.connectionId,
       purpose: flow.purpose,
       user_id: flow.userId,
       session_id: flow.sessionId,

@@ -15,6 +15,7 @@ import type { TableNames } from './table-names.js';
 import { UserRepository } from './user-repository.js';
 import { EventDeliveryRepository } from './event-delivery-repository.js';
 import { WebhookRepository } from './webhook-repository.js';
+import { OrgDomainRepository, SsoConnectionRepository, SsoIdentityRepository } from './sso-repository.js';
 
 /** Every repository, bound to one connection: the pool, or one transaction. */
 export interface Repositories {
@@ -40,6 +41,9 @@ export interface Repositories {
   apiKeys: ApiKeyRepository;
   webhooks: WebhookRepository;
   eventDeliveries: EventDeliveryRepository;
+  orgDomains: OrgDomainRepository;
+  ssoConnections: SsoConnectionRepository;
+  ssoIdentities: SsoIdentityRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -66,6 +70,9 @@ function bindRepositories(context: RepositoryContext): Repositories {
     apiKeys: new ApiKeyRepository(context),
     webhooks: new WebhookRepository(context),
     eventDeliveries: new EventDeliveryRepository(context),
+    orgDomains: new OrgDomainRepository(context),
+    ssoConnections: new SsoConnectionRepository(context),
+    ssoIdentities: new SsoIdentityRepository(context),
   };
 }
 

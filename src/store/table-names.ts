@@ -23,6 +23,9 @@ export const TABLES = [
   'apiKeys',
   'webhooks',
   'eventDeliveries',
+  'orgDomains',
+  'ssoConnections',
+  'ssoIdentities',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];

@@ -16,11 +16,11 @@ import { Harness, type HarnessOptions, type TestResponse } from './harness.js';
 
 export const PROVIDER_ID = 'test';
 export const CLIENT_ID = 'identity-router-test';
-const CLIENT_SECRET = 'client-secret-of-the-test-provider-0123456789';
+export const CLIENT_SECRET = 'client-secret-of-the-test-provider-0123456789';
 /** Never fetched by the test: only where the router sends the browser back. */
 export const RETURN_URL = 'http://127.0.0.1:5173/app/social';
 /** The router's public base as the provider knows it; the test maps it onto the harness. */
-const REDIRECT_BASE = 'http://127.0.0.1/identity';
+export const REDIRECT_BASE = 'http://127.0.0.1/identity';
 export const REDIRECT_URI = `${REDIRECT_BASE}/auth/social/${PROVIDER_ID}/callback`;
 
 export interface ProviderAccount {
@@ -47,6 +47,17 @@ export class TestOpenIdProvider {
     const op = new TestOpenIdProvider();
     await op.listen(options.conformIdTokenClaims ?? false);
     return op;
+  }
+
+  /**
+   * Lets the static client also use redirect URIs under `prefix`: a single sign-on
+   * connection's callback carries its id, known only once the connection exists (CONTRACT 12.3).
+   */
+  allowRedirectPrefix(prefix: string): void {
+    const original = this.provider.Client.prototype.redirectUriAllowed;
+    this.provider.Client.prototype.redirectUriAllowed = function (this: unknown, value: string) {
+      return (typeof value === 'string' && value.startsWith(prefix)) || original.call(this, value);
+    };
   }
 
   /** Logs `account` in at the next interaction (and remembers it for findAccount). */

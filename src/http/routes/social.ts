@@ -20,6 +20,8 @@ const providerValue = Joi.string().max(4096).allow('');
 /** CONTRACT 9.2: social login through OpenID Connect providers. Without `social` every route answers 404. */
 export function socialRoutes(services: IdentityServices): RouteDefinition[] {
   const unavailable = services.social === undefined;
+  // CONTRACT 12.1: with `sso` alone the exchange is served too.
+  const exchangeUnavailable = unavailable && services.sso === undefined;
   const social = (): SocialService => {
     if (!services.social) throw errors.notFound();
     return services.social;
@@ -72,9 +74,9 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       rateLimit: 'social',
       body: Joi.object({ code: Joi.string().min(1).max(512).required(), handoff_verifier: Joi.string().min(43).max(128).required() }),
       handler: async ({ body, bearer, meta }) => {
-        const result = await social().exchange({ code: body.code, handoffVerifier: body.handoff_verifier, bearer }, meta);
+        const result = await services.exchange({ code: body.code, handoffVerifier: body.handoff_verifier, bearer }, meta);
         if (result.purpose === 'link') return ok({ identity: result.identity });
-        return loginAnswer(result.login, { is_new_user: result.isNewUser });
+        return loginAnswer(result.login, { is_new_user: result.isNewUser, ...(result.organizationId ? { organization_id: result.organizationId } : {}) });
       },
     },
     {
@@ -106,5 +108,8 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       },
     },
   ];
-  return routes.map((route) => (unavailable ? { ...route, unavailable } : route));
+  return routes.map((route) => {
+    const off = route.path === '/auth/social/exchange' ? exchangeUnavailable : unavailable;
+    return off ? { ...route, unavailable: off } : route;
+  });
 }

@@ -1,0 +1,148 @@
+import Joi from 'joi';
+import { errors } from '../../errors.js';
+import type { IdentityServices } from '../../services/identity-services.js';
+import type { SsoService } from '../../services/sso-service.js';
+import { created, ok, redirect, type RouteDefinition } from '../route.js';
+import { emailSchema, idSchema } from '../schemas.js';
+
+/** Callback redirects carry one-time values: no caching, no Referer (CONTRACT 9.2). */
+const REDIRECT_HEADERS = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
+const orgParams = Joi.object({ orgId: idSchema.required() });
+const domainParams = Joi.object({ orgId: idSchema.required(), domainId: idSchema.required() });
+const scopeToken = Joi.string().pattern(/^[\x21\x23-\x5b\x5d-\x7e]+$/, 'a scope token').max(128);
+const connectionFields = {
+  issuer: Joi.string().min(1).max(2048),
+  client_id: Joi.string().min(1).max(255),
+  client_secret: Joi.string().min(1).max(1024),
+  scopes: Joi.array().items(scopeToken).min(1).max(20),
+  token_endpoint_auth_method: Joi.valid('client_secret_basic', 'client_secret_post'),
+  enabled: Joi.boolean(),
+  jit: Joi.boolean(),
+  default_role: Joi.string().min(1).max(64),
+  enforce: Joi.boolean(),
+};
+const providerValue = Joi.string().max(4096).allow('');
+
+/**
+ * CONTRACT 12.3: an organization's verified domains and single sign-on connection (holders
+ * of `sso.manage` in their active organization; changes need a fresh authentication), and the
+ * identifier-first sign-in. Without `sso` every route answers 404.
+ */
+export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
+  const unavailable = services.sso === undefined;
+  const sso = (): SsoService => {
+    if (!services.sso) throw errors.notFound();
+    return services.sso;
+  };
+  // "Fresh authentication" (CONTRACT 10): step-up with a factor, else a recent sign-in; the
+  // credential gate declares exactly that, with a verified e-mail (a connection signs people in).
+  const fresh = { addsCredential: 'sign_in_method' } as const;
+  const routes: RouteDefinition[] = [
+    {
+      method: 'post',
+      path: '/orgs/:orgId/domains',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      ...fresh,
+      params: orgParams,
+      body: Joi.object({ domain: Joi.string().min(1).max(300).required() }),
+      handler: async ({ params, body, principal, meta }) => created(await sso().addDomain(params.orgId, body.domain, principal.userId, meta)),
+    },
+    {
+      method: 'get',
+      path: '/orgs/:orgId/domains',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      params: orgParams,
+      handler: async ({ params }) => ok({ domains: await sso().listDomains(params.orgId) }),
+    },
+    {
+      method: 'post',
+      path: '/orgs/:orgId/domains/:domainId/verify',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      params: domainParams,
+      handler: async ({ params, principal, meta }) => ok(await sso().verifyDomain(params.orgId, params.domainId, principal.userId, meta)),
+    },
+    {
+      method: 'delete',
+      path: '/orgs/:orgId/domains/:domainId',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      ...fresh,
+      params: domainParams,
+      handler: async ({ params, principal, meta }) => {
+        await sso().deleteDomain(params.orgId, params.domainId, principal.userId, meta);
+        return ok({ status: 'deleted' });
+      },
+    },
+    {
+      method: 'post',
+      path: '/orgs/:orgId/sso',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      ...fresh,
+      params: orgParams,
+      body: Joi.object({ ...connectionFields, issuer: connectionFields.issuer.required(), client_id: connectionFields.client_id.required(), client_secret: connectionFields.client_secret.required() }),
+      handler: async ({ params, body, principal, meta }) => created(await sso().createConnection(params.orgId, body, principal.userId, meta)),
+    },
+    {
+      method: 'get',
+      path: '/orgs/:orgId/sso',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      params: orgParams,
+      handler: async ({ params }) => ok(await sso().getConnection(params.orgId)),
+    },
+    {
+      method: 'patch',
+      path: '/orgs/:orgId/sso',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      ...fresh,
+      params: orgParams,
+      body: Joi.object(connectionFields).min(1),
+      handler: async ({ params, body, principal, meta }) => ok(await sso().updateConnection(params.orgId, body, principal.userId, meta)),
+    },
+    {
+      method: 'delete',
+      path: '/orgs/:orgId/sso',
+      auth: 'bearer',
+      permission: 'sso.manage',
+      ...fresh,
+      params: orgParams,
+      handler: async ({ params, principal, meta }) => {
+        await sso().deleteConnection(params.orgId, principal.userId, meta);
+        return ok({ status: 'deleted' });
+      },
+    },
+    {
+      method: 'post',
+      path: '/auth/sso/authorize',
+      auth: 'public',
+      rateLimit: 'social',
+      body: Joi.object({
+        email: emailSchema,
+        organization_slug: Joi.string().min(1).max(160),
+        return_to: Joi.string().max(2048),
+        handoff_challenge: Joi.string().min(43).max(128).pattern(/^[A-Za-z0-9_-]+$/, 'base64url').required(),
+        handoff_challenge_method: Joi.valid('S256').required(),
+      }).xor('email', 'organization_slug'),
+      handler: async ({ body, meta }) =>
+        ok(await sso().authorize({ email: body.email, organizationSlug: body.organization_slug, returnTo: body.return_to, handoffChallenge: body.handoff_challenge }, meta)),
+    },
+    {
+      method: 'get',
+      path: '/auth/sso/:connectionId/callback',
+      auth: 'public',
+      rateLimit: 'social',
+      params: Joi.object({ connectionId: idSchema.required() }),
+      query: Joi.object({ code: providerValue, state: providerValue, iss: providerValue, error: providerValue, error_description: providerValue, error_uri: providerValue }),
+      handler: async ({ params, query }) => {
+        const location = await sso().callback(params.connectionId, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error });
+        return redirect(303, location, REDIRECT_HEADERS);
+      },
+    },
+  ];
+  return routes.map((route) => (unavailable ? { ...route, unavailable } : route));
+}
