@@ -54,4 +54,6 @@ export const DEFAULTS = {
     },
   },
   stepUpMaxAge: 5 * MINUTE,
+  /** CONTRACT 11: one lifetime for a passwordless code and its link. */
+  passwordlessTtl: 10 * MINUTE,
 } as const;

@@ -67,7 +67,8 @@ const configSchema = Joi.object<IdentityConfig>({
       description: Joi.string().min(1).max(500).required(),
     }),
   ).unique('key'),
-  links: Joi.object({ verifyEmail: urlTemplate, resetPassword: urlTemplate, acceptInvite: urlTemplate }),
+  links: Joi.object({ verifyEmail: urlTemplate, resetPassword: urlTemplate, acceptInvite: urlTemplate, passwordlessLogin: urlTemplate }),
+  passwordless: Joi.object({ link: Joi.boolean(), allowSignup: Joi.boolean(), ttl: seconds.max(86_400) }),
   webauthn: Joi.object({
     rpId: Joi.string().min(1).max(253).required(),
     rpName: Joi.string().min(1).max(200),
@@ -122,6 +123,9 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   const totpIssuer = defaultTotpIssuer(input);
   if (!error && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
   if (input.webauthn && !error?.details.some((detail) => detail.path[0] === 'webauthn')) problems.push(...webauthnProblems(input.webauthn));
+  if (input.passwordless?.link === true && input.links?.passwordlessLogin === undefined) {
+    problems.push('"passwordless.link" needs "links.passwordlessLogin", the URL of the page that POSTs the token (CONTRACT 11)');
+  }
   if (problems.length > 0) throw new IdentityConfigError(problems);
 
   const databaseObject = typeof input.database === 'function' ? undefined : input.database;
@@ -156,6 +160,9 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
     security: { stepUp: { maxAge: input.security?.stepUp?.maxAge ?? DEFAULTS.stepUpMaxAge } },
     permissions: input.permissions ?? [],
     links: input.links ?? {},
+    passwordless: input.passwordless
+      ? { link: input.passwordless.link ?? false, allowSignup: input.passwordless.allowSignup ?? false, ttl: input.passwordless.ttl ?? DEFAULTS.passwordlessTtl }
+      : undefined,
     webauthn: input.webauthn
       ? { rpId: input.webauthn.rpId, rpName: input.webauthn.rpName ?? input.appName ?? input.issuer, origins: [...input.webauthn.origins] }
       : undefined,

@@ -119,11 +119,22 @@ export interface IdentityConfig {
   /** Host permission keys added to the catalog (organization-scoped; owner and admin hold them). */
   permissions?: PermissionDefinition[];
   /** URL templates with `{token}`; when set, the mail context also carries `url`. */
-  links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+  links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string; passwordlessLogin?: string };
+  /** Passwordless sign-in by e-mail (CONTRACT 11); without it the passwordless routes answer 404. */
+  passwordless?: PasswordlessConfig;
   /** Social login through OpenID Connect providers (CONTRACT 9); without it the social routes answer 404. */
   social?: SocialConfig;
   /** Passkeys (CONTRACT 8). Without it the passkey routes answer 404 and passkeys are not offered as factors. */
   webauthn?: WebauthnConfig;
+}
+
+export interface PasswordlessConfig {
+  /** Also mail a one-time link (`links.passwordlessLogin` is then required). Default false. */
+  link?: boolean;
+  /** An address with no account gets one at its first successful verify. Default false. */
+  allowSignup?: boolean;
+  /** Seconds a code and its link live, default 600. */
+  ttl?: number;
 }
 
 export interface WebauthnConfig {
@@ -182,7 +193,8 @@ export interface ResolvedConfig {
   mfa: { enforce: boolean; enforcementMode: 'grace' | 'block' };
   security: { stepUp: { maxAge: number } };
   permissions: PermissionDefinition[];
-  links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+  links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string; passwordlessLogin?: string };
+  passwordless: { link: boolean; allowSignup: boolean; ttl: number } | undefined;
   webauthn: { rpId: string; rpName: string; origins: string[] } | undefined;
   social: ResolvedSocialConfig | undefined;
 }

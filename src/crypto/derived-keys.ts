@@ -29,6 +29,10 @@ export interface DerivedKeys {
   passkeyChallengeHash: Buffer;
   /** HMAC key for API keys (CONTRACT 10), separate so no other digest can be replayed as one. */
   apiKeyHash: Buffer;
+  /** HMAC key for passwordless sign-in links and the addresses they are started for (CONTRACT 11). */
+  passwordlessHash: Buffer;
+  /** AES-256-GCM key for the address of a passwordless sign-up, kept until its verify creates the account. */
+  passwordlessAddressEncryption: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -51,5 +55,7 @@ export function deriveKeys(secret: string): DerivedKeys {
     mfaTicketSigning: derive(secret, 'hmac:mfa-ticket'),
     passkeyChallengeHash: derive(secret, 'hmac:passkey-challenge'),
     apiKeyHash: derive(secret, 'hmac:api-key'),
+    passwordlessHash: derive(secret, 'hmac:passwordless'),
+    passwordlessAddressEncryption: derive(secret, 'aead:passwordless-address'),
   };
 }

@@ -10,6 +10,7 @@ import { MemberService } from './member-service.js';
 import { MfaService } from './mfa-service.js';
 import { OrganizationService } from './organization-service.js';
 import { PasskeyService } from './passkey-service.js';
+import { PasswordlessService } from './passwordless-service.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
@@ -38,6 +39,8 @@ export class IdentityServices {
   readonly apiKeys: ApiKeyService;
   /** Present only with a `social` config (CONTRACT 9). */
   readonly social: SocialService | undefined;
+  /** Present only with a `passwordless` config (CONTRACT 11). */
+  readonly passwordless: PasswordlessService | undefined;
 
   constructor(readonly context: ServiceContext) {
     this.catalog = buildPermissionCatalog(context.config.permissions);
@@ -55,6 +58,7 @@ export class IdentityServices {
     this.users = new UserAdminService(context, this.catalog);
     this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
+    this.passwordless = context.config.passwordless ? new PasswordlessService(context, context.config.passwordless, this.accounts) : undefined;
   }
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */

@@ -52,7 +52,7 @@ export class FailedAttemptSlot {
   }
 
   /** The attempt failed: the slot stays taken; emits `user.locked` when this failure reached the threshold. */
-  async fail(uow: UnitOfWork, reason: 'password' | 'second_factor'): Promise<void> {
+  async fail(uow: UnitOfWork, reason: 'password' | 'second_factor' | 'email_code'): Promise<void> {
     this.settled = true;
     const lockedNow = await uow.repos.users.lockIfThresholdReached(this.userId, uow.now, { threshold: this.lockout.threshold, durationMs: this.lockout.duration * 1000 });
     if (lockedNow) {

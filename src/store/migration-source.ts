@@ -6,6 +6,7 @@ import * as passkeys from './migrations/005-passkeys.js';
 import * as apiKeys from './migrations/007-api-keys.js';
 import * as socialLogin from './migrations/006-social-login.js';
 import * as socialClaims from './migrations/008-social-claims.js';
+import * as passwordless from './migrations/009-passwordless.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -27,6 +28,7 @@ const MIGRATIONS: Migration[] = [
   { name: '006-social-login', up: socialLogin.up },
   { name: '007-api-keys', up: apiKeys.up },
   { name: '008-social-claims', up: socialClaims.up },
+  { name: '009-passwordless', up: passwordless.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

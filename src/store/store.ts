@@ -7,6 +7,7 @@ import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, Recov
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
 import { PasskeyRepository } from './passkey-repository.js';
+import { PasswordlessChallengeRepository } from './passwordless-repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
 import { RateLimitCounterRepository } from './rate-limit-counter-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
@@ -36,6 +37,7 @@ export interface Repositories {
   rateLimitCounters: RateLimitCounterRepository;
   passkeys: PasskeyRepository;
   apiKeys: ApiKeyRepository;
+  passwordlessChallenges: PasswordlessChallengeRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -60,6 +62,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     rateLimitCounters: new RateLimitCounterRepository(context),
     passkeys: new PasskeyRepository(context),
     apiKeys: new ApiKeyRepository(context),
+    passwordlessChallenges: new PasswordlessChallengeRepository(context),
   };
 }
 

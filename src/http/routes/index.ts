@@ -5,10 +5,11 @@ import { apiKeyRoutes } from './api-keys.js';
 import { mfaRoutes } from './mfa.js';
 import { organizationRoutes } from './orgs.js';
 import { passkeyRoutes } from './passkeys.js';
+import { passwordlessRoutes } from './passwordless.js';
 import { socialRoutes } from './social.js';
 import { userRoutes } from './users.js';
 
 /** Every route of the spec, by section. */
 export function allRoutes(services: IdentityServices): RouteDefinition[] {
-  return [...accountRoutes(services), ...mfaRoutes(services), ...passkeyRoutes(services), ...organizationRoutes(services), ...userRoutes(services), ...apiKeyRoutes(services), ...socialRoutes(services)];
+  return [...accountRoutes(services), ...mfaRoutes(services), ...passkeyRoutes(services), ...passwordlessRoutes(services), ...organizationRoutes(services), ...userRoutes(services), ...apiKeyRoutes(services), ...socialRoutes(services)];
 }
