@@ -8,9 +8,11 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import { createIdentityRouter, IdentityConfigError, type IdentityConfig } from '../src/index.js';
 import { decodeJwt, Harness, type HarnessOptions, STRONG_PASSWORD, TEST_DB, uniqueEmail } from './helpers/harness.js';
 import { assertError, assertValidationErrors, registerOnly } from './helpers/account.js';
 import { enrollEmail, enrollTotp, nextTotpCode, signUpWithTotp } from './helpers/mfa.js';
+import { fixtures, fixtureWebauthnConfig, passGateWithRecorded, registerRecorded } from './helpers/passkeys.js';
 
 const LINK_PAGE = 'https://app.example.test/sign-in/link#token={token}';
 const FULL = { passwordless: { link: true, allowSignup: true }, links: { passwordlessLogin: LINK_PAGE } };
@@ -159,10 +161,12 @@ describe('no GET anywhere (mail scanners)', () => {
     assert.equal((await fetch(`${plain.baseUrl}/auth/passwordless/verify`)).status, 404);
   });
 
-  test('link: true without links.passwordlessLogin is refused at construction', async () => {
-    await assert.rejects(
-      startHarness({ passwordless: { link: true, ttl: 0 } }),
-      (error: Error) => /links\.passwordlessLogin/.test(error.message) && /ttl/.test(error.message),
+  test('link: true without links.passwordlessLogin is refused at construction, with every other problem', () => {
+    const database = { client: 'better-sqlite3', connection: { filename: ':memory:' }, useNullAsDefault: true };
+    const config = { database, secret: 's'.repeat(32), issuer: 'https://id.example.test', passwordless: { link: true, ttl: 0, allowSignup: 'yes' } };
+    assert.throws(
+      () => createIdentityRouter(config as unknown as IdentityConfig, { logger: { info() {}, warn() {}, error() {} } }),
+      (error: unknown) => error instanceof IdentityConfigError && error.problems.length === 3 && error.problems.some((problem) => /links\.passwordlessLogin/.test(problem)),
     );
   });
 });
@@ -277,6 +281,18 @@ describe('the MFA gate exactly as after a password', () => {
     // After a password the same factor is a second factor as before.
     const login = await h.post('/auth/login', { email: user.email, password: user.password });
     assert.ok(login.body.data.factors.some((factor: { id: string }) => factor.id === email.factorId));
+  });
+
+  test('a passkey at the gate gives amr [email, hwk]', async () => {
+    const withPasskeys = await startHarness({ ...FULL, webauthn: fixtureWebauthnConfig });
+    const user = await withPasskeys.signUp();
+    const registered = await registerRecorded(withPasskeys, user.accessToken, fixtures.primary);
+    assert.equal(registered.status, 200, registered.text);
+    const answer = await codeSignIn(withPasskeys, user.email);
+    assert.equal(answer.body.data.mfa_required, true, answer.text);
+    const verified = await passGateWithRecorded(withPasskeys, answer.body.data.mfa_token, registered.body.data.factor_id, fixtures.primary.assertions[0]!);
+    assert.equal(verified.status, 200, verified.text);
+    assert.deepEqual(decodeJwt(verified.body.data.access_token).amr, ['email', 'hwk']);
   });
 
   test('mfa.enforce (grace) gives mfa=false and the grace restrictions, as after a password', async () => {
