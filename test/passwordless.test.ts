@@ -418,6 +418,17 @@ describe('send throttling by the address', () => {
   });
 });
 
+describe('the per-IP rate group', () => {
+  test('both routes count in the login group (spec 8)', async () => {
+    const limited = await startHarness({ ...FULL, auth: { rateLimits: { login: { limit: 2, windowSec: 300 } } } }, { rateLimits: true });
+    for (let round = 0; round < 2; round += 1) assert.equal((await limited.post('/auth/passwordless/start', { email: uniqueEmail() })).status, 202);
+    assertError(await limited.post('/auth/passwordless/start', { email: uniqueEmail() }), 429, 'rate_limited');
+    const verifies = [];
+    for (let round = 0; round < 3; round += 1) verifies.push((await limited.post('/auth/passwordless/verify', { token: 'a'.repeat(43) })).status);
+    assert.equal(verifies.at(-1), 429);
+  });
+});
+
 describe('sign-up and the first proof', () => {
   test('sign-up happens at verify, never at start, and only with allowSignup', async () => {
     const email = uniqueEmail('newcomer');
