@@ -74,10 +74,14 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
         verifyEmail: `${publicUrl}/verify-email?token={token}`,
         resetPassword: `${publicUrl}/reset-password?token={token}`,
         acceptInvite: `${publicUrl}/accept-invite?token={token}`,
+        // The token sits in the fragment: it never reaches a server, and the page POSTs it on a click.
+        passwordlessLogin: `${publicUrl}/passwordless/link#token={token}`,
       },
       // Organization webhooks (docs/webhooks.md). In development they may deliver to this app's own
       // receiver on plain http and a loopback address; in production the guard refuses both.
       webhooks: { enabled: true, ...(development ? { allowHttp: true, allowPrivateNetworks: true } : {}) },
+      // "E-mail me a code" on the sign-in page, with a link in the same mail (docs/passwordless.md).
+      passwordless: { link: true },
       // Passkeys are bound to the host name the browser shows (see docs/mfa.md, "Passkeys").
       webauthn: passkeySettings(publicUrl),
       // Social sign-in (CONTRACT 9): the callback answers on /identity, then the browser lands on

@@ -201,6 +201,21 @@ function composeOtpCode(context: Record<string, unknown>): MailContent {
   return { subject: `Your ${appName} verification code`, blocks };
 }
 
+function composeLoginCode(context: Record<string, unknown>): MailContent {
+  const appName = requiredText('login_code', context, 'app_name');
+  const code = requiredText('login_code', context, 'code');
+  const ttl = optionalSeconds(context, 'ttl');
+  const url = optionalText(context, 'url');
+  const blocks: Block[] = [
+    { kind: 'paragraph', text: `Enter this code in ${appName} to sign in:` },
+    { kind: 'code', value: code, large: true },
+  ];
+  if (url !== undefined) blocks.push({ kind: 'paragraph', text: 'Or open this link to sign in:' }, { kind: 'link', url, label: `Sign in to ${appName}` });
+  if (ttl !== undefined) blocks.push({ kind: 'paragraph', text: `It expires in ${describeDuration(ttl)}.` });
+  blocks.push({ kind: 'paragraph', text: "If you didn't ask to sign in, you can ignore this email; nobody can sign in without this code." });
+  return { subject: `Sign in to ${appName}`, blocks };
+}
+
 function renderTextBody(blocks: readonly Block[]): string {
   return `${blocks
     .map((block) => {
@@ -271,6 +286,8 @@ function compose(template: TemplateName, context: Record<string, unknown>): Mail
       return composeInvite(context);
     case 'otp_code':
       return composeOtpCode(context);
+    case 'login_code':
+      return composeLoginCode(context);
     default: {
       // Reachable from plain JavaScript callers; the `never` keeps the switch exhaustive for TypeScript ones.
       const unknownTemplate: never = template;

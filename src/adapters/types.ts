@@ -1,5 +1,5 @@
 /** The transactional e-mails the router sends; each has a typed context below. */
-export type TemplateName = 'verify_email' | 'password_reset' | 'invite' | 'otp_code';
+export type TemplateName = 'verify_email' | 'password_reset' | 'invite' | 'otp_code' | 'login_code';
 
 /**
  * One transactional e-mail, handed to a {@link Mailer} unrendered so a host can use its own
@@ -94,12 +94,25 @@ export interface OtpCodeContext extends BaseTemplateContext {
   purpose: OtpPurpose;
 }
 
+/** Context of `login_code` (CONTRACT 11): a passwordless sign-in. */
+export interface LoginCodeContext extends BaseTemplateContext {
+  /** The one-time code, as digits. */
+  code: string;
+  /** Seconds until the code (and link) expire. */
+  ttl: number;
+  /** Single-use sign-in token, present when `passwordless.link` is on. */
+  token?: string;
+  /** The host's page built from `links.passwordlessLogin`, which POSTs the token; present when `passwordless.link` is on. */
+  url?: string;
+}
+
 /** The context shape of each template, for hosts that render their own mail. */
 export interface TemplateContexts {
   verify_email: VerifyEmailContext;
   password_reset: PasswordResetContext;
   invite: InviteContext;
   otp_code: OtpCodeContext;
+  login_code: LoginCodeContext;
 }
 
 /** One address a name resolves to. */

@@ -65,4 +65,6 @@ export const DEFAULTS = {
     retentionDays: 30,
   },
   webhooks: { enabled: false, maxPerOrg: 10, timeoutMs: 10_000, rotationOverlapSec: DAY, allowHttp: false, allowPrivateNetworks: false },
+  /** CONTRACT 11: one lifetime for a passwordless code and its link. */
+  passwordlessTtl: 10 * MINUTE,
 } as const;

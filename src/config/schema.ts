@@ -68,7 +68,8 @@ const configSchema = Joi.object<IdentityConfig>({
       description: Joi.string().min(1).max(500).required(),
     }),
   ).unique('key'),
-  links: Joi.object({ verifyEmail: urlTemplate, resetPassword: urlTemplate, acceptInvite: urlTemplate }),
+  links: Joi.object({ verifyEmail: urlTemplate, resetPassword: urlTemplate, acceptInvite: urlTemplate, passwordlessLogin: urlTemplate }),
+  passwordless: Joi.object({ link: Joi.boolean(), allowSignup: Joi.boolean(), ttl: seconds.max(86_400) }),
   webauthn: Joi.object({
     rpId: Joi.string().min(1).max(253).required(),
     rpName: Joi.string().min(1).max(200),
@@ -148,6 +149,9 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   const leaseSec = input.events?.delivery?.leaseSec ?? DEFAULTS.eventDelivery.leaseSec;
   const timeoutMs = input.webhooks?.timeoutMs ?? DEFAULTS.webhooks.timeoutMs;
   if (!error && leaseSec * 1000 < 2 * timeoutMs) problems.push(`"events.delivery.leaseSec" (${leaseSec} s) must be at least twice "webhooks.timeoutMs" (${timeoutMs} ms): an attempt must end under its lease`);
+  if (input.passwordless?.link === true && input.links?.passwordlessLogin === undefined) {
+    problems.push('"passwordless.link" needs "links.passwordlessLogin", the URL of the page that POSTs the token (CONTRACT 11)');
+  }
   if (problems.length > 0) throw new IdentityConfigError(problems);
 
   const databaseObject = typeof input.database === 'function' ? undefined : input.database;
@@ -182,6 +186,9 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
     security: { stepUp: { maxAge: input.security?.stepUp?.maxAge ?? DEFAULTS.stepUpMaxAge } },
     permissions: input.permissions ?? [],
     links: input.links ?? {},
+    passwordless: input.passwordless
+      ? { link: input.passwordless.link ?? false, allowSignup: input.passwordless.allowSignup ?? false, ttl: input.passwordless.ttl ?? DEFAULTS.passwordlessTtl }
+      : undefined,
     webauthn: input.webauthn
       ? { rpId: input.webauthn.rpId, rpName: input.webauthn.rpName ?? input.appName ?? input.issuer, origins: [...input.webauthn.origins] }
       : undefined,

@@ -120,7 +120,9 @@ export interface IdentityConfig {
   /** Host permission keys added to the catalog (organization-scoped; owner and admin hold them). */
   permissions?: PermissionDefinition[];
   /** URL templates with `{token}`; when set, the mail context also carries `url`. */
-  links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+  links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string; passwordlessLogin?: string };
+  /** Passwordless sign-in by e-mail (CONTRACT 11); without it the passwordless routes answer 404. */
+  passwordless?: PasswordlessConfig;
   /** Social login through OpenID Connect providers (CONTRACT 9); without it the social routes answer 404. */
   social?: SocialConfig;
   /** Single sign-on per organization (CONTRACT 12); without it the SSO routes answer 404. */
@@ -171,6 +173,15 @@ export interface ResolvedWebhooksConfig {
   rotationOverlapSec: number;
   allowHttp: boolean;
   allowPrivateNetworks: boolean;
+}
+
+export interface PasswordlessConfig {
+  /** Also mail a one-time link (`links.passwordlessLogin` is then required). Default false. */
+  link?: boolean;
+  /** An address with no account gets one at its first successful verify. Default false. */
+  allowSignup?: boolean;
+  /** Seconds a code and its link live, default 600. */
+  ttl?: number;
 }
 
 export interface WebauthnConfig {
@@ -229,7 +240,8 @@ export interface ResolvedConfig {
   mfa: { enforce: boolean; enforcementMode: 'grace' | 'block' };
   security: { stepUp: { maxAge: number } };
   permissions: PermissionDefinition[];
-  links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
+  links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string; passwordlessLogin?: string };
+  passwordless: { link: boolean; allowSignup: boolean; ttl: number } | undefined;
   webauthn: { rpId: string; rpName: string; origins: string[] } | undefined;
   social: ResolvedSocialConfig | undefined;
   sso: ResolvedSsoConfig | undefined;

@@ -31,6 +31,10 @@ export interface DerivedKeys {
   apiKeyHash: Buffer;
   /** AES-256-GCM key for webhook signing secrets (CONTRACT 13.2). */
   webhookSecretEncryption: Buffer;
+  /** HMAC key for passwordless sign-in links and the addresses they are started for (CONTRACT 11). */
+  passwordlessHash: Buffer;
+  /** AES-256-GCM key for the address of a passwordless sign-up, kept until its verify creates the account. */
+  passwordlessAddressEncryption: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -54,5 +58,7 @@ export function deriveKeys(secret: string): DerivedKeys {
     passkeyChallengeHash: derive(secret, 'hmac:passkey-challenge'),
     apiKeyHash: derive(secret, 'hmac:api-key'),
     webhookSecretEncryption: derive(secret, 'aead:webhook-secret'),
+    passwordlessHash: derive(secret, 'hmac:passwordless'),
+    passwordlessAddressEncryption: derive(secret, 'aead:passwordless-address'),
   };
 }

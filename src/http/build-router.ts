@@ -84,11 +84,14 @@ function unmatched(routes: RouteDefinition[]): RequestHandler {
   // Case-insensitive and trailing-slash tolerant, like Express's own matching.
   const patterns = routes.map((route) => ({
     method: route.method.toUpperCase(),
+    noGet: route.noGet === true,
     pattern: new RegExp(`^${route.path.split('/').map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}/?$`, 'i'),
   }));
   return (req, _res, next) => {
-    const allowed = patterns.filter(({ pattern }) => pattern.test(req.path)).map(({ method }) => method);
-    if (allowed.length === 0) {
+    const matching = patterns.filter(({ pattern }) => pattern.test(req.path));
+    const allowed = matching.map(({ method }) => method);
+    const scannerProof = (req.method === 'GET' || req.method === 'HEAD') && matching.some(({ noGet }) => noGet);
+    if (allowed.length === 0 || scannerProof) {
       next(errors.notFound());
       return;
     }

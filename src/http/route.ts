@@ -41,6 +41,11 @@ export interface RouteDefinition extends AccessRequirement {
   rateLimit?: RateLimitGroup;
   /** A feature the host did not configure (e.g. social login): the route answers 404 before any guard. */
   unavailable?: boolean;
+  /**
+   * GET and HEAD of this path answer 404 `not_found`, not 405: a path whose every use spends a
+   * one-time value offers no method a mail scanner's prefetch could call (CONTRACT 11).
+   */
+  noGet?: boolean;
   /** A valid token of a session that has ended answers 401 `session_ended`, not `unauthorized` (spec 7: switch-org). */
   answersSessionEnded?: boolean;
   body?: Joi.ObjectSchema;

@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { errors, IdentityError } from '../errors.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
-import type { OpenedSession } from './session-service.js';
 import type { OneTimeTokenPurpose } from '../store/session-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { MfaService } from './mfa-service.js';
-import type { LoginResult } from './login-result.js';
+import type { FirstFactor, LoginResult } from './login-result.js';
 import { assertPasswordAcceptable } from './password-policy.js';
 import { normaliseDisplayName, normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
@@ -98,35 +97,46 @@ export class AccountService {
     // block gives it back, a comparison that never ran (its client gone) included. A correct
     // password does not clear earlier failures: those end only when the sign-in completes (a
     // second factor may still be guessed, CONTRACT 5), which clears them in its own transaction.
-    let opened: OpenedSession;
     try {
       if (!(await this.context.hasher.verify(input.password, user.passwordHash, abandoned))) {
         await this.recordLoginFailure(user, 'wrong_password', meta, slot);
         throw ssoRequirement ? ssoRequired(ssoRequirement) : errors.invalidCredentials();
       }
-      if (user.status === 'disabled') {
-        await this.recordLoginFailure(user, 'account_disabled', meta);
-        throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
-      }
-      if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
-        throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', {
-          extra: { resend: '/auth/email/verify/resend' },
-        });
-      }
       await this.upgradePasswordHash(user, input.password);
-
-      const gate = await this.mfa.loginGate(user, meta);
-      if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
-
-      opened = await runUnitOfWork(this.context, meta, async (uow) => {
-        await slot.completeSignIn(uow, user);
-        const opened = await this.sessions.open(uow, user, { mfa: false, amr: ['pwd'], authTime: uow.now }, meta);
-        await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['pwd'], method: 'password' } });
-        return opened;
-      });
+      return await this.signIn(user, { amr: 'pwd', method: 'password' }, slot, meta);
     } finally {
       await slot.release();
     }
+  }
+
+  /**
+   * Everything after a first factor has been checked, the same for every first factor (a
+   * password, a passwordless code or link, CONTRACT 11): the sign-in refusals, the MFA gate
+   * (enforcement, grace and block mode, an organization's require_mfa), the session, the
+   * `user.logged_in` event and the login answer. A session's opening clears earlier failures
+   * with `slot`; the caller gives the slot back otherwise. An account created by this very
+   * sign-in (a passwordless sign-up) has no failures and no slot.
+   */
+  async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta): Promise<LoginResult> {
+    if (user.status === 'disabled') {
+      await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
+      throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
+    }
+    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
+      throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', {
+        extra: { resend: '/auth/email/verify/resend' },
+      });
+    }
+    const gate = await this.mfa.loginGate(user, meta, firstFactor.amr, { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method });
+    if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
+
+    const amr = [firstFactor.amr];
+    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
+      await slot?.completeSignIn(uow, user);
+      const opened = await this.sessions.open(uow, user, { mfa: false, amr, authTime: uow.now }, meta);
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } });
+      return opened;
+    });
     const tokens = await this.sessions.signOpened(opened);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }
@@ -219,9 +229,12 @@ export class AccountService {
     reason: 'unknown_account' | 'locked' | 'wrong_password' | 'account_disabled',
     meta: RequestMeta,
     slot?: FailedAttemptSlot,
+    firstFactor?: FirstFactor,
   ): Promise<void> {
+    // A password login's failures carry no method (spec 6); a passwordless one's say which (CONTRACT 11).
+    const data = firstFactor && firstFactor.method !== 'password' ? { method: firstFactor.method, reason } : { reason };
     await runUnitOfWork(this.context, meta, async (uow) => {
-      await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data: { reason } });
+      await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data });
       if (slot) await slot.fail(uow, 'password');
     });
   }

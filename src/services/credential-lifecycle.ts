@@ -12,7 +12,8 @@ import type { UnitOfWork } from './unit-of-work.js';
  *   `AccessPolicy.assertMayAddCredential`: a verified e-mail, a fresh authentication, and
  *   step-up where a factor exists;
  * - the first proof is `recordFirstEmailProof` below, called by every path that proves an
- *   address: the verification link, a password reset, a provider vouching at the exchange.
+ *   address: the verification link, a password reset, a provider vouching at the exchange, a
+ *   passwordless code or link (CONTRACT 11).
  *
  * Together they close the pre-hijack: whoever registered an address they do not own can bind
  * nothing to it, and whatever was bound before the owner's proof (data from before the gate,
@@ -23,13 +24,17 @@ import type { UnitOfWork } from './unit-of-work.js';
 export type EmailProof =
   | { method: 'link' }
   | { method: 'password_reset' }
-  | { method: 'social'; provider: string };
+  | { method: 'social'; provider: string }
+  /** A passwordless sign-in (CONTRACT 11): a password set before it goes too. */
+  | { method: 'email_code' | 'email_link'; passwordless: true };
 
 /** What the first proof removed, by kind; all zero when the address was already verified. */
 export interface CredentialsRemoved {
   factors: number;
   apiKeys: number;
   socialLinks: number;
+  /** 1 when a passwordless proof removed a password set before it. */
+  password: number;
 }
 
 /**
@@ -39,11 +44,13 @@ export interface CredentialsRemoved {
  * for the address (CONTRACT 9.4 rule 5), emits a removal event for each, and, when it
  * removed anything, ends every session of the account: before the proof, whoever held the
  * account may have been a squatter. A password set before the proof stays until the owner
- * resets it. Answers undefined when the address was already verified: then nothing runs.
+ * resets it, except after a passwordless proof (CONTRACT 11), which signs in without it: then the
+ * password goes too, since whoever registered the unverified address may have chosen it.
+ * Answers undefined when the address was already verified: then nothing runs.
  */
 export async function recordFirstEmailProof(uow: UnitOfWork, user: { id: string; email: string }, proof: EmailProof): Promise<CredentialsRemoved | undefined> {
   if (!(await uow.repos.users.markEmailVerified(user.id, uow.now))) return undefined;
-  const removed: CredentialsRemoved = { factors: 0, apiKeys: 0, socialLinks: 0 };
+  const removed: CredentialsRemoved = { factors: 0, apiKeys: 0, socialLinks: 0, password: 0 };
 
   const factors = await uow.repos.mfaFactors.listForUser(user.id);
   await uow.repos.users.deleteSecondFactorData(user.id);
@@ -56,13 +63,18 @@ export async function recordFirstEmailProof(uow: UnitOfWork, user: { id: string;
 
   removed.socialLinks = await evictLinksNotVouchingForProvenEmail(uow, user);
 
-  const data: Record<string, unknown> = { method: proof.method, credentials_removed: removed.factors + removed.apiKeys + removed.socialLinks };
+  if ('passwordless' in proof && (await uow.repos.users.removePassword(user.id, uow.now))) removed.password = 1;
+
+  const total = removed.factors + removed.apiKeys + removed.socialLinks + removed.password;
+  const data: Record<string, unknown> = { method: proof.method, credentials_removed: total };
   if (proof.method === 'social') data.provider = proof.provider;
   await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id, data });
 
-  if (removed.factors + removed.apiKeys + removed.socialLinks > 0) {
+  // A passwordless proof ends the account's other sessions even when it removed nothing (CONTRACT 11):
+  // the session it is about to open is the first one the address's owner has vouched for.
+  if (total > 0 || 'passwordless' in proof) {
     const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'email_proven');
-    await uow.emit({ type: 'auth.sessions_revoked', userId: user.id, data: { count, reason: 'email_proven' } });
+    if (total > 0 || count > 0) await uow.emit({ type: 'auth.sessions_revoked', userId: user.id, data: { count, reason: 'email_proven' } });
   }
   return removed;
 }

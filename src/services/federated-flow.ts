@@ -254,7 +254,7 @@ export class FederatedFlows {
     opened?: (uow: UnitOfWork, sessionId: string) => Promise<void>,
     ssoConnectionId?: string,
   ): Promise<LoginResult> {
-    const gate = await this.mfa.loginGate(user, meta, 'fed', ssoConnectionId);
+    const gate = await this.mfa.loginGate(user, meta, 'fed', { ssoConnectionId });
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
     const session = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);

@@ -9,6 +9,7 @@ import { MemberService } from './member-service.js';
 import { MfaService } from './mfa-service.js';
 import { OrganizationService } from './organization-service.js';
 import { PasskeyService } from './passkey-service.js';
+import { PasswordlessService } from './passwordless-service.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
@@ -53,6 +54,8 @@ export class IdentityServices {
   readonly signInRules: SignInRules;
   /** The federated round trip shared by social login and single sign-on. */
   readonly flows: FederatedFlows;
+  /** Present only with a `passwordless` config (CONTRACT 11). */
+  readonly passwordless: PasswordlessService | undefined;
 
   constructor(readonly context: ServiceContext, dns?: DnsResolver) {
     this.catalog = buildPermissionCatalog(context.config.permissions, { sso: context.config.sso !== undefined });
@@ -74,6 +77,7 @@ export class IdentityServices {
     this.flows = new FederatedFlows(context, this.sessions, this.mfa);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.flows, this.policy, this.signInRules) : undefined;
     this.sso = context.config.sso ? new SsoService(context, context.config.sso, this.flows, dns) : undefined;
+    this.passwordless = context.config.passwordless ? new PasswordlessService(context, context.config.passwordless, this.accounts, this.signInRules) : undefined;
   }
 
   /**

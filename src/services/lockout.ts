@@ -112,7 +112,7 @@ export class FailedAttemptSlot {
    * when this failure reached the threshold. Settled once that commits; a failure that rolls
    * back still owes its `release()`.
    */
-  async fail(uow: UnitOfWork, reason: 'password' | 'second_factor'): Promise<void> {
+  async fail(uow: UnitOfWork, reason: 'password' | 'second_factor' | 'email_code'): Promise<void> {
     await uow.repos.users.recordFailedAttempt(this.userId);
     uow.afterCommit(() => {
       this.settled = true;

@@ -17,3 +17,12 @@ export interface LoginFactorView {
 export type LoginResult =
   | { kind: 'session'; tokens: TokenResponse; user: { id: string; email: string; email_verified: boolean } }
   | { kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] };
+
+/**
+ * How a sign-in's first factor was passed (CONTRACT 11: a passwordless code or link is one more
+ * first factor): the `amr` mark its session carries and the `method` its events carry.
+ */
+export type FirstFactor = { amr: 'pwd'; method: 'password' } | { amr: 'email'; method: PasswordlessMethod };
+
+/** A passwordless sign-in's proof of the address: its code or its link (CONTRACT 11). */
+export type PasswordlessMethod = 'email_code' | 'email_link';

@@ -6,8 +6,8 @@ import type { FactorType, MfaFactorRecord } from '../store/mfa-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { MfaCodes, maskedDestination } from './mfa-codes.js';
-import type { MfaTicket } from './mfa-ticket.js';
-import type { LoginFactorView } from './login-result.js';
+import type { MfaTicket, TicketFirstFactor } from './mfa-ticket.js';
+import type { LoginFactorView, PasswordlessMethod } from './login-result.js';
 import type { PasskeyChallenge, PasskeyService } from './passkey-service.js';
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import { normaliseEmail } from './identity-rules.js';
@@ -66,7 +66,12 @@ export class MfaService {
    * factors when it does, nothing when a session may open, and refuses the login in
    * 'block' mode when MFA is enforced and no factor is confirmed.
    */
-  async loginGate(user: UserRecord, meta: RequestMeta, firstFactor: 'pwd' | 'fed' = 'pwd', ssoConnectionId?: string): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
+  async loginGate(
+    user: UserRecord,
+    meta: RequestMeta,
+    firstFactor: TicketFirstFactor = 'pwd',
+    origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined } = {},
+  ): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
     const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {
@@ -76,8 +81,9 @@ export class MfaService {
     }
     const ticketId = randomUUID();
     const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
-    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId });
-    return { mfaToken: token, factors: confirmed.filter((factor) => factor.type !== 'webauthn' || this.passkeys.enabled).map(loginFactorView) };
+    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, signInMethod: origin.signInMethod });
+    const offered = confirmed.filter((factor) => (factor.type !== 'webauthn' || this.passkeys.enabled) && !provesOnlyTheFirstFactor({ firstFactor }, factor, user.email));
+    return { mfaToken: token, factors: offered.map(loginFactorView) };
   }
 
   /**
@@ -92,7 +98,7 @@ export class MfaService {
     const now = this.context.clock.now();
     if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
     // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, no code is looked at.
-    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
+    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, signInMethod: ticket.signInMethod, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
   }
 
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
@@ -100,6 +106,7 @@ export class MfaService {
     if (ticket.exhausted) throw errors.invalidCode();
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, ticket.userId, factorId);
+      await this.assertSecondFactorAfter(uow, ticket, factor);
       if (factor.type === 'webauthn') return this.passkeys.assertionOptions(uow, factor, 'login_mfa', ticket.id);
       assertCodeCanBeSent(factor);
       return this.codes.sendCode(uow, { factor, purpose: 'login_mfa', boundTo: ticket.id, cooldownCode: 'too_many_requests' });
@@ -116,6 +123,11 @@ export class MfaService {
     const user = await this.context.store.repos.users.findById(ticket.userId);
     if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
     const factorId = input.type === 'recovery' ? undefined : input.factorId;
+    if (factorId !== undefined && ticket.firstFactor === 'email') {
+      // Refused before any attempt is taken: no code of it is compared, so nothing counts.
+      const factor = await this.context.store.repos.mfaFactors.findOwned(factorId, user.id);
+      if (factor && factor.confirmedAt !== null) await this.assertSecondFactorAfter(this.context.store, ticket, factor);
+    }
     // A locked account compares no code and verifies no assertion (the lock holds across passwords and second factors).
     const opened = await this.withSecondFactorAttempt(user.id, meta, () => errors.unauthorized('The MFA ticket is invalid or expired.'), async (uow, slot) => {
       const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input, 'login_mfa', ticket.id);
@@ -130,15 +142,15 @@ export class MfaService {
       }
       // The sign-in is complete: only now do earlier failures stop counting.
       await uow.repos.users.clearFailedLogins(user.id);
-      // CONTRACT 9.6: after a social sign-in the first factor is `fed`, not `pwd`.
+      // CONTRACT 9.6 and 11: after a social or passwordless sign-in the first factor is `fed` or `email`, not `pwd`.
       const secondFactor = secondFactorAmr(method);
-      const amr = ticket.firstFactor === 'fed' ? ['fed', ...secondFactor.slice(1)] : secondFactor;
+      const amr = [ticket.firstFactor ?? 'pwd', ...secondFactor.slice(1)];
       const opened = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
       // Opened through single sign-on: enforcement lets it refresh and accept invites (CONTRACT 12.6).
       if (ticket.ssoConnectionId) await uow.repos.ssoIdentities.markSessionOpenedThrough(opened.subject.sid, ticket.ssoConnectionId);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.ssoConnectionId ? { method: 'sso', connection_id: ticket.ssoConnectionId } : ticket.firstFactor === 'fed' ? { method: 'social' } : { method }) } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.ssoConnectionId ? { method: 'sso', connection_id: ticket.ssoConnectionId } : { method: signInMethodAfterGate(ticket, method) }) } });
       return opened;
     });
     return this.sessions.signOpened(opened);
@@ -343,6 +355,18 @@ export class MfaService {
 
   // ---------------------------------------------------------------- internals
 
+  /**
+   * CONTRACT 11: after a passwordless sign-in, an e-mail factor to the address just proven is
+   * no second factor (the same mailbox would pass both): 422 unsupported_factor.
+   */
+  private async assertSecondFactorAfter(uow: { repos: UnitOfWork['repos'] }, ticket: MfaTicket, factor: MfaFactorRecord): Promise<void> {
+    if (ticket.firstFactor !== 'email') return;
+    const user = await uow.repos.users.findById(ticket.userId);
+    if (user && provesOnlyTheFirstFactor(ticket, factor, user.email)) {
+      throw new IdentityError(422, 'unsupported_factor', 'This sign-in already proved this e-mail address; choose another factor or a recovery code.');
+    }
+  }
+
   /** A confirmed factor of the user; unknown, foreign and pending factors are 404 alike. */
   private async confirmedFactor(uow: UnitOfWork, userId: string, factorId: string): Promise<MfaFactorRecord> {
     const factor = await uow.repos.mfaFactors.findOwned(factorId, userId);
@@ -400,6 +424,18 @@ function loginFactorView(factor: MfaFactorRecord): LoginFactorView {
   const destination = maskedDestination(factor);
   if (destination) view.destination = destination;
   return view;
+}
+
+/** An e-mail factor whose destination is the address a passwordless first factor just proved (CONTRACT 11). */
+function provesOnlyTheFirstFactor(ticket: { firstFactor?: TicketFirstFactor | undefined }, factor: Pick<MfaFactorRecord, 'type' | 'destination'>, provenAddress: string): boolean {
+  return ticket.firstFactor === 'email' && factor.type === 'email' && factor.destination !== null && normaliseEmail(factor.destination) === normaliseEmail(provenAddress);
+}
+
+/** The `method` of `user.logged_in` after the gate: the first factor's for a social or passwordless sign-in, else the second factor's. */
+function signInMethodAfterGate(ticket: MfaTicket, method: CodeMethod): string {
+  if (ticket.firstFactor === 'fed') return 'social';
+  if (ticket.firstFactor === 'email') return ticket.signInMethod ?? 'email_code';
+  return method;
 }
 
 function secondFactorAmr(method: CodeMethod): string[] {

@@ -238,10 +238,12 @@ export interface MfaTicketRecord {
   createdAt: number;
   expiresAt: number;
   consumedAt: number | null;
-  /** How the first factor was passed: `fed` after a social sign-in, else a password (migration 006). */
-  firstFactor: 'pwd' | 'fed';
+  /** How the first factor was passed: `fed` after a social sign-in (migration 006), `email` after a passwordless one (migration 012), else a password. */
+  firstFactor: 'pwd' | 'fed' | 'email';
   /** The single sign-on connection of the first factor, if any (migration 011). */
   ssoConnectionId: string | null;
+  /** After a passwordless first factor: `email_code` or `email_link` (migration 012). */
+  signInMethod: 'email_code' | 'email_link' | undefined;
 }
 
 function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
@@ -252,13 +254,24 @@ function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
     createdAt: toNumber(row.created_at),
     expiresAt: toNumber(row.expires_at),
     consumedAt: toNullableNumber(row.consumed_at),
-    firstFactor: row.first_factor === 'fed' ? 'fed' : 'pwd',
+    firstFactor: row.first_factor === 'fed' || row.first_factor === 'email' ? row.first_factor : 'pwd',
     ssoConnectionId: (row.sso_connection_id as string | null | undefined) ?? null,
+    signInMethod: row.sign_in_method === 'email_code' || row.sign_in_method === 'email_link' ? row.sign_in_method : undefined,
   };
 }
 
 export class MfaTicketRepository extends Repository {
-  async insert(ticket: { id: string; userId: string; now: number; expiresAt: number; ip: string | null; userAgent: string | null; firstFactor?: 'pwd' | 'fed'; ssoConnectionId?: string | undefined }): Promise<void> {
+  async insert(ticket: {
+    id: string;
+    userId: string;
+    now: number;
+    expiresAt: number;
+    ip: string | null;
+    userAgent: string | null;
+    firstFactor?: 'pwd' | 'fed' | 'email';
+    ssoConnectionId?: string | undefined;
+    signInMethod?: 'email_code' | 'email_link' | undefined;
+  }): Promise<void> {
     await this.db(this.table.mfaTickets).insert({
       id: ticket.id,
       user_id: ticket.userId,
@@ -268,8 +281,9 @@ export class MfaTicketRepository extends Repository {
       consumed_at: null,
       ip: ticket.ip,
       user_agent: ticket.userAgent?.slice(0, 512) ?? null,
-      ...(ticket.firstFactor === 'fed' ? { first_factor: 'fed' } : {}),
+      ...(ticket.firstFactor === 'fed' || ticket.firstFactor === 'email' ? { first_factor: ticket.firstFactor } : {}),
       ...(ticket.ssoConnectionId ? { sso_connection_id: ticket.ssoConnectionId } : {}),
+      ...(ticket.signInMethod ? { sign_in_method: ticket.signInMethod } : {}),
     });
   }
 

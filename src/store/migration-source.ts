@@ -9,6 +9,7 @@ import * as socialClaims from './migrations/008-social-claims.js';
 import * as attemptSlots from './migrations/009-attempt-slots.js';
 import * as eventsAndWebhooks from './migrations/010-events-and-webhooks.js';
 import * as sso from './migrations/011-sso.js';
+import * as passwordless from './migrations/012-passwordless.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -33,6 +34,7 @@ const MIGRATIONS: Migration[] = [
   { name: '009-attempt-slots', up: attemptSlots.up },
   { name: '010-events-and-webhooks', up: eventsAndWebhooks.up },
   { name: '011-sso', up: sso.up },
+  { name: '012-passwordless', up: passwordless.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

@@ -7,6 +7,7 @@ import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, Recov
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
 import { PasskeyRepository } from './passkey-repository.js';
+import { PasswordlessChallengeRepository } from './passwordless-repository.js';
 import { OneTimeTokenRepository, RefreshTokenRepository, SessionRepository } from './session-repository.js';
 import { RateLimitCounterRepository } from './rate-limit-counter-repository.js';
 import { SigningKeyRepository } from './signing-key-repository.js';
@@ -44,6 +45,7 @@ export interface Repositories {
   orgDomains: OrgDomainRepository;
   ssoConnections: SsoConnectionRepository;
   ssoIdentities: SsoIdentityRepository;
+  passwordlessChallenges: PasswordlessChallengeRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -73,6 +75,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     orgDomains: new OrgDomainRepository(context),
     ssoConnections: new SsoConnectionRepository(context),
     ssoIdentities: new SsoIdentityRepository(context),
+    passwordlessChallenges: new PasswordlessChallengeRepository(context),
   };
 }
 

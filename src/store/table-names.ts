@@ -26,6 +26,7 @@ export const TABLES = [
   'orgDomains',
   'ssoConnections',
   'ssoIdentities',
+  'passwordlessChallenges',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];

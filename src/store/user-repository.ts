@@ -117,6 +117,11 @@ export class UserRepository extends Repository {
     await this.db(this.table.users).where({ id }).update({ password_hash: passwordHash, updated_at: now });
   }
 
+  /** The account signs in without a password from now on (a passwordless first proof, CONTRACT 11); answers whether it had one. */
+  async removePassword(id: string, now: number): Promise<boolean> {
+    return (await this.db(this.table.users).where({ id }).whereNotNull('password_hash').update({ password_hash: null, updated_at: now })) === 1;
+  }
+
   /** Replaces the hash only if it is still the one that was verified, so a concurrent password change wins. */
   async replacePasswordHash(id: string, expectedHash: string, passwordHash: string): Promise<boolean> {
     return (await this.db(this.table.users).where({ id, password_hash: expectedHash }).update({ password_hash: passwordHash })) === 1;

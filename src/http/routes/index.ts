@@ -5,6 +5,7 @@ import { apiKeyRoutes } from './api-keys.js';
 import { mfaRoutes } from './mfa.js';
 import { organizationRoutes } from './orgs.js';
 import { passkeyRoutes } from './passkeys.js';
+import { passwordlessRoutes } from './passwordless.js';
 import { socialRoutes } from './social.js';
 import { ssoRoutes } from './sso.js';
 import { userRoutes } from './users.js';
@@ -12,5 +13,5 @@ import { webhookRoutes } from './webhooks.js';
 
 /** Every route of the spec, by section. */
 export function allRoutes(services: IdentityServices): RouteDefinition[] {
-  return [...accountRoutes(services), ...mfaRoutes(services), ...passkeyRoutes(services), ...organizationRoutes(services), ...userRoutes(services), ...apiKeyRoutes(services), ...webhookRoutes(services), ...socialRoutes(services), ...ssoRoutes(services)];
+  return [...accountRoutes(services), ...mfaRoutes(services), ...passkeyRoutes(services), ...passwordlessRoutes(services), ...organizationRoutes(services), ...userRoutes(services), ...apiKeyRoutes(services), ...webhookRoutes(services), ...socialRoutes(services), ...ssoRoutes(services)];
 }
