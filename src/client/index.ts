@@ -436,10 +436,11 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     return { session: sessionOf(held!), isNewUser: Boolean(data.is_new_user) };
   }
 
+  const typed = request as IdentityClient['request'];
   return {
     ready,
-    register: (body) => request('POST', '/auth/register', { body }),
-    verifyEmail: (token) => request('POST', '/auth/email/verify', { body: { token } }),
+    register: (body) => typed('POST', '/auth/register', { body }),
+    verifyEmail: (token) => typed('POST', '/auth/email/verify', { body: { token } }),
     async login(body) {
       const response = await call('POST', '/auth/login', body, false);
       const answer = await readJson(response);
@@ -448,8 +449,8 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     },
     logout: () => endWith('logout', '/auth/logout'),
     logoutAll: () => endWith('logout', '/auth/logout-all'),
-    switchOrg: (organizationId) => request('POST', '/auth/switch-org', { body: { organization_id: organizationId } }),
-    request: request as IdentityClient['request'],
+    switchOrg: (organizationId) => typed('POST', '/auth/switch-org', { body: { organization_id: organizationId } }),
+    request: typed,
     fetch: hostFetch,
     getAccessToken,
     getSession: () => (held ? sessionOf(held) : null),
@@ -461,8 +462,8 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     passkeys: {
       async register(passkeyOptions = {}) {
         const creation = await request('POST', '/auth/passkeys/register/options', { body: {} });
-        const response = await runCeremony('create', creation);
-        return request('POST', '/auth/passkeys/register/verify', { body: { response, ...(passkeyOptions.label ? { label: passkeyOptions.label } : {}) } });
+        const response = (await runCeremony('create', creation)) as RequestBody<'/auth/passkeys/register/verify', 'POST'>['response'];
+        return typed('POST', '/auth/passkeys/register/verify', { body: { response, ...(passkeyOptions.label ? { label: passkeyOptions.label } : {}) } });
       },
       async login() {
         const { challenge_id, options: assertion } = (await request('POST', '/auth/passkeys/login/options', { body: {} })) as Json;

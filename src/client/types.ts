@@ -12,8 +12,13 @@ export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 /** A documented path with its `{param}` segments opened to any string: `/orgs/{orgId}` -> `/orgs/${string}`. */
 type Filled<S extends string> = S extends `${infer Head}{${string}}${infer Tail}` ? `${Head}${string}${Filled<Tail>}` : S;
 
-/** The documented path (or paths) a concrete path matches. */
-export type MatchPath<T extends string> = { [P in keyof paths & string]: T extends Filled<P> ? P : never }[keyof paths & string];
+/** How many `/`-separated segments a path has (a `{param}` is one segment, never several). */
+type Segments<S extends string, Count extends unknown[] = []> = S extends `${string}/${infer Rest}` ? Segments<Rest, [...Count, 0]> : Count['length'];
+
+/** The documented path a concrete path matches. */
+export type MatchPath<T extends string> = {
+  [P in keyof paths & string]: T extends Filled<P> ? (Segments<T> extends Segments<P> ? P : never) : never;
+}[keyof paths & string];
 
 type Operation<P, M extends HttpMethod> = P extends keyof paths ? (Lowercase<M> extends keyof paths[P] ? paths[P][Lowercase<M>] : never) : never;
 type JsonOf<R> = R extends { content: { 'application/json': infer J } } ? J : never;
