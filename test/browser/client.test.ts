@@ -241,31 +241,41 @@ describe('identity-router/client in Chromium', { skip }, () => {
     await context.close();
   });
 
-  test('passkeys: register() runs the creation ceremony, login() signs in with the passkey alone', async () => {
-    const email = await verifiedAccount('passkey');
-    const context = await newContext();
-    const page = await openTab(context);
-    const authenticator = await addVirtualAuthenticator(context, page);
-    await startClient(page);
-    await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
-    const registered = await inPage(page, `async (client) => client.passkeys.register({ label: 'Laptop' })`);
-    assert.equal(registered.status, 'confirmed', JSON.stringify(registered));
-    assert.equal(registered.recovery_codes?.length, 10);
-    assert.equal(await authenticator.credentialCount(), 1);
+  /** A browser without PublicKeyCredential.parse*OptionsFromJSON and toJSON(): the client's base64url by hand. */
+  const WITHOUT_JSON_HELPERS = `delete PublicKeyCredential.parseCreationOptionsFromJSON; delete PublicKeyCredential.parseRequestOptionsFromJSON; delete PublicKeyCredential.prototype.toJSON;`;
 
-    await inPage(page, `async (client) => client.logout()`);
-    assert.deepEqual(await page.evaluate('globalThis.ended'), ['logout']);
-    assert.equal(await inPage(page, 'async (client) => client.getSession()'), null);
-    const session = await inPage(page, `async (client) => (await client.passkeys.login()).session`);
-    assert.deepEqual(session.claims.amr, ['hwk', 'user']);
-    const me = await inPage(page, `async (client) => client.request('GET', '/auth/me')`);
-    assert.equal(me.email, email);
+  for (const variant of ['with the browser JSON helpers', 'without them (base64url by hand)']) {
+    test(`passkeys ${variant}: register() runs the creation ceremony, login() signs in with the passkey alone`, async () => {
+      const email = await verifiedAccount('passkey');
+      const context = await newContext(variant.startsWith('without') ? WITHOUT_JSON_HELPERS : undefined);
+      if (variant.startsWith('without')) {
+        const probe = await openTab(context);
+        assert.equal(await probe.evaluate('typeof PublicKeyCredential.parseCreationOptionsFromJSON + typeof PublicKeyCredential.prototype.toJSON'), 'undefinedundefined');
+        await probe.close();
+      }
+      const page = await openTab(context);
+      const authenticator = await addVirtualAuthenticator(context, page);
+      await startClient(page);
+      await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+      const registered = await inPage(page, `async (client) => client.passkeys.register({ label: 'Laptop' })`);
+      assert.equal(registered.status, 'confirmed', JSON.stringify(registered));
+      assert.equal(registered.recovery_codes?.length, 10);
+      assert.equal(await authenticator.credentialCount(), 1);
 
-    await authenticator.setUserVerified(false);
-    const refused = await inPage(page, `async (client) => client.passkeys.login()`);
-    assert.deepEqual(refused.error, { name: 'IdentityClientError', code: 'passkey_failed', status: 0 });
-    await context.close();
-  });
+      await inPage(page, `async (client) => client.logout()`);
+      assert.deepEqual(await page.evaluate('globalThis.ended'), ['logout']);
+      assert.equal(await inPage(page, 'async (client) => client.getSession()'), null);
+      const session = await inPage(page, `async (client) => (await client.passkeys.login()).session`);
+      assert.deepEqual(session.claims.amr, ['hwk', 'user']);
+      const me = await inPage(page, `async (client) => client.request('GET', '/auth/me')`);
+      assert.equal(me.email, email);
+
+      await authenticator.setUserVerified(false);
+      const refused = await inPage(page, `async (client) => client.passkeys.login()`);
+      assert.deepEqual(refused.error, { name: 'IdentityClientError', code: 'passkey_failed', status: 0 });
+      await context.close();
+    });
+  }
 
   test('social: start() keeps the verifier in the tab, complete() exchanges the code once and cleans the address; another tab cannot', async () => {
     const context = await newContext();
