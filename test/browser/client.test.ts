@@ -139,6 +139,16 @@ describe('identity-router/client in Chromium', { skip }, () => {
     return { sent };
   }
 
+  /**
+   * A channel whose messages arrive 300 ms late once `globalThis.lateChannel` is set: the tab that
+   * takes the refresh lock next then holds it before the new tokens reach it.
+   */
+  const LATE_CHANNEL = `const post = BroadcastChannel.prototype.postMessage;
+BroadcastChannel.prototype.postMessage = function (message) {
+  if (globalThis.lateChannel) setTimeout(() => post.call(this, message), 300);
+  else post.call(this, message);
+};`;
+
   async function threeTabsRefreshTogether(init?: string): Promise<{ refreshes: number; answers: Json[]; after: Json[]; ended: unknown[]; sessions: number }> {
     const email = await verifiedAccount('race');
     const context = await newContext(init);
@@ -151,6 +161,7 @@ describe('identity-router/client in Chromium', { skip }, () => {
     for (const tab of tabs.slice(1)) assert.equal((await inPage(tab, 'async (client) => client.getSession()')).sessionId, signedIn.sessionId, 'an opened tab takes the open session');
     // Memory mode: no token in any web storage.
     assert.equal(await tabs[0]!.evaluate('sessionStorage.length + localStorage.length'), 0);
+    for (const tab of tabs) await tab.evaluate('globalThis.lateChannel = true');
 
     suite.clock.advance(16 * 60); // every tab's access token has expired on the router's clock
     const answers = await Promise.all(tabs.map((tab) => inPage(tab, `async (client) => client.request('GET', '/auth/me')`)));
@@ -170,6 +181,15 @@ describe('identity-router/client in Chromium', { skip }, () => {
     for (const answer of result.after) assert.equal(answer.sessions?.length, 1, JSON.stringify(answer));
     assert.deepEqual(result.ended, [[], [], []]);
     assert.equal(result.sessions, 1, 'the session is still active on the router');
+  });
+
+  test('the same holds when the new tokens reach the other tabs after the lock does', async () => {
+    const result = await threeTabsRefreshTogether(LATE_CHANNEL);
+    console.log(`tab race with the Web Lock and a late channel: ${result.refreshes} refresh request(s), session ${result.sessions === 1 ? 'alive' : 'ended'}`);
+    assert.equal(result.refreshes, 1, 'the next lock holder waited for the newer generation instead of replaying its token');
+    for (const answer of result.answers) assert.equal(typeof answer.email, 'string', JSON.stringify(answer));
+    assert.deepEqual(result.ended, [[], [], []]);
+    assert.equal(result.sessions, 1);
   });
 
   test('without the Web Lock the same tabs replay the refresh token and reuse detection ends the session', async () => {
