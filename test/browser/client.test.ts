@@ -330,6 +330,66 @@ BroadcastChannel.prototype.postMessage = function (message) {
     await context.close();
   });
 
+  test("'session' storage survives a reload, and a token under 30 s from expiry is refreshed before use", async () => {
+    const email = await verifiedAccount('reload');
+    const context = await newContext();
+    const page = await openTab(context);
+    await startClient(page, { baseUrl: '/identity', storage: 'session' });
+    const first = await inPage(page, `async (client, arg) => (await client.login(arg)).session`, { email, password: STRONG_PASSWORD });
+    await page.reload();
+    await page.waitForSelector('body[data-ready="true"]');
+    await startClient(page, { baseUrl: '/identity', storage: 'session' });
+    assert.equal((await inPage(page, 'async (client) => client.getSession()')).sessionId, first.sessionId, 'the session came back from sessionStorage');
+
+    // The stored expiry moved to 10 s from now: the next token is a fresh one, refreshed first.
+    const refreshes: string[] = [];
+    page.on('request', (request) => void (request.url().endsWith('/auth/token/refresh') && refreshes.push(request.url())));
+    await page.evaluate(`(() => {
+      const key = Object.keys(sessionStorage).find((name) => name.startsWith('identity-router:http'));
+      const held = JSON.parse(sessionStorage.getItem(key));
+      held.expiresAt = Date.now() + 10000;
+      sessionStorage.setItem(key, JSON.stringify(held));
+    })()`);
+    await page.reload();
+    await page.waitForSelector('body[data-ready="true"]');
+    await startClient(page, { baseUrl: '/identity', storage: 'session' });
+    const before = await inPage(page, 'async (client) => client.getSession().expiresAt - Date.now()');
+    assert.ok(before < 30_000);
+    await inPage(page, 'async (client) => client.getAccessToken()');
+    assert.equal(refreshes.length, 1, 'one refresh ahead of expiry');
+    assert.ok((await inPage(page, 'async (client) => client.getSession().expiresAt - Date.now()')) > 60_000);
+    await context.close();
+  });
+
+  test('fetch() sends the access token to the page, router and listed origins only, and never replaces a caller\'s own Authorization', async () => {
+    const email = await verifiedAccount('fetch');
+    const context = await newContext();
+    const page = await openTab(context);
+    const seen: Array<{ url: string; authorization: string | undefined }> = [];
+    await context.route(
+      (url) => url.hostname === 'elsewhere.test' || url.hostname === 'api.partner.test',
+      (route) => route.fulfill({ status: 200, contentType: 'application/json', headers: { 'access-control-allow-origin': '*' }, body: '{}' }),
+    );
+    page.on('request', (request) => void seen.push({ url: request.url(), authorization: request.headers().authorization }));
+    await startClient(page, { baseUrl: '/identity', apiOrigins: ['http://api.partner.test'] });
+    await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    const statuses = await inPage(
+      page,
+      `async (client) => [
+        (await client.fetch('/invoices')).status,
+        (await client.fetch('http://api.partner.test/data')).status,
+        (await client.fetch('http://elsewhere.test/data')).status,
+        (await client.fetch('/invoices', { headers: { authorization: 'Bearer own' } })).status,
+      ]`,
+    );
+    assert.deepEqual(statuses, [403, 200, 200, 401]);
+    const authorization = (url: string) => seen.filter((request) => request.url === url).map((request) => request.authorization?.slice(0, 12));
+    assert.deepEqual(authorization(`${suite.url}/invoices`), ['Bearer eyJhb', 'Bearer own']);
+    assert.deepEqual(authorization('http://api.partner.test/data'), ['Bearer eyJhb']);
+    assert.deepEqual(authorization('http://elsewhere.test/data'), [undefined], 'no token to an origin not listed');
+    await context.close();
+  });
+
   test("cookie mode ('none'): the refresh token stays in the httpOnly cookie, never in the page, and refresh still works", async () => {
     const email = await verifiedAccount('cookie');
     const context = await newContext();
