@@ -59,16 +59,26 @@ async function runPublint(tarball) {
   return failures.length === 0;
 }
 
-function runAttw(tarball) {
-  // The strict profile: node10 ("moduleResolution": "node", which ignores "exports"),
-  // node16/nodenext from CJS and from ESM, and bundler resolution must all find the right types.
-  const result = run(path.join(BIN, 'attw'), [tarball, '--no-color', '--format', 'table-flipped'], {
+function runAttw(tarball, label, args) {
+  const result = run(path.join(BIN, 'attw'), [tarball, '--no-color', '--format', 'table-flipped', ...args], {
     env: { ...process.env, NO_COLOR: '1' },
   });
   process.stdout.write(result.stdout);
   process.stderr.write(result.stderr);
-  console.log(result.status === 0 ? 'attw: ok' : `attw: problems found (exit ${result.status})`);
+  console.log(result.status === 0 ? `attw ${label}: ok` : `attw ${label}: problems found (exit ${result.status})`);
   return result.status === 0;
+}
+
+/**
+ * The server entry under the strict profile: node10 ("moduleResolution": "node", which ignores
+ * "exports"), node16/nodenext from CJS and from ESM, and bundler resolution must all find the
+ * right types. The browser client (`./client`) is ESM only by design (CONTRACT 14): the esm-only
+ * profile, which leaves out node10 and require().
+ */
+function runAttwProfiles(tarball) {
+  const server = runAttw(tarball, 'server entry', ['--exclude-entrypoints', './client']);
+  const client = runAttw(tarball, 'client entry', ['--entrypoints', './client', '--profile', 'esm-only']);
+  return server && client;
 }
 
 async function main() {
@@ -76,7 +86,7 @@ async function main() {
   const { tarball, cleanup } = given ? { tarball: path.resolve(given), cleanup: () => undefined } : packCurrentBuild();
   try {
     const publintOk = await runPublint(tarball);
-    const attwOk = runAttw(tarball);
+    const attwOk = runAttwProfiles(tarball);
     return publintOk && attwOk ? 0 : 1;
   } finally {
     cleanup();

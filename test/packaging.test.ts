@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -251,6 +251,28 @@ const ESM_TSCONFIG = {
   include: ['src'],
 };
 
+/** A browser app's use of the client, type-checked against the published declarations. */
+const BROWSER_CONSUMER = `import { createIdentityClient, IdentityClientError, type Session } from 'identity-router/client';
+
+const client = createIdentityClient({ baseUrl: '/identity', storage: 'session' });
+export async function signIn(email: string, password: string): Promise<Session | 'mfa'> {
+  await client.ready;
+  const result = await client.login({ email, password });
+  if (result.mfa) return 'mfa';
+  return result.session;
+}
+export async function factorCount(): Promise<number> {
+  const { factors } = await client.request('GET', '/auth/mfa/factors');
+  return factors.length;
+}
+export const isRefusal = (error: unknown) => error instanceof IdentityClientError && error.code === 'invalid_credentials';
+`;
+
+const BROWSER_TSCONFIG = {
+  compilerOptions: { target: 'ES2022', module: 'ESNext', moduleResolution: 'Bundler', lib: ['ES2022', 'DOM'], types: [], strict: true, noEmit: true, skipLibCheck: false },
+  include: ['app.ts'],
+};
+
 describe('the packed tarball', { skip: SKIP, timeout: 240_000 }, () => {
   let workDir: string;
   let tarball: string;
@@ -267,7 +289,7 @@ describe('the packed tarball', { skip: SKIP, timeout: 240_000 }, () => {
     const [packed] = JSON.parse(await npm(['pack', '--ignore-scripts', '--json', '--pack-destination', packDir], ROOT)) as Array<{ filename: string; files: Array<{ path: string }> }>;
     tarball = join(packDir, packed!.filename.split('/').pop()!);
     const files = packed!.files.map((file) => file.path);
-    for (const file of ['package.json', 'dist/index.js', 'dist/index.cjs', 'dist/index.d.ts', 'dist/index.d.cts', 'LICENSE', 'docs/openapi.yaml']) {
+    for (const file of ['package.json', 'dist/index.js', 'dist/index.cjs', 'dist/index.d.ts', 'dist/index.d.cts', 'dist/client/index.js', 'dist/client/index.d.ts', 'LICENSE', 'docs/openapi.yaml']) {
       assert.ok(files.includes(file), `the tarball holds ${file}`);
     }
     const strays = files.filter((file) => /^(src|test|scripts|bench|examples|node_modules|\.tmp)\//.test(file) || file.endsWith('.sqlite'));
@@ -309,7 +331,7 @@ describe('the packed tarball', { skip: SKIP, timeout: 240_000 }, () => {
     assertConsumerWorked(await node(['consumer.js'], dir), '4');
   });
 
-  test('an ESM TypeScript project (NodeNext, strict) type-checks against it and serves on Express 5 and Express 4', async () => {
+  test('an ESM TypeScript project (NodeNext, strict) type-checks against it and serves on Express 5 and Express 4; a browser app type-checks against identity-router/client', async () => {
     const dir = join(workDir, 'consumer-esm');
     mkdirSync(join(dir, 'src'), { recursive: true });
     writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'consumer-esm', private: true, type: 'module' }));
@@ -324,6 +346,22 @@ describe('the packed tarball', { skip: SKIP, timeout: 240_000 }, () => {
       assert.fail(`tsc rejected the consumer against the published types:\n${failure.stdout ?? ''}${failure.stderr ?? ''}`);
     }
     assertConsumerWorked(await node(['dist/consumer.js'], dir), '5');
+
+    // The browser client from the same install: its types check under bundler resolution with the
+    // DOM library, and its file loads in a browser as shipped (relative imports only, none at all here).
+    mkdirSync(join(dir, 'web'));
+    writeFileSync(join(dir, 'web', 'tsconfig.json'), JSON.stringify(BROWSER_TSCONFIG, null, 2));
+    writeFileSync(join(dir, 'web', 'app.ts'), BROWSER_CONSUMER);
+    try {
+      await run(process.execPath, [join(dir, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'web')], { cwd: dir });
+    } catch (error) {
+      const failure = error as { stdout?: string; stderr?: string };
+      assert.fail(`tsc rejected a browser consumer of identity-router/client:\n${failure.stdout ?? ''}${failure.stderr ?? ''}`);
+    }
+    const clientFile = readFileSync(join(dir, 'node_modules', 'identity-router', 'dist', 'client', 'index.js'), 'utf8');
+    assert.deepEqual([...clientFile.matchAll(/^\s*(?:import|export)[^;]*from\s*['"]([^'"]+)['"]/gm)].map((match) => match[1]), [], 'the client file imports nothing');
+    assert.doesNotMatch(clientFile, /\bnode:|require\(/, 'the client file uses no Node built-in');
+
     await npm(['install', EXPRESS_4, ...NPM_INSTALL_FLAGS], dir);
     assertConsumerWorked(await node(['dist/consumer.js'], dir), '4');
   });

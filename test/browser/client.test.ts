@@ -1,0 +1,421 @@
+/**
+ * identity-router/client in headless Chromium (CONTRACT 14), against the example server: the
+ * client is bundled from src/client with esbuild and served, with a blank page that loads it, on
+ * the example's own origin. Each test names the rule it guards:
+ * - three tabs whose access tokens expire together send one refresh and keep the session; with
+ *   no Web Lock the same tabs replay the token and reuse detection ends the session;
+ * - the MFA gate, and a step-up retry of a write (a wrong code asks again, null cancels);
+ * - passkey registration and login through a virtual authenticator;
+ * - the social round trip through the example's demo provider, bound to the tab's verifier;
+ * - the cookie mode, where no refresh token is ever readable by page script.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { build } from 'esbuild';
+import type { BrowserContext, Page, Request } from 'playwright-core';
+import speakeasy from 'speakeasy';
+import { addVirtualAuthenticator } from '../helpers/virtual-authenticator.js';
+import { BrowserSuite, browserSkipReason, STRONG_PASSWORD, uniqueEmail } from './browser-harness.js';
+
+const skip = browserSkipReason();
+
+const PAGE = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>client test page</title></head>
+<body><main><h1>client test page</h1></main>
+<script type="module" src="/app.js"></script></body></html>`;
+
+const LOADER = `import * as identity from '/__client/identity-client.js';
+globalThis.identity = identity;
+document.body.dataset.ready = 'true';`;
+
+type Json = Record<string, any>;
+
+describe('identity-router/client in Chromium', { skip }, () => {
+  let suite: BrowserSuite;
+  let bundle: string;
+  /** The router as node reaches it (the browser uses localhost, which passkeys need). */
+  let api: string;
+
+  before(async () => {
+    suite = await BrowserSuite.start('client', { publicHost: 'localhost' });
+    api = `${suite.url.replace('//localhost:', '//127.0.0.1:')}/identity`;
+    const built = await build({ entryPoints: ['src/client/index.ts'], bundle: true, format: 'esm', platform: 'browser', target: 'es2020', write: false });
+    bundle = built.outputFiles[0]!.text;
+  });
+  after(async () => {
+    await suite?.close();
+  });
+
+  /**
+   * A context whose /__client/ paths serve the test page and the client. The example's own shell
+   * script is replaced by the loader too, so on the app's pages (the social return page, which a
+   * redirect reaches and a route cannot replace) only the client runs. CSP is bypassed for the
+   * test's `new Function` in the page, not for the client.
+   */
+  async function newContext(init?: string): Promise<BrowserContext> {
+    const context = await suite.browser.newContext({ bypassCSP: true });
+    context.setDefaultTimeout(10_000);
+    if (init) await context.addInitScript(init);
+    await context.route(
+      (url) => url.pathname.startsWith('/__client/') || url.pathname === '/app.js',
+      (route) => {
+        const path = new URL(route.request().url()).pathname;
+        if (path === '/__client/identity-client.js') return route.fulfill({ status: 200, contentType: 'text/javascript', body: bundle });
+        if (path === '/app.js') return route.fulfill({ status: 200, contentType: 'text/javascript', body: LOADER });
+        return route.fulfill({ status: 200, contentType: 'text/html', body: PAGE });
+      },
+    );
+    return context;
+  }
+
+  async function openTab(context: BrowserContext, path = '/__client/page'): Promise<Page> {
+    const page = await context.newPage();
+    page.on('dialog', (dialog) => void dialog.accept());
+    await page.goto(suite.url + path);
+    await page.waitForSelector('body[data-ready="true"]');
+    return page;
+  }
+
+  /** Creates `globalThis.client` in the page and waits for `ready`; records ended sessions in `globalThis.ended`. */
+  async function startClient(page: Page, options: Json = { baseUrl: '/identity' }): Promise<void> {
+    await page.evaluate(async (clientOptions) => {
+      const scope = globalThis as any;
+      scope.client = scope.identity.createIdentityClient(clientOptions);
+      scope.ended = [];
+      scope.client.onSessionEnded((event: Json) => scope.ended.push(event.reason));
+      await scope.client.ready;
+    }, options);
+  }
+
+  /** Runs `body` (an async function's text taking `client`) in the page; a rejection comes back as `{error}`. */
+  function inPage<T = any>(page: Page, body: string, arg?: unknown): Promise<T> {
+    return page.evaluate(
+      async ({ body, arg }) => {
+        const scope = globalThis as any;
+        try {
+          return await new Function('client', 'arg', `return (${body})(client, arg);`)(scope.client, arg);
+        } catch (error: any) {
+          return { error: { name: error.name, code: error.code, status: error.status } };
+        }
+      },
+      { body, arg },
+    ) as Promise<T>;
+  }
+
+  async function call(method: string, path: string, body?: unknown, token?: string): Promise<{ status: number; body: Json }> {
+    const response = await fetch(api + path, {
+      method,
+      headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    return { status: response.status, body: (await response.json()) as Json };
+  }
+
+  /** A registered, verified account (through the development inbox's mail). */
+  async function verifiedAccount(name: string): Promise<string> {
+    const email = uniqueEmail(name);
+    assert.equal((await call('POST', '/auth/register', { email, password: STRONG_PASSWORD })).status, 202);
+    const mail = suite.example.inbox!.messages.find((message) => message.to === email && /token=/.test(message.text));
+    const token = decodeURIComponent(/token=([^\s&"<>]+)/.exec(mail!.text)![1]!);
+    assert.equal((await call('POST', '/auth/email/verify', { token })).status, 200);
+    return email;
+  }
+
+  const totp = (secret: string) => speakeasy.totp({ secret, encoding: 'base32', time: Math.floor(suite.clock.now() / 1000) });
+
+  /**
+   * The slowest network for refreshes: each refresh request is held until three have arrived
+   * (or 1.5 s pass), so tabs that would send the same token do overlap.
+   */
+  async function holdRefreshes(context: BrowserContext, path: string): Promise<{ sent: Request[] }> {
+    const sent: Request[] = [];
+    const waiting: Array<() => void> = [];
+    await context.route(`**${path}`, async (route) => {
+      sent.push(route.request());
+      if (sent.length >= 3) for (const release of waiting.splice(0)) release();
+      else await new Promise<void>((resolve) => waiting.push(resolve) && setTimeout(resolve, 1500));
+      await route.continue();
+    });
+    return { sent };
+  }
+
+  /**
+   * A channel whose messages arrive 300 ms late once `globalThis.lateChannel` is set: the tab that
+   * takes the refresh lock next then holds it before the new tokens reach it.
+   */
+  const LATE_CHANNEL = `const post = BroadcastChannel.prototype.postMessage;
+BroadcastChannel.prototype.postMessage = function (message) {
+  if (globalThis.lateChannel) setTimeout(() => post.call(this, message), 300);
+  else post.call(this, message);
+};`;
+
+  async function threeTabsRefreshTogether(init?: string): Promise<{ refreshes: number; answers: Json[]; after: Json[]; ended: unknown[]; sessions: number }> {
+    const email = await verifiedAccount('race');
+    const context = await newContext(init);
+    const refreshes = await holdRefreshes(context, '/identity/auth/token/refresh');
+    const tabs = [await openTab(context), await openTab(context), await openTab(context)];
+    await startClient(tabs[0]!);
+    const signedIn = await inPage(tabs[0]!, `async (client, arg) => (await client.login(arg)).session`, { email, password: STRONG_PASSWORD });
+    await startClient(tabs[1]!);
+    await startClient(tabs[2]!);
+    for (const tab of tabs.slice(1)) assert.equal((await inPage(tab, 'async (client) => client.getSession()')).sessionId, signedIn.sessionId, 'an opened tab takes the open session');
+    // Memory mode: no token in any web storage.
+    assert.equal(await tabs[0]!.evaluate('sessionStorage.length + localStorage.length'), 0);
+    for (const tab of tabs) await tab.evaluate('globalThis.lateChannel = true');
+
+    suite.clock.advance(16 * 60); // every tab's access token has expired on the router's clock
+    const answers = await Promise.all(tabs.map((tab) => inPage(tab, `async (client) => client.request('GET', '/auth/me')`)));
+    const afterwards = await Promise.all(tabs.map((tab) => inPage(tab, `async (client) => client.request('GET', '/auth/sessions')`)));
+    const ended = await Promise.all(tabs.map((tab) => tab.evaluate('globalThis.ended')));
+    const login = await call('POST', '/auth/login', { email, password: STRONG_PASSWORD });
+    const sessions = (await call('GET', '/auth/sessions', undefined, login.body.data.access_token)).body.data.sessions.length - 1;
+    await context.close();
+    return { refreshes: refreshes.sent.length, answers, after: afterwards, ended, sessions };
+  }
+
+  test('three tabs whose access tokens expire together send one refresh, and the session survives', async () => {
+    const result = await threeTabsRefreshTogether();
+    console.log(`tab race with the Web Lock: ${result.refreshes} refresh request(s), session ${result.sessions === 1 ? 'alive' : 'ended'}`);
+    assert.equal(result.refreshes, 1, 'one POST /auth/token/refresh for three tabs');
+    for (const answer of result.answers) assert.equal(typeof answer.email, 'string', JSON.stringify(answer));
+    for (const answer of result.after) assert.equal(answer.sessions?.length, 1, JSON.stringify(answer));
+    assert.deepEqual(result.ended, [[], [], []]);
+    assert.equal(result.sessions, 1, 'the session is still active on the router');
+  });
+
+  test('the same holds when the new tokens reach the other tabs after the lock does', async () => {
+    const result = await threeTabsRefreshTogether(LATE_CHANNEL);
+    console.log(`tab race with the Web Lock and a late channel: ${result.refreshes} refresh request(s), session ${result.sessions === 1 ? 'alive' : 'ended'}`);
+    assert.equal(result.refreshes, 1, 'the next lock holder waited for the newer generation instead of replaying its token');
+    for (const answer of result.answers) assert.equal(typeof answer.email, 'string', JSON.stringify(answer));
+    assert.deepEqual(result.ended, [[], [], []]);
+    assert.equal(result.sessions, 1);
+  });
+
+  test('without the Web Lock the same tabs replay the refresh token and reuse detection ends the session', async () => {
+    // The rule the previous test guards, removed: a browser without navigator.locks (tab rule only).
+    const result = await threeTabsRefreshTogether(`Object.defineProperty(Navigator.prototype, 'locks', { get: () => undefined });`);
+    console.log(`tab race without the Web Lock: ${result.refreshes} refresh request(s), session ${result.sessions === 1 ? 'alive' : 'ended'}`);
+    assert.ok(result.refreshes >= 2, `${result.refreshes} refresh requests`);
+    assert.equal(result.sessions, 0, 'reuse detection revoked the session');
+    assert.ok(
+      result.ended.every((reasons) => JSON.stringify(reasons) === '["revoked"]'),
+      `every tab heard the end once: ${JSON.stringify(result.ended)}`,
+    );
+  });
+
+  test('the MFA gate answers {mfa}, verify opens the session; withStepUp asks for a code, asks again after a wrong one, and retries the write', async () => {
+    const email = await verifiedAccount('gate');
+    const login = await call('POST', '/auth/login', { email, password: STRONG_PASSWORD });
+    const token = login.body.data.access_token as string;
+    const enrolled = (await call('POST', '/auth/mfa/totp/enroll', {}, token)).body.data;
+    assert.equal((await call('POST', '/auth/mfa/totp/confirm', { factor_id: enrolled.factor_id, code: totp(enrolled.secret) }, token)).status, 200);
+    suite.clock.advance(60);
+
+    const context = await newContext();
+    const page = await openTab(context);
+    await startClient(page);
+    const gate = await inPage(page, `async (client, arg) => { const result = await client.login(arg); globalThis.gate = result.mfa; return { session: result.session ?? null, factors: result.mfa?.factors } }`, {
+      email,
+      password: STRONG_PASSWORD,
+    });
+    assert.equal(gate.session, null, 'no session before the second factor');
+    assert.deepEqual(
+      gate.factors.map((factor: Json) => factor.type),
+      ['totp'],
+    );
+    const wrong = await inPage(page, `async (client, arg) => globalThis.gate.verify(arg)`, { factor_id: enrolled.factor_id, code: '000000' });
+    assert.deepEqual(wrong.error, { name: 'IdentityClientError', code: 'invalid_code', status: 422 });
+    const verified = await inPage(page, `async (client, arg) => (await globalThis.gate.verify(arg)).session`, { factor_id: enrolled.factor_id, code: totp(enrolled.secret) });
+    assert.equal(verified.claims.mfa, true);
+    assert.equal(typeof verified.expiresAt, 'number');
+
+    // Past security.stepUp.maxAge the write needs a step-up.
+    suite.clock.advance(6 * 60);
+    const direct = await inPage(page, `async (client) => client.request('POST', '/auth/mfa/recovery-codes/regenerate')`);
+    assert.equal(direct.error.code, 'step_up_required');
+    const cancelled = await inPage(page, `async (client) => client.withStepUp(() => client.request('POST', '/auth/mfa/recovery-codes/regenerate'), () => null)`);
+    assert.deepEqual(cancelled.error, { name: 'IdentityClientError', code: 'step_up_required', status: 401 });
+
+    const good = totp(enrolled.secret);
+    const stepped = await inPage(
+      page,
+      `async (client, arg) => {
+        const asks = [];
+        const codes = await client.withStepUp(
+          () => client.request('POST', '/auth/mfa/recovery-codes/regenerate'),
+          (prompt) => {
+            asks.push({ factors: prompt.factors.map((factor) => factor.type), error: prompt.error?.code ?? null });
+            return { factor_id: prompt.factors[0].id, code: asks.length === 1 ? '000000' : arg };
+          },
+        );
+        return { asks, codes };
+      }`,
+      good,
+    );
+    assert.deepEqual(stepped.asks, [
+      { factors: ['totp'], error: null },
+      { factors: ['totp'], error: 'invalid_code' },
+    ]);
+    assert.equal(stepped.codes.recovery_codes?.length, 10, JSON.stringify(stepped.codes));
+    await context.close();
+  });
+
+  /** A browser without PublicKeyCredential.parse*OptionsFromJSON and toJSON(): the client's base64url by hand. */
+  const WITHOUT_JSON_HELPERS = `delete PublicKeyCredential.parseCreationOptionsFromJSON; delete PublicKeyCredential.parseRequestOptionsFromJSON; delete PublicKeyCredential.prototype.toJSON;`;
+
+  for (const variant of ['with the browser JSON helpers', 'without them (base64url by hand)']) {
+    test(`passkeys ${variant}: register() runs the creation ceremony, login() signs in with the passkey alone`, async () => {
+      const email = await verifiedAccount('passkey');
+      const context = await newContext(variant.startsWith('without') ? WITHOUT_JSON_HELPERS : undefined);
+      if (variant.startsWith('without')) {
+        const probe = await openTab(context);
+        assert.equal(await probe.evaluate('typeof PublicKeyCredential.parseCreationOptionsFromJSON + typeof PublicKeyCredential.prototype.toJSON'), 'undefinedundefined');
+        await probe.close();
+      }
+      const page = await openTab(context);
+      const authenticator = await addVirtualAuthenticator(context, page);
+      await startClient(page);
+      await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+      const registered = await inPage(page, `async (client) => client.passkeys.register({ label: 'Laptop' })`);
+      assert.equal(registered.status, 'confirmed', JSON.stringify(registered));
+      assert.equal(registered.recovery_codes?.length, 10);
+      assert.equal(await authenticator.credentialCount(), 1);
+
+      await inPage(page, `async (client) => client.logout()`);
+      assert.deepEqual(await page.evaluate('globalThis.ended'), ['logout']);
+      assert.equal(await inPage(page, 'async (client) => client.getSession()'), null);
+      const session = await inPage(page, `async (client) => (await client.passkeys.login()).session`);
+      assert.deepEqual(session.claims.amr, ['hwk', 'user']);
+      const me = await inPage(page, `async (client) => client.request('GET', '/auth/me')`);
+      assert.equal(me.email, email);
+
+      await authenticator.setUserVerified(false);
+      const refused = await inPage(page, `async (client) => client.passkeys.login()`);
+      assert.deepEqual(refused.error, { name: 'IdentityClientError', code: 'passkey_failed', status: 0 });
+      await context.close();
+    });
+  }
+
+  test('social: start() keeps the verifier in the tab, complete() exchanges the code once and cleans the address; another tab cannot', async () => {
+    const context = await newContext();
+    const page = await openTab(context);
+    await startClient(page);
+    await inPage(page, `async (client, arg) => { client.social.start('demo', { returnTo: arg }); }`, `${suite.url}/social-return`);
+    await page.getByRole('heading', { level: 1, name: 'Demo identity provider' }).waitFor();
+    await page.getByRole('button', { name: /^Continue as Grace Hopper/ }).click();
+    await page.waitForURL(/\/social-return\?social_code=/);
+    await page.waitForSelector('body[data-ready="true"]');
+    const landed = page.url();
+    assert.equal(await page.evaluate('sessionStorage.length'), 1, 'the handoff verifier waited in the tab');
+
+    // A tab that did not start the flow holds no verifier: it sends nothing.
+    const stranger = await openTab(await newContext(), new URL(landed).pathname + new URL(landed).search);
+    const exchanges: string[] = [];
+    stranger.on('request', (request) => void (request.url().includes('/auth/social/exchange') && exchanges.push(request.url())));
+    await startClient(stranger);
+    const refused = await inPage(stranger, `async (client) => client.social.complete()`);
+    assert.deepEqual(refused?.error, { name: 'IdentityClientError', code: 'handoff_missing', status: 0 }, `${landed} ${stranger.url()} ${JSON.stringify(refused)}`);
+    assert.deepEqual(exchanges, []);
+
+    await startClient(page);
+    const result = await inPage(page, `async (client) => client.social.complete()`);
+    assert.equal(result.isNewUser, true, JSON.stringify(result));
+    assert.equal(typeof result.session.userId, 'string');
+    assert.equal(new URL(page.url()).search, '', 'social_code is gone from the address');
+    assert.equal(await page.evaluate('sessionStorage.length'), 0, 'the verifier is used once');
+    assert.equal(await inPage(page, `async (client) => client.social.complete()`), null, 'nothing left to complete');
+    const me = await inPage(page, `async (client) => client.request('GET', '/auth/me')`);
+    assert.equal(me.email_verified, true);
+    await context.close();
+  });
+
+  test("'session' storage survives a reload, and a token under 30 s from expiry is refreshed before use", async () => {
+    const email = await verifiedAccount('reload');
+    const context = await newContext();
+    const page = await openTab(context);
+    await startClient(page, { baseUrl: '/identity', storage: 'session' });
+    const first = await inPage(page, `async (client, arg) => (await client.login(arg)).session`, { email, password: STRONG_PASSWORD });
+    await page.reload();
+    await page.waitForSelector('body[data-ready="true"]');
+    await startClient(page, { baseUrl: '/identity', storage: 'session' });
+    assert.equal((await inPage(page, 'async (client) => client.getSession()')).sessionId, first.sessionId, 'the session came back from sessionStorage');
+
+    // The stored expiry moved to 10 s from now: the next token is a fresh one, refreshed first.
+    const refreshes: string[] = [];
+    page.on('request', (request) => void (request.url().endsWith('/auth/token/refresh') && refreshes.push(request.url())));
+    await page.evaluate(`(() => {
+      const key = Object.keys(sessionStorage).find((name) => name.startsWith('identity-router:http'));
+      const held = JSON.parse(sessionStorage.getItem(key));
+      held.expiresAt = Date.now() + 10000;
+      sessionStorage.setItem(key, JSON.stringify(held));
+    })()`);
+    await page.reload();
+    await page.waitForSelector('body[data-ready="true"]');
+    await startClient(page, { baseUrl: '/identity', storage: 'session' });
+    const before = await inPage(page, 'async (client) => client.getSession().expiresAt - Date.now()');
+    assert.ok(before < 30_000);
+    await inPage(page, 'async (client) => client.getAccessToken()');
+    assert.equal(refreshes.length, 1, 'one refresh ahead of expiry');
+    assert.ok((await inPage(page, 'async (client) => client.getSession().expiresAt - Date.now()')) > 60_000);
+    await context.close();
+  });
+
+  test('fetch() sends the access token to the page, router and listed origins only, and never replaces a caller\'s own Authorization', async () => {
+    const email = await verifiedAccount('fetch');
+    const context = await newContext();
+    const page = await openTab(context);
+    const seen: Array<{ url: string; authorization: string | undefined }> = [];
+    await context.route(
+      (url) => url.hostname === 'elsewhere.test' || url.hostname === 'api.partner.test',
+      (route) => route.fulfill({ status: 200, contentType: 'application/json', headers: { 'access-control-allow-origin': '*' }, body: '{}' }),
+    );
+    page.on('request', (request) => void seen.push({ url: request.url(), authorization: request.headers().authorization }));
+    await startClient(page, { baseUrl: '/identity', apiOrigins: ['http://api.partner.test'] });
+    await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    const statuses = await inPage(
+      page,
+      `async (client) => [
+        (await client.fetch('/invoices')).status,
+        (await client.fetch('http://api.partner.test/data')).status,
+        (await client.fetch('http://elsewhere.test/data')).status,
+        (await client.fetch('/invoices', { headers: { authorization: 'Bearer own' } })).status,
+      ]`,
+    );
+    assert.deepEqual(statuses, [403, 200, 200, 401]);
+    const authorization = (url: string) => seen.filter((request) => request.url === url).map((request) => request.authorization?.slice(0, 12));
+    assert.deepEqual(authorization(`${suite.url}/invoices`), ['Bearer eyJhb', 'Bearer own']);
+    assert.deepEqual(authorization('http://api.partner.test/data'), ['Bearer eyJhb']);
+    assert.deepEqual(authorization('http://elsewhere.test/data'), [undefined], 'no token to an origin not listed');
+    await context.close();
+  });
+
+  test("cookie mode ('none'): the refresh token stays in the httpOnly cookie, never in the page, and refresh still works", async () => {
+    const email = await verifiedAccount('cookie');
+    const context = await newContext();
+    const page = await openTab(context);
+    const bodies: string[] = [];
+    page.on('response', (response) => {
+      if (response.url().includes('/api/auth/')) void response.text().then((text) => bodies.push(text), () => undefined);
+    });
+    const refreshBodies: Array<string | null> = [];
+    page.on('request', (request) => void (request.url().endsWith('/api/auth/token/refresh') && refreshBodies.push(request.postData())));
+    await startClient(page, { baseUrl: '/api', storage: 'none' });
+    await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    suite.clock.advance(16 * 60);
+    const me = await inPage(page, `async (client) => client.request('GET', '/auth/me')`);
+    assert.equal(me.email, email, JSON.stringify(me));
+    assert.deepEqual(refreshBodies, ['{}'], 'the refresh sends no token');
+
+    const cookies = await context.cookies();
+    assert.ok(cookies.some((cookie) => cookie.name === 'example_refresh' && cookie.httpOnly), 'the refresh token is in an httpOnly cookie');
+    assert.equal(await page.evaluate('document.cookie'), '', 'page script reads no cookie');
+    assert.equal(await page.evaluate('sessionStorage.length + localStorage.length'), 0, 'no web storage holds a token');
+    assert.ok(bodies.length >= 2);
+    for (const body of bodies) assert.ok(!body.includes('refresh_token'), `an answer the page saw carries a refresh token: ${body}`);
+
+    await inPage(page, `async (client) => client.logout()`);
+    assert.equal((await context.cookies()).some((cookie) => cookie.name === 'example_refresh'), false, 'logout clears the cookie');
+    await context.close();
+  });
+});
