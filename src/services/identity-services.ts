@@ -10,6 +10,7 @@ import { MemberService } from './member-service.js';
 import { MfaService } from './mfa-service.js';
 import { OrganizationService } from './organization-service.js';
 import { PasskeyService } from './passkey-service.js';
+import { synchronisePermissionCatalog } from './permission-catalog-sync.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
@@ -62,6 +63,10 @@ export class IdentityServices {
     // Later areas add their start-up work here (e.g. the global superadmin role row).
     // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
     await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
+    const changes = await synchronisePermissionCatalog(this.context.store, this.catalog, this.context.clock.now());
+    if (changes.added.length > 0 || changes.removed.length > 0) {
+      this.context.logger.info('identity-router: host permissions synchronised with the organizations\' system roles', changes);
+    }
   }
 
   /** Grants the global superadmin role (every permission in every organization); idempotent. */

@@ -30,22 +30,40 @@ export interface PermissionCatalog {
   has(key: string): boolean;
   /** Organization-scoped keys (the owner template). */
   organizationKeys: string[];
+  /** The host's keys (`config.permissions`), core keys aside. */
+  hostKeys: string[];
   /** The key sets of the system templates cloned into each organization. */
   templates: Record<SystemRoleSlug, { name: string; description: string; keys: string[] }>;
+  /**
+   * A template's keys with the host keys the database's catalog holds (which start-up
+   * synchronised from the configuration) instead of this instance's own.
+   */
+  templateKeys(slug: SystemRoleSlug, storedHostKeys: readonly string[]): string[];
 }
+
+/** The system roles that hold every host key (CONTRACT 5); `member` holds none. */
+export const HOST_KEY_HOLDERS: ReadonlySet<string> = new Set(['owner', 'admin']);
 
 export function buildPermissionCatalog(hostPermissions: PermissionDefinition[]): PermissionCatalog {
   const entries: PermissionDefinition[] = [...CORE_PERMISSIONS, ...hostPermissions.filter((p) => !CORE_PERMISSIONS.some((core) => core.key === p.key))];
   const keys = new Set(entries.map((entry) => entry.key));
   const organizationKeys = entries.map((entry) => entry.key).filter((key) => !GLOBAL_ONLY_PERMISSIONS.has(key));
+  const coreKeys: ReadonlySet<string> = new Set(CORE_PERMISSIONS.map((entry) => entry.key));
+  const hostKeys = entries.map((entry) => entry.key).filter((key) => !coreKeys.has(key));
+  const templates: PermissionCatalog['templates'] = {
+    owner: { name: 'Owner', description: 'Full control of the organization', keys: organizationKeys },
+    admin: { name: 'Admin', description: 'Everything but deleting the organization', keys: organizationKeys.filter((key) => key !== 'org.delete') },
+    member: { name: 'Member', description: 'Read access to the organization', keys: ['org.read', 'members.read', 'roles.read'] },
+  };
   return {
     entries,
     has: (key) => keys.has(key),
     organizationKeys,
-    templates: {
-      owner: { name: 'Owner', description: 'Full control of the organization', keys: organizationKeys },
-      admin: { name: 'Admin', description: 'Everything but deleting the organization', keys: organizationKeys.filter((key) => key !== 'org.delete') },
-      member: { name: 'Member', description: 'Read access to the organization', keys: ['org.read', 'members.read', 'roles.read'] },
-    },
+    hostKeys,
+    templates,
+    templateKeys: (slug, storedHostKeys) => [
+      ...templates[slug].keys.filter((key) => coreKeys.has(key)),
+      ...(HOST_KEY_HOLDERS.has(slug) ? storedHostKeys : []),
+    ],
   };
 }

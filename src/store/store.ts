@@ -3,6 +3,7 @@ import { HotStatements } from './hot-statements.js';
 import { ApiKeyRepository } from './api-key-repository.js';
 import { AuditRepository, RateEventRepository } from './audit-repository.js';
 import type { Dialect } from './database.js';
+import { HostPermissionRepository } from './host-permission-repository.js';
 import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
@@ -36,6 +37,7 @@ export interface Repositories {
   rateLimitCounters: RateLimitCounterRepository;
   passkeys: PasskeyRepository;
   apiKeys: ApiKeyRepository;
+  hostPermissions: HostPermissionRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -60,6 +62,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     rateLimitCounters: new RateLimitCounterRepository(context),
     passkeys: new PasskeyRepository(context),
     apiKeys: new ApiKeyRepository(context),
+    hostPermissions: new HostPermissionRepository(context),
   };
 }
 

@@ -21,6 +21,7 @@ export const TABLES = [
   'rateLimitCounters',
   'webauthnChallenges',
   'apiKeys',
+  'hostPermissions',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];
