@@ -87,10 +87,15 @@ interface RunningServer {
 async function startServer(script: string, cwd: string, env: NodeJS.ProcessEnv, port: number): Promise<RunningServer> {
   const child = spawn('bash', ['-euo', 'pipefail', '-c', script], { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
-  child.stdout!.on('data', (chunk) => void (output += chunk));
-  child.stderr!.on('data', (chunk) => void (output += chunk));
+  const collect = (chunk: Buffer) => {
+    output += chunk.toString();
+  };
+  child.stdout!.on('data', collect);
+  child.stderr!.on('data', collect);
   let exited = false;
-  child.once('exit', () => void (exited = true));
+  child.once('exit', () => {
+    exited = true;
+  });
   const stop = async () => {
     if (exited) return;
     const gone = new Promise((resolveExit) => child.once('exit', resolveExit));
@@ -149,7 +154,10 @@ async function makeDocumentedRequests(block: CodeBlock, server: RunningServer, p
   const variables: Record<string, string> = {};
   let current: { text: string; answer?: string } | undefined;
   for (const line of block.code.replace(/\\\n/g, ' ').split('\n')) {
-    if (line.startsWith('curl ')) commands.push((current = { text: line }));
+    if (line.startsWith('curl ')) {
+      current = { text: line };
+      commands.push(current);
+    }
     else if (current && (line.startsWith('# {') || (current.answer !== undefined && /^#\s{2,}/.test(line)))) current.answer = `${current.answer ?? ''}${line.slice(1).trim()}`;
     else if (line.startsWith('#') || line.trim() === '') current = undefined;
     else if (line.startsWith('BASE=')) variables.BASE = line.slice('BASE='.length).replace('localhost:3001', `localhost:${port}`);
