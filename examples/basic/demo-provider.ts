@@ -139,6 +139,8 @@ export async function startDemoProvider(options: { redirectUri: string; stateFil
     pkce: { required: () => true, methods: ['S256'] },
     features: { devInteractions: { enabled: false } },
     cookies: { keys: [state.cookieKey] },
+    // Explicit lifetimes (seconds): the defaults work, but each logs a notice the first time it is used.
+    ttl: { Interaction: 600, Session: 14 * 24 * 3600, Grant: 14 * 24 * 3600, AuthorizationCode: 60, AccessToken: 600, IdToken: 600 },
     claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'] },
     findAccount: (_ctx: unknown, sub: string) => {
       const account = DEMO_ACCOUNTS.find((candidate) => candidate.sub === sub);

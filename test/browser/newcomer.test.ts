@@ -223,3 +223,37 @@ describe('example: a 429 says when to retry', { skip }, () => {
     }
   });
 });
+
+describe('example: the demo provider across restarts', { skip }, () => {
+  test('same database, same issuer and signing key, so earlier demo accounts keep signing in', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'identity-example-demo-'));
+    const start = () =>
+      startExampleServer({
+        port: 0,
+        databaseFile: join(dir, 'example.sqlite'),
+        secret: 'demo-restart-test-secret-that-is-at-least-32-characters',
+        development: true,
+        echoToConsole: false,
+        config: { password: { bcryptCost: 4 } },
+      });
+    const signingKeys = async (issuer: string) => {
+      const discovery = (await (await fetch(`${issuer}/.well-known/openid-configuration`)).json()) as { jwks_uri: string };
+      return ((await (await fetch(discovery.jwks_uri)).json()) as { keys: Array<{ kid: string; n: string }> }).keys.map((key) => `${key.kid}:${key.n.slice(0, 16)}`);
+    };
+    try {
+      const first = await start();
+      const issuer = first.demoIssuer!;
+      const keys = await signingKeys(issuer);
+      await first.close();
+      const second = await start();
+      try {
+        assert.equal(second.demoIssuer, issuer, 'the issuer (its port) is kept');
+        assert.deepEqual(await signingKeys(second.demoIssuer!), keys, 'the signing key is kept');
+      } finally {
+        await second.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
