@@ -64,9 +64,8 @@ export class IdentityServices {
     // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
     await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
     const changes = await synchronisePermissionCatalog(this.context.store, this.catalog, this.context.clock.now());
-    if (changes.added.length > 0 || changes.removed.length > 0) {
-      this.context.logger.info('identity-router: host permissions synchronised with the organizations\' system roles', changes);
-    }
+    // Worth a line only when existing organizations changed (not on a new database).
+    if (changes.rolesUpdated > 0) this.context.logger.info('identity-router: host permissions synchronised with the organizations\' system roles', changes);
   }
 
   /** Grants the global superadmin role (every permission in every organization); idempotent. */

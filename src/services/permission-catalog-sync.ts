@@ -4,6 +4,8 @@ import { HOST_KEY_HOLDERS, type PermissionCatalog } from './permission-catalog.j
 export interface CatalogChanges {
   added: string[];
   removed: string[];
+  /** System roles whose keys changed (0 on a database without organizations). */
+  rolesUpdated: number;
 }
 
 /**
@@ -25,7 +27,7 @@ export async function synchronisePermissionCatalog(store: Store, catalog: Permis
     const configured = new Set(catalog.hostKeys);
     const added = catalog.hostKeys.filter((key) => !stored.has(key));
     const removed = [...stored].filter((key) => !configured.has(key));
-    if (added.length === 0 && removed.length === 0) return { added, removed };
+    if (added.length === 0 && removed.length === 0) return { added, removed, rolesUpdated: 0 };
 
     const gone = new Set(removed);
     const rolesByNextKeys = new Map<string, string[]>();
@@ -40,6 +42,6 @@ export async function synchronisePermissionCatalog(store: Store, catalog: Permis
     for (const [nextKeys, roleIds] of rolesByNextKeys) await repos.roles.setPermissionKeys(roleIds, JSON.parse(nextKeys) as string[], now);
     await repos.hostPermissions.add(added, now);
     await repos.hostPermissions.remove(removed);
-    return { added, removed };
+    return { added, removed, rolesUpdated: [...rolesByNextKeys.values()].reduce((sum, ids) => sum + ids.length, 0) };
   });
 }
