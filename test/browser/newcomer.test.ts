@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -237,9 +238,20 @@ describe('example: the demo provider across restarts', { skip }, () => {
         echoToConsole: false,
         config: { password: { bcryptCost: 4 } },
       });
+    // node:http without an agent: fetch could reuse a kept-alive socket to the same port from before the restart.
+    const getJson = (url: string) =>
+      new Promise<any>((resolveGet, reject) => {
+        get(url, { agent: false }, (response) => {
+          let body = '';
+          response.on('data', (chunk) => {
+            body += chunk;
+          });
+          response.on('end', () => resolveGet(JSON.parse(body)));
+        }).on('error', reject);
+      });
     const signingKeys = async (issuer: string) => {
-      const discovery = (await (await fetch(`${issuer}/.well-known/openid-configuration`)).json()) as { jwks_uri: string };
-      return ((await (await fetch(discovery.jwks_uri)).json()) as { keys: Array<{ kid: string; n: string }> }).keys.map((key) => `${key.kid}:${key.n.slice(0, 16)}`);
+      const discovery = (await getJson(`${issuer}/.well-known/openid-configuration`)) as { jwks_uri: string };
+      return ((await getJson(discovery.jwks_uri)) as { keys: Array<{ kid: string; n: string }> }).keys.map((key) => `${key.kid}:${key.n.slice(0, 16)}`);
     };
     try {
       const first = await start();
