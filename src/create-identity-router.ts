@@ -3,7 +3,7 @@ import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
 import { assertProductionAdapters } from './adapters/production-guard.js';
-import type { Clock, Logger, Mailer, SmsSender } from './adapters/types.js';
+import type { Clock, DnsResolver, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
 import { resolveConfig } from './config/schema.js';
 import type { IdentityConfig } from './config/types.js';
@@ -30,6 +30,8 @@ import { withStartupLock } from './store/startup-lock.js';
 import { Store } from './store/store.js';
 import { tableNames } from './store/table-names.js';
 import { describeError } from './services/unit-of-work.js';
+import { EventDelivery } from './services/event-delivery.js';
+import { OutboundGuard } from './outbound/outbound-guard.js';
 
 /** Adapters a host may supply; every one has a default (CONTRACT 3). */
 export interface IdentityAdapters {
@@ -43,6 +45,8 @@ export interface IdentityAdapters {
   clock?: Clock;
   /** Default: console. */
   logger?: Logger;
+  /** Name resolution of outbound requests (webhooks, CONTRACT 13.3). Default: `node:dns/promises`. */
+  dns?: DnsResolver;
 }
 
 /** An Express router with the identity service mounted on it. */
@@ -71,7 +75,7 @@ export interface IdentityRouter extends Router {
    * undefined before them. Switch on `kind`.
    */
   caller(req: Request): Caller | undefined;
-  /** Stops the password workers; destroys the Knex pool only if the router created it. */
+  /** Stops the event-delivery worker (waiting at most 5 s for attempts in flight) and the password workers; destroys the Knex pool only if the router created it. */
   close(): Promise<void>;
 }
 
@@ -86,6 +90,9 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   if (resolved.social && resolved.social.insecureUrls.length > 0) {
     logger.warn(`social: plain http: accepted for loopback URLs (${resolved.social.insecureUrls.join(', ')}); use https: in production.`);
   }
+
+  if (resolved.webhooks.enabled && resolved.webhooks.allowHttp) logger.warn('webhooks: allowHttp is on, so webhook URLs may use plain http:. Use it only in tests and private deployments.');
+  if (resolved.webhooks.enabled && resolved.webhooks.allowPrivateNetworks) logger.warn('webhooks: allowPrivateNetworks is on, so webhooks may reach private and loopback addresses (never link-local). Use it only in tests and private deployments.');
 
   const database = openDatabase(resolved.database, logger);
   const table = tableNames(resolved.tablePrefix);
@@ -131,7 +138,10 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     mailer: adapters.mailer ?? createDevMailer({ logger }),
     sms: adapters.sms ?? createDevSmsSender({ logger }),
     onEvent: adapters.onEvent,
-  };
+    webhookGuard: new OutboundGuard({ allowHttp: resolved.webhooks.allowHttp, allowPrivateNetworks: resolved.webhooks.allowPrivateNetworks }, adapters.dns),
+  } as Omit<ServiceContext, 'delivery'> as ServiceContext;
+  // The worker needs the context it is part of (its 410 handling runs a unit of work).
+  context.delivery = new EventDelivery(context);
   const services = new IdentityServices(context);
 
   const readiness = new Readiness(async () => {
@@ -148,6 +158,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     }
   });
   const ready = readiness.firstAttempt;
+  ready.then(() => context.delivery.start()).catch(() => undefined);
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
 
@@ -163,6 +174,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
   router.close = async () => {
     await ready.catch(() => undefined);
+    await context.delivery.close();
     await hasher.close();
     accessCache.leavePeers();
     await invalidationCarrier?.close();

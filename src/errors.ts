@@ -30,7 +30,11 @@ export type IdentityErrorCode =
   | 'unavailable'
   | 'request_abandoned'
   | 'internal_error'
-  | SocialErrorCode;
+  | SocialErrorCode
+  | WebhookErrorCode;
+
+/** Webhook failures (CONTRACT 13.2, 13.3). */
+export type WebhookErrorCode = 'invalid_webhook_url' | 'webhook_limit' | 'webhook_disabled';
 
 /**
  * Social login failures (CONTRACT 9.7). Callback failures travel as `?social_error=<code>`
@@ -102,6 +106,15 @@ export const errors = {
   sessionEnded: () =>
     new IdentityError(401, 'session_ended', 'This session has been revoked.', { headers: { 'WWW-Authenticate': BEARER_CHALLENGE } }),
   forbidden: (message = 'You do not have permission to do this.') => new IdentityError(403, 'forbidden', message),
+  /** CONTRACT 5: an unproven address; `resend` points at the way to prove it. */
+  emailUnverified: (message = 'Verify your e-mail address first.') =>
+    new IdentityError(403, 'email_unverified', message, { extra: { resend: '/auth/email/verify/resend' } }),
+  accountDisabled: () => new IdentityError(403, 'account_disabled', 'This account has been disabled.'),
+  /** CONTRACT 9.5: a user without a factor whose sign-in is older than `security.stepUp.maxAge`. */
+  reauthenticationRequired: () =>
+    new IdentityError(401, 'reauthentication_required', 'Your sign-in is too old for this action; sign in again.', {
+      headers: { 'WWW-Authenticate': 'Bearer error="reauthentication_required"' },
+    }),
   notFound: (what = 'Resource') => new IdentityError(404, 'not_found', `${what} not found.`),
   conflict: (message: string) => new IdentityError(409, 'conflict', message),
   validation: (messages: string[]) =>

@@ -34,11 +34,22 @@ export const EVENT_TYPES = [
   'user.disabled',
   'user.enabled',
   'user.deleted',
+  // Privilege changes made through identity.service or by an administrator (issue 23).
+  'user.superadmin_granted',
+  'user.superadmin_revoked',
+  'user.mfa_enforcement_changed',
   'api_key.created',
   'api_key.revoked',
   // CONTRACT 9.8
   'user.social_linked',
   'user.social_unlinked',
+  // CONTRACT 13.4: audited and handed to onEvent, never sent to a webhook (webhook.test goes only to its webhook)
+  'webhook.created',
+  'webhook.updated',
+  'webhook.deleted',
+  'webhook.secret_rotated',
+  'webhook.disabled',
+  'webhook.test',
 ] as const;
 
 export type IdentityEventType = (typeof EVENT_TYPES)[number];

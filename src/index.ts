@@ -18,13 +18,15 @@ export type {
   PasswordResetContext,
   InviteContext,
   OtpCodeContext,
+  DnsResolver,
+  ResolvedAddress,
 } from './adapters/types.js';
 export type { NodemailerTransportLike, NodemailerTransportOptions, NodemailerMailerOptions } from './adapters/nodemailer-mailer.js';
 export { migrateIdentityDatabase } from './store/migration-source.js';
-export type { IdentityConfig, RateLimitGroup, RateLimitRule, RateLimitStoreOption, PermissionDefinition } from './config/types.js';
+export type { IdentityConfig, RateLimitGroup, RateLimitRule, RateLimitStoreOption, PermissionDefinition, EventDeliveryConfig, WebhooksConfig } from './config/types.js';
 export type { SocialConfig, SocialProviderConfig } from './config/social.js';
 export { IdentityConfigError } from './config/schema.js';
-export { IdentityError, type IdentityErrorCode, type SocialErrorCode } from './errors.js';
+export { IdentityError, type IdentityErrorCode, type SocialErrorCode, type WebhookErrorCode } from './errors.js';
 export { EVENT_TYPES, type IdentityEvent, type IdentityEventType, type IdentityEventListener } from './events.js';
 export type { IdentityServices } from './services/identity-services.js';
 export { CORE_PERMISSIONS } from './services/permission-catalog.js';

@@ -22,10 +22,16 @@ async function failedLoginCount(email: string): Promise<number> {
   return Number(row.failed_login_count);
 }
 
+/** Failed-attempt slots held by attempts still being compared (issue 22: counted apart from failures). */
+async function slotsInFlight(email: string): Promise<number> {
+  const row = await h.knex(`${h.tablePrefix}users`).where({ email }).first('attempts_in_flight');
+  return Number(row.attempts_in_flight);
+}
+
 /** Polls the database (no clock involved) until every account has its slot taken. */
 async function untilSlotsTaken(emails: string[]): Promise<void> {
   for (let attempt = 0; attempt < 500; attempt += 1) {
-    const counts = await Promise.all(emails.map(failedLoginCount));
+    const counts = await Promise.all(emails.map(slotsInFlight));
     if (counts.every((count) => count === 1)) return;
     await new Promise((resolve) => setImmediate(resolve));
   }
@@ -79,8 +85,12 @@ test('a login abandoned while it waits for a hashing thread is never compared an
     [[guesser!.userId, 'wrong_password']],
     'the guess a thread took counts; a dropped attempt is not a failure, not even for an unknown address',
   );
-  assert.equal(await failedLoginCount(guesser!.email), 1, 'the taken guess keeps its slot');
+  assert.equal(await failedLoginCount(guesser!.email), 1, 'the taken guess counts as a failure');
+  assert.equal(await slotsInFlight(guesser!.email), 0, 'and its slot is no longer in flight');
   assert.equal(await sessionsOf(goneIds), goneSessionsBefore, 'no session was opened for a client that had gone');
-  for (const user of gone) assert.equal(await failedLoginCount(user.email), 0, `${user.email} got its slot back`);
+  for (const user of gone) {
+    assert.equal(await slotsInFlight(user.email), 0, `${user.email} got its slot back`);
+    assert.equal(await failedLoginCount(user.email), 0, `${user.email} has no failure`);
+  }
   assert.deepEqual(h.logs.filter((line) => line.level === 'error'), [], 'a client going away is not an error of the service');
 });

@@ -286,7 +286,14 @@ describe('attack 6: pre-hijack and invites', () => {
     const email = uniqueEmail('prehijack');
     await registerOnly(h, email, STRONG_PASSWORD);
     const squatter = await h.post('/auth/login', { email, password: STRONG_PASSWORD });
-    await enrollTotp(h, squatter.body.data.access_token);
+    // CONTRACT 5: an unproven address binds no factor today ...
+    assertError(await h.post('/auth/mfa/totp/enroll', undefined, { token: squatter.body.data.access_token }), 403, 'email_unverified');
+    // ... but one enrolled before that rule (simulated here) must not survive the owner's proof either.
+    const users = () => h.knex(`${h.tablePrefix}users`).where({ id: squatter.body.data.user.id });
+    await users().update({ email_verified: true });
+    const before = await h.post('/auth/login', { email, password: STRONG_PASSWORD });
+    await enrollTotp(h, before.body.data.access_token);
+    await users().update({ email_verified: false });
     assert.equal((await h.post('/auth/password/forgot', { email })).status, 202);
     const reset = await h.post('/auth/password/reset', { token: h.tokenFromMail(email, 'password_reset'), new_password: 'the real owner horse staple' });
     assert.equal(reset.status, 200, reset.text);

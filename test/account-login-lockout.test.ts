@@ -153,6 +153,8 @@ test('a correct password never counts as a failure: disabled, MFA-gated and comp
     assert.equal((await h.post('/auth/login', { email: plain.email, password: plain.password })).status, 200, `attempt ${attempt}`);
   }
   assert.deepEqual([await failuresOf(disabled.userId), await failuresOf(gated.userId), await failuresOf(plain.userId)], [0, 0, 0]);
+  const inFlightOf = async (userId: string) => Number((await h.knex(`${h.tablePrefix}users`).where({ id: userId }).first()).attempts_in_flight);
+  assert.deepEqual([await inFlightOf(disabled.userId), await inFlightOf(gated.userId), await inFlightOf(plain.userId)], [0, 0, 0], 'every slot went back');
   // Earlier failures still count after a correct password that did not complete a sign-in.
   await h.post('/auth/login', { email: gated.email, password: 'wrong password!' });
   await h.post('/auth/login', { email: gated.email, password: gated.password });

@@ -95,6 +95,16 @@ async function createKey(h: Harness, orgId: string, token: string, body: Record<
   return { id: response.body.data.id, key: response.body.data.key, body: response.body.data };
 }
 
+/**
+ * A fresh sign-in of the shared organization's owner, scoped to it: creating a key needs a fresh
+ * authentication (CONTRACT 10), and earlier tests moved the clock past the owner's first sign-in.
+ */
+async function freshOwnerToken(): Promise<string> {
+  const login = await h.post('/auth/login', { email: org.owner.email, password: org.owner.password });
+  assert.equal(login.status, 200, login.text);
+  return switchOrg(h, login.body.data.access_token, org.id);
+}
+
 function assertHostUnauthorized(response: HostResponse, context: string): void {
   assert.equal(response.status, 401, `${context}: ${response.text}`);
   assert.equal(response.body?.error, 'unauthorized', context);
@@ -203,7 +213,7 @@ describe('creating, listing and revoking', () => {
     assert.equal(again.status, 200, 'revoking twice answers the same');
     const events = h.eventsOfType('api_key.revoked').filter((event) => event.data.api_key_id === memberKey.id);
     assert.equal(events.length, 1, 'and emits once');
-    assert.deepEqual(events[0]!.data, { api_key_id: memberKey.id, name: 'member key' });
+    assert.deepEqual(events[0]!.data, { api_key_id: memberKey.id, name: 'member key', reason: 'revoked_by_admin' });
     assert.equal(events[0]!.actor_id, local.owner.userId);
     assert.deepEqual((await h.get(`/orgs/${local.id}/api-keys`, { token: member.token })).body.data.keys, [], 'revoked keys leave the list');
   });
@@ -211,7 +221,7 @@ describe('creating, listing and revoking', () => {
 
 describe('using a key on the host routes', () => {
   test('a key works behind requirePermission(key, {apiKeys: true}), and the handler sees kind api_key', async () => {
-    const { id, key } = await createKey(h, org.id, org.owner.token, { name: 'reader', permission_keys: ['invoices.read'] });
+    const { id, key } = await createKey(h, org.id, await freshOwnerToken(), { name: 'reader', permission_keys: ['invoices.read'] });
     for (const headers of [withKey(key), { 'x-api-key': key }]) {
       const response = await hostRequest(app, '/invoices', headers);
       assert.equal(response.status, 200, response.text);
@@ -229,14 +239,14 @@ describe('using a key on the host routes', () => {
   });
 
   test('a key carries only its own permission keys, intersected with the owner\'s', async () => {
-    const { key } = await createKey(h, org.id, org.owner.token, { name: 'no invoices', permission_keys: ['org.read'] });
+    const { key } = await createKey(h, org.id, await freshOwnerToken(), { name: 'no invoices', permission_keys: ['org.read'] });
     assertError(await hostFetch('/invoices', withKey(key)), 403, 'forbidden');
     const whoami = await hostRequest(app, '/whoami', withKey(key));
     assert.deepEqual(whoami.body.data.caller.permissions, ['org.read']);
   });
 
   test('middleware without {apiKeys: true} refuses a key with 401', async () => {
-    const { key } = await createKey(h, org.id, org.owner.token, { name: 'host only', permission_keys: ['invoices.read'] });
+    const { key } = await createKey(h, org.id, await freshOwnerToken(), { name: 'host only', permission_keys: ['invoices.read'] });
     assertHostUnauthorized(await hostRequest(app, '/tokens-only', withKey(key)), 'requirePermission without apiKeys');
     assertHostUnauthorized(await hostRequest(app, '/tokens-only/whoami', { 'x-api-key': key }), 'authenticate without apiKeys');
     assert.equal((await hostRequest(app, '/tokens-only', withKey(org.owner.token))).status, 200);
@@ -252,7 +262,7 @@ describe('using a key on the host routes', () => {
   });
 
   test('last_used_at is written at most once a minute per key', async () => {
-    const { id, key } = await createKey(h, org.id, org.owner.token, { name: 'usage', permission_keys: ['invoices.read'] });
+    const { id, key } = await createKey(h, org.id, await freshOwnerToken(), { name: 'usage', permission_keys: ['invoices.read'] });
     const lastUsed = async () => (await h.get(`/orgs/${org.id}/api-keys`, { token: org.owner.token })).body.data.keys.find((entry: any) => entry.id === id).last_used_at;
     const first = h.clock.now();
     assert.equal((await hostRequest(app, '/invoices', withKey(key))).status, 200);
@@ -275,7 +285,7 @@ async function hostFetch(path: string, headers: Record<string, string>) {
 
 describe('the router\'s own routes never accept a key', () => {
   test('every authenticated route answers 401 unauthorized to a key, in either header', async () => {
-    const { key } = await createKey(h, org.id, org.owner.token, { name: 'not for the router', permission_keys: ['invoices.read', 'org.read', 'members.read'] });
+    const { key } = await createKey(h, org.id, await freshOwnerToken(), { name: 'not for the router', permission_keys: ['invoices.read', 'org.read', 'members.read'] });
     // Routes of a feature this router has not configured (social) answer 404 before any credential is read.
     const routes = allRoutes(h.identity.service).filter((route) => route.auth !== 'public' && !route.unavailable);
     assert.ok(routes.length > 30);
@@ -290,7 +300,7 @@ describe('the router\'s own routes never accept a key', () => {
   });
 
   test('an access token beside a key is refused on the router\'s routes too', async () => {
-    const { key } = await createKey(h, org.id, org.owner.token, { name: 'beside a token', permission_keys: ['org.read'] });
+    const { key } = await createKey(h, org.id, await freshOwnerToken(), { name: 'beside a token', permission_keys: ['org.read'] });
     assertUnauthorized(await h.get('/auth/me', { token: org.owner.token, headers: { 'x-api-key': key } }));
     assert.equal((await h.get('/auth/me', { token: org.owner.token })).status, 200);
   });
@@ -298,8 +308,9 @@ describe('the router\'s own routes never accept a key', () => {
 
 describe('ambiguity', () => {
   test('a token plus a key, or two keys, answers 401', async () => {
-    const first = await createKey(h, org.id, org.owner.token, { name: 'first', permission_keys: ['invoices.read'] });
-    const second = await createKey(h, org.id, org.owner.token, { name: 'second', permission_keys: ['invoices.read'] });
+    const fresh = await freshOwnerToken();
+    const first = await createKey(h, org.id, fresh, { name: 'first', permission_keys: ['invoices.read'] });
+    const second = await createKey(h, org.id, fresh, { name: 'second', permission_keys: ['invoices.read'] });
     const cases: Array<[string, Record<string, string | string[]>]> = [
       ['token in Authorization, key in X-API-Key', { authorization: `Bearer ${org.owner.token}`, 'x-api-key': first.key }],
       ['key in Authorization, key in X-API-Key', { authorization: `Bearer ${first.key}`, 'x-api-key': second.key }],
@@ -340,7 +351,7 @@ describe('a key stops at once', () => {
   });
 
   test('when it expires, by the injected clock', async () => {
-    const { key } = await createKey(h, org.id, org.owner.token, { name: 'hour', permission_keys: ['invoices.read'], expires_in: 3600 });
+    const { key } = await createKey(h, org.id, await freshOwnerToken(), { name: 'hour', permission_keys: ['invoices.read'], expires_in: 3600 });
     h.clock.advance(3599);
     assert.equal((await hostRequest(app, '/invoices', withKey(key))).status, 200, 'a second before expiry');
     h.clock.advance(1);
@@ -383,7 +394,7 @@ describe('a key stops at once', () => {
     const row = await h.knex(`${h.tablePrefix}api_keys`).where({ id }).first();
     assert.notEqual(row.revoked_at, null, 'revoked when the membership ended');
     const [event] = h.eventsOfType('api_key.revoked').filter((candidate) => candidate.data.api_key_id === id);
-    assert.deepEqual(event?.data, { api_key_id: id, name: 'member key' });
+    assert.deepEqual(event?.data, { api_key_id: id, name: 'member key', reason: 'member_removed' });
     // Re-joining does not bring the key back (the removal ended the member's session too).
     const login = await h.post('/auth/login', { email: member.email, password: member.password });
     assert.equal(login.status, 200, login.text);

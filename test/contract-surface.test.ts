@@ -110,3 +110,33 @@ test('a configured audience is stamped as aud, and a token for another audience 
     await api.close();
   }
 });
+
+test('privilege changes leave a trace: superadmin grant and revoke, and MFA enforcement (service and PATCH /users), each once, with an audit row', async () => {
+  // Threat: a privilege change nobody can see afterwards (docs/database.md promises the audit trail).
+  const h = await Harness.start();
+  try {
+    const user = await h.signUp(uniqueEmail('privileged'));
+    const admin = await h.signUp(uniqueEmail('admin'));
+    await h.identity.service.grantSuperadmin(admin.userId);
+    await h.identity.service.grantSuperadmin(user.userId);
+    await h.identity.service.grantSuperadmin(user.userId);
+    await h.identity.service.revokeSuperadmin(user.userId);
+    await h.identity.service.revokeSuperadmin(user.userId);
+    await h.identity.service.setMfaEnforced(user.userId, true);
+    await h.identity.service.setMfaEnforced(user.userId, true);
+    const patched = await h.patch(`/users/${user.userId}`, { mfa_enforced: false }, { token: admin.accessToken });
+    assert.equal(patched.status, 200, patched.text);
+
+    const mine = (type: string) => h.events.filter((event) => event.type === type && event.user_id === user.userId);
+    assert.equal(mine('user.superadmin_granted').length, 1, 'a grant already held emits nothing');
+    assert.equal(mine('user.superadmin_revoked').length, 1, 'a revoke of nothing emits nothing');
+    const enforcement = mine('user.mfa_enforcement_changed');
+    assert.deepEqual(enforcement.map((event) => [event.actor_id, event.data.mfa_enforced]), [[null, true], [admin.userId, false]]);
+    for (const event of [...mine('user.superadmin_granted'), ...mine('user.superadmin_revoked')]) assert.equal(event.actor_id, null);
+    const audited = await h.knex(`${h.tablePrefix}audit_events`).where({ user_id: user.userId }).whereIn('type', ['user.superadmin_granted', 'user.superadmin_revoked', 'user.mfa_enforcement_changed']).count({ count: '*' }).first();
+    assert.equal(Number(audited?.count), 4);
+    await assert.rejects(h.identity.service.grantSuperadmin('00000000-0000-4000-8000-000000000000'), (error: { code?: string }) => error.code === 'not_found');
+  } finally {
+    await h.close();
+  }
+});

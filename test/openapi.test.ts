@@ -106,7 +106,7 @@ describe('the document and the router agree', () => {
     assert.deepEqual(mounted, routes.map((route) => operationKey(route.method, toTemplate(route.path))).sort());
   });
 
-  test('authentication, rate-limit group, permission, step-up and enrollment flags match each route', () => {
+  test('authentication, rate-limit group, permission, step-up, credential-gate and enrollment flags match each route', () => {
     const problems: string[] = [];
     const expect = (condition: boolean, problem: string) => void (condition || problems.push(problem));
     for (const route of routes) {
@@ -121,12 +121,20 @@ describe('the document and the router agree', () => {
       expect(operation['x-rate-limit-group'] === route.rateLimit, `${key}: x-rate-limit-group ${operation['x-rate-limit-group']}, route ${route.rateLimit}`);
       expect(operation['x-permission'] === (route.permission ?? undefined), `${key}: x-permission ${operation['x-permission']}, route ${route.permission}`);
       expect((operation['x-step-up'] === true) === (route.stepUp === true), `${key}: x-step-up ${operation['x-step-up']}, route ${route.stepUp}`);
+      // The credential gate (CONTRACT 5, 8, 9.5, 10): declared per route, documented per operation.
+      expect(operation['x-adds-credential'] === route.addsCredential, `${key}: x-adds-credential ${operation['x-adds-credential']}, route ${route.addsCredential}`);
       expect(
         (operation['x-allowed-during-enrollment'] === true) === (route.allowedDuringEnrollment === true),
         `${key}: x-allowed-during-enrollment ${operation['x-allowed-during-enrollment']}, route ${route.allowedDuringEnrollment}`,
       );
       if (route.auth !== 'public') expect(Boolean(operation.responses['401']), `${key}: documents no 401`);
       if (route.stepUp) expect(/step_up_required/.test(resolveRef(operation.responses['401'] ?? {}).description ?? ''), `${key}: 401 does not mention step_up_required`);
+      if (route.addsCredential) {
+        const unauthorized = resolveRef(operation.responses['401'] ?? {}).description ?? '';
+        expect(/step_up_required/.test(unauthorized), `${key}: 401 does not mention step_up_required`);
+        if (route.addsCredential === 'sign_in_method') expect(/reauthentication_required/.test(unauthorized), `${key}: 401 does not mention reauthentication_required`);
+        expect(/email_unverified/.test(resolveRef(operation.responses['403'] ?? {}).description ?? ''), `${key}: 403 does not mention email_unverified`);
+      }
       if (route.rateLimit || route.auth !== 'public') expect(Boolean(operation.responses['429']), `${key}: documents no 429`);
       if (route.auth === 'bearer' && !route.allowedDuringEnrollment) expect(Boolean(operation.responses['403']), `${key}: documents no 403 (mfa_enrollment_required)`);
       if (route.body || route.query || route.params) expect(Boolean(operation.responses['422']), `${key}: documents no 422`);

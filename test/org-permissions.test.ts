@@ -20,7 +20,7 @@ test('GET /permissions: the core catalog of spec 2.13 plus host keys; bearer req
   const keys = (response.body.data as any[]).map((entry) => entry.key);
   assert.deepEqual(keys, [
     'org.read', 'org.update', 'org.delete', 'members.read', 'members.invite', 'members.update', 'members.remove',
-    'roles.read', 'roles.manage', 'users.read', 'users.manage', 'audit.read', 'invoices.read',
+    'roles.read', 'roles.manage', 'users.read', 'users.manage', 'audit.read', 'webhooks.manage', 'invoices.read',
   ]);
   for (const entry of response.body.data) {
     assert.deepEqual(Object.keys(entry).sort(), ['description', 'key']);
@@ -73,7 +73,7 @@ test('the superadmin role: full catalog everywhere, granted and revoked through 
   assert.equal(rows.length, 1);
   assert.equal(rows[0].slug, 'superadmin');
   assert.ok([true, 1].includes(rows[0].is_system));
-  assert.equal(JSON.parse(rows[0].permission_keys).length, 13);
+  assert.equal(JSON.parse(rows[0].permission_keys).length, 14); // spec 2.13, webhooks.manage (CONTRACT 13.2) and the host key
 
   const switched = await h.post('/auth/switch-org', { organization_id: org.id }, { token: root.accessToken });
   assert.equal(switched.status, 200, switched.text);

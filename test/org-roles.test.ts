@@ -11,7 +11,7 @@ after(async () => {
   await h.close();
 });
 
-const ORG_KEYS = ['audit.read', 'invoices.read', 'members.invite', 'members.read', 'members.remove', 'members.update', 'org.delete', 'org.read', 'org.update', 'roles.manage', 'roles.read'];
+const ORG_KEYS = ['audit.read', 'invoices.read', 'members.invite', 'members.read', 'members.remove', 'members.update', 'org.delete', 'org.read', 'org.update', 'roles.manage', 'roles.read', 'webhooks.manage'];
 
 test('GET roles: the cloned system templates with spec 2.13 keys; superadmin role never listed', async () => {
   const org = await createOrg(h);

@@ -422,8 +422,9 @@ describe('several instances on one PostgreSQL (and Redis)', { skip: SKIP }, () =
       await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
       assert.equal((await challenge(C)).status, 200);
       await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
-      // The enrollment send was budgeted per (user, number) while the factor was unconfirmed
-      // (issue 10), so the number's own budget of 3 holds the sends from A, C and A.
+      // The enrollment send counted in the number's budget shared by all accounts; the login
+      // codes to the now confirmed factor count in this user's own bucket for the number
+      // (issue 22), whose budget of 3 holds the sends from A, C and A.
       assert.equal((await challenge(A)).status, 200);
       await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
       const overBudget = await challenge(B);
@@ -500,6 +501,107 @@ describe('several instances on one PostgreSQL (and Redis)', { skip: SKIP }, () =
         IDENTITY_LOGIN_LIMIT: String(LOGIN_LIMIT),
       };
     }
+  });
+
+  // Issue 22 (CONTRACT 5 lockout, CONTRACT 2 otp.sendBudget): limits that refuse only what
+  // they should. Threats: a user with several tabs told a right password is wrong; parallel
+  // guesses beating the lockout; SMS pumping to one number through many accounts; another
+  // account's enrollments exhausting a victim's login codes.
+  describe('limits across instances (login limit 10, lockout threshold 5, 3 texts per number)', () => {
+    const LIMITS_LOGIN_LIMIT = 10;
+    const THRESHOLD = 5;
+    let cluster: Instance[];
+    let A: Instance;
+    let B: Instance;
+    let C: Instance;
+    let mailFile: string;
+    let prefix: string;
+
+    before(async () => {
+      const env = clusterEnv(REDIS_URL ? 'redis' : 'database', LIMITS_LOGIN_LIMIT);
+      mailFile = env.IDENTITY_MAIL_FILE!;
+      prefix = env.IDENTITY_TABLE_PREFIX!;
+      cluster = await startCluster(env);
+      [A, B, C] = cluster as [Instance, Instance, Instance];
+    });
+    after(async () => {
+      await Promise.all((cluster ?? []).map(stopInstance));
+    });
+
+    async function signUp(label: string) {
+      const email = uniqueEmail(label);
+      assert.equal((await call(A, 'POST', '/auth/register', { body: { email, password: PASSWORD } })).status, 202);
+      assert.equal((await call(B, 'POST', '/auth/email/verify', { body: { token: mailToken(mailFile, email, 'verify_email') } })).status, 200);
+      const reply = await call(C, 'POST', '/auth/login', { body: { email, password: PASSWORD } });
+      assert.equal(reply.status, 200, JSON.stringify(reply.body));
+      return { email, userId: reply.body.data.user.id as string, accessToken: reply.body.data.access_token as string };
+    }
+
+    const smsTo = (phone: string) => messages(mailFile).filter((entry) => entry.kind === 'sms' && entry.to === phone);
+    const clusterPhone = (tag: number) => `+1555${String((Date.now() + tag * 7919) % 1_000_000).padStart(6, '0')}`;
+
+    test(`12 concurrent right-password logins of one account under a login limit of ${LIMITS_LOGIN_LIMIT}: exactly ${LIMITS_LOGIN_LIMIT} tokens and two 429s`, async () => {
+      const user = await signUp('tabs');
+      const ip = randomIp();
+      const replies = await Promise.all(Array.from({ length: 12 }, (_unused, index) => call(cluster[index % 3]!, 'POST', '/auth/login', { body: { email: user.email, password: PASSWORD }, ip })));
+      const statuses = replies.map((reply) => reply.status);
+      assert.equal(replies.filter((reply) => reply.status === 200 && typeof reply.body.data.access_token === 'string').length, LIMITS_LOGIN_LIMIT, statuses.join(','));
+      assert.equal(statuses.filter((status) => status === 429).length, 2, statuses.join(','));
+      for (const refused of replies.filter((reply) => reply.status === 429)) assert.equal(refused.body.error, 'rate_limited');
+      const row = await knex(`${prefix}users`).where({ id: user.userId }).first('failed_login_count', 'attempts_in_flight', 'locked_until');
+      assert.deepEqual([Number(row.failed_login_count), Number(row.attempts_in_flight), row.locked_until], [0, 0, null], 'no failure recorded, no slot left held');
+    });
+
+    test(`20 concurrent wrong passwords at threshold ${THRESHOLD} over the three instances still compare at most ${THRESHOLD}`, async () => {
+      const user = await signUp('guessed');
+      // Each guess from its own address, so the login limit lets all 20 reach the lockout.
+      const replies = await Promise.all(Array.from({ length: 20 }, (_unused, index) => call(cluster[index % 3]!, 'POST', '/auth/login', { body: { email: user.email, password: `wrong guess number ${index}` } })));
+      for (const reply of replies) assert.equal(reply.status, 401, JSON.stringify(reply.body));
+      const failures = await knex(`${prefix}audit_events`).where({ user_id: user.userId, type: 'user.login_failed' }).select('data');
+      const compared = failures.filter((row) => JSON.parse(String(row.data)).reason === 'wrong_password').length;
+      assert.ok(compared <= THRESHOLD, `${compared} guesses were compared`);
+      assert.equal(compared, THRESHOLD, 'every slot was used by a guess before the lock');
+      const row = await knex(`${prefix}users`).where({ id: user.userId }).first('failed_login_count', 'attempts_in_flight', 'locked_until');
+      assert.equal(Number(row.failed_login_count), THRESHOLD);
+      assert.equal(Number(row.attempts_in_flight), 0);
+      assert.ok(row.locked_until !== null, 'locked');
+    });
+
+    test('four accounts enrolling one number, one after another on A, B, C and A: three sends and one 429', async () => {
+      const phone = clusterPhone(1);
+      const accounts = [];
+      for (let index = 0; index < 4; index += 1) accounts.push(await signUp(`pump-${index}`));
+      const statuses = [];
+      for (const [index, account] of accounts.entries()) {
+        statuses.push((await call([A, B, C, A][index]!, 'POST', '/auth/mfa/sms/enroll', { body: { phone_e164: phone }, token: account.accessToken })).status);
+      }
+      assert.deepEqual(statuses, [200, 200, 200, 429]);
+      assert.equal(smsTo(phone).length, 3, 'three texts reached the number');
+    });
+
+    test("another account's enrollments never block the victim's login challenge to their confirmed number", async () => {
+      const victim = await signUp('victim');
+      const phone = clusterPhone(2);
+      const enrolled = await call(A, 'POST', '/auth/mfa/sms/enroll', { body: { phone_e164: phone }, token: victim.accessToken });
+      assert.equal(enrolled.status, 200, JSON.stringify(enrolled.body));
+      const factorId = enrolled.body.data.factor_id;
+      assert.equal((await call(B, 'POST', '/auth/mfa/sms/confirm', { body: { factor_id: factorId, code: lastSmsCode(mailFile, phone) }, token: victim.accessToken })).status, 200);
+      // Attackers enroll the victim's number on every instance until its budget is spent.
+      const statuses = [];
+      for (const [index, instance] of [B, C, A].entries()) {
+        const attacker = await signUp(`attacker-${index}`);
+        statuses.push((await call(instance, 'POST', '/auth/mfa/sms/enroll', { body: { phone_e164: phone }, token: attacker.accessToken })).status);
+      }
+      assert.deepEqual(statuses, [200, 200, 429], 'the victim\'s enrollment and two others spent the number\'s budget');
+      const gate = await call(C, 'POST', '/auth/login', { body: { email: victim.email, password: PASSWORD } });
+      assert.equal(gate.body.data.mfa_required, true);
+      // The enrollment code started the factor's cooldown (1 s in these instances).
+      await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
+      const challenge = await call(A, 'POST', '/auth/mfa/challenge', { body: { factor_id: factorId }, token: gate.body.data.mfa_token });
+      assert.equal(challenge.status, 200, JSON.stringify(challenge.body));
+      const verified = await call(B, 'POST', '/auth/mfa/verify', { body: { factor_id: factorId, code: lastSmsCode(mailFile, phone) }, token: gate.body.data.mfa_token });
+      assert.equal(verified.status, 200, JSON.stringify(verified.body));
+    });
   });
 
   test("the login rate limit holds across three instances with the built-in 'database' store", async () => {

@@ -13,6 +13,7 @@ import {
   socialConfig,
   socialLogin,
   socialRoundTrip,
+  socialRoundTripAndExchange,
   startLogin,
   startSocialHarness,
   TestOpenIdProvider,
@@ -261,9 +262,10 @@ describe('account takeover through linking', () => {
       // it, and signs in to the victim's account through the e-mail match.
       const victim = await h.signUp();
       const usersBefore = await countRows(h, 'users');
-      const trip = await socialRoundTrip(h, op, { sub: newSubject(), email: victim.email, ...(emailVerified === undefined ? {} : { email_verified: emailVerified }) });
-      assert.equal(trip.error, 'account_link_required');
-      assert.equal(trip.code, null);
+      const { trip, exchanged } = await socialRoundTripAndExchange(h, op, { sub: newSubject(), email: victim.email, ...(emailVerified === undefined ? {} : { email_verified: emailVerified }) });
+      assert.equal(trip.error, null, 'the callback decides nothing: the account is resolved at the exchange');
+      assertError(exchanged, 409, 'account_link_required');
+      assert.equal(exchanged.body.data, undefined, 'no token, no session');
       assert.equal(await countRows(h, 'social_identities', { user_id: victim.userId }), 0);
       assert.equal(await countRows(h, 'users'), usersBefore);
       const failed = h.eventsOfType('user.login_failed').find((event) => event.user_id === victim.userId && event.data.method === 'social');
@@ -275,8 +277,8 @@ describe('account takeover through linking', () => {
     // Threat (pre-hijack): whoever registered the address first without proving it.
     const email = uniqueEmail('unverified');
     const squatter = await h.signUp(email, undefined, { verify: false });
-    const trip = await socialRoundTrip(h, op, verifiedAccount({ email }));
-    assert.equal(trip.error, 'account_link_required');
+    const { exchanged } = await socialRoundTripAndExchange(h, op, verifiedAccount({ email }));
+    assertError(exchanged, 409, 'account_link_required');
     assert.equal(await countRows(h, 'social_identities', { user_id: squatter.userId }), 0);
   });
 
@@ -284,7 +286,8 @@ describe('account takeover through linking', () => {
     const explicitOnly = await startSocialHarness(op, { social: { autoLinkByEmail: false } });
     try {
       const local = await explicitOnly.signUp();
-      assert.equal((await socialRoundTrip(explicitOnly, op, verifiedAccount({ email: local.email }))).error, 'account_link_required');
+      assertError((await socialRoundTripAndExchange(explicitOnly, op, verifiedAccount({ email: local.email }))).exchanged, 409, 'account_link_required');
+      assert.equal(await countRows(explicitOnly, 'social_identities', { user_id: local.userId }), 0);
     } finally {
       await explicitOnly.close();
     }
@@ -294,7 +297,8 @@ describe('account takeover through linking', () => {
     // Threat: one provider, two provider accounts on one local user (one per provider per user).
     const first = await socialLogin(h, op, verifiedAccount());
     const email = first.body.data.user.email;
-    assert.equal((await socialRoundTrip(h, op, verifiedAccount({ email }))).error, 'account_link_required');
+    assertError((await socialRoundTripAndExchange(h, op, verifiedAccount({ email }))).exchanged, 409, 'account_link_required');
+    assert.equal(await countRows(h, 'social_identities', { user_id: first.body.data.user.id }), 1);
   });
 
   test('an identity already linked to another user cannot be linked again: identity_already_linked', async () => {
@@ -302,8 +306,9 @@ describe('account takeover through linking', () => {
     const ownerAccount = verifiedAccount();
     await socialLogin(h, op, ownerAccount);
     const other = await h.signUp();
-    const trip = await socialRoundTrip(h, op, ownerAccount, startLink(h, other.accessToken));
-    assert.equal(trip.error, 'identity_already_linked');
+    const { trip, exchanged } = await socialRoundTripAndExchange(h, op, ownerAccount, { start: startLink(h, other.accessToken), token: other.accessToken });
+    assert.equal(trip.error, null, 'the callback links nothing: the link is made at the exchange');
+    assertError(exchanged, 409, 'identity_already_linked');
     assert.equal(await countRows(h, 'social_identities', { user_id: other.userId }), 0);
   });
 
@@ -327,7 +332,7 @@ describe('account takeover through linking', () => {
     assert.equal(evicted?.data.reason, 'email_proven');
     assert.equal((await h.get('/auth/me', { token: squatterLogin.body.data.access_token })).status, 401, 'the squatter session is revoked');
     // Coming back through the provider now meets a verified account and an unverified claim.
-    assert.equal((await socialRoundTrip(h, op, squatterAccount)).error, 'account_link_required');
+    assertError((await socialRoundTripAndExchange(h, op, squatterAccount)).exchanged, 409, 'account_link_required');
     const owner = await h.post('/auth/login', { email: victimEmail, password: 'the real owner chose this' });
     assert.equal(owner.status, 200);
     assert.equal(owner.body.data.user.email_verified, true);
@@ -356,7 +361,7 @@ describe('sign-up policy and login rules', () => {
   test('allowSignup false: a new subject with a new address gets signup_disabled and no account', async () => {
     const closed = await startSocialHarness(op, { provider: { allowSignup: false } });
     try {
-      assert.equal((await socialRoundTrip(closed, op, verifiedAccount())).error, 'signup_disabled');
+      assertError((await socialRoundTripAndExchange(closed, op, verifiedAccount())).exchanged, 403, 'signup_disabled');
       assert.equal(await countRows(closed, 'users'), 0);
     } finally {
       await closed.close();
@@ -366,9 +371,10 @@ describe('sign-up policy and login rules', () => {
   test('requireVerifiedEmail: an unverified provider address creates the account but the login is email_unverified', async () => {
     const strict = await startSocialHarness(op, { config: { auth: { requireVerifiedEmail: true } } });
     try {
-      const trip = await socialRoundTrip(strict, op, { sub: newSubject(), email: uniqueEmail(), email_verified: false });
-      assert.equal(trip.error, 'email_unverified');
+      const { trip, exchanged } = await socialRoundTripAndExchange(strict, op, { sub: newSubject(), email: uniqueEmail(), email_verified: false });
       assert.equal(trip.response.status, 303, 'a callback never answers 403 to the browser');
+      assert.equal(trip.error, null);
+      assertError(exchanged, 403, 'email_unverified');
       assert.equal(await countRows(strict, 'users'), 1);
     } finally {
       await strict.close();

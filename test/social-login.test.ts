@@ -6,12 +6,14 @@ import { enrollTotp, nextTotpCode, totpCodeAt } from './helpers/mfa.js';
 import {
   authorizeAtProvider,
   callRouterCallback,
+  exchangeCode,
   handoffPair,
   newSubject,
   PROVIDER_ID,
   RETURN_URL,
   socialLogin,
   socialRoundTrip,
+  socialRoundTripAndExchange,
   startSocialHarness,
   TestOpenIdProvider,
   type ProviderAccount,
@@ -214,7 +216,8 @@ describe('sign-in', () => {
     const account = verifiedAccount();
     const first = await socialLogin(h, op, account);
     await h.knex(`${h.tablePrefix}social_identities`).where({ user_id: first.body.data.user.id }).update({ issuer: 'https://old-issuer.example' });
-    assert.equal((await socialRoundTrip(h, op, account)).error, 'account_link_required');
+    const { exchanged } = await socialRoundTripAndExchange(h, op, account);
+    assertError(exchanged, 409, 'account_link_required');
     assert.ok(h.logs.some((line) => line.level === 'warn' && /issuer differs/.test(line.msg)));
   });
 
@@ -248,21 +251,21 @@ describe('sign-in', () => {
 
   test('a provider that gives no e-mail cannot sign up: social_email_required, no account', async () => {
     const before = await countRows(h, 'users');
-    const trip = await socialRoundTrip(h, op, { sub: newSubject() });
-    assert.equal(trip.error, 'social_email_required');
+    const { exchanged } = await socialRoundTripAndExchange(h, op, { sub: newSubject() });
+    assertError(exchanged, 422, 'social_email_required');
     assert.equal(await countRows(h, 'users'), before);
   });
 
-  test('a disabled user is refused with social_error=account_disabled; a locked one with invalid_credentials', async () => {
+  test('a disabled user is refused at the exchange with 403 account_disabled; a locked one with 401 invalid_credentials', async () => {
     const account = verifiedAccount();
     const first = await socialLogin(h, op, account);
     const userId = first.body.data.user.id;
     await h.knex(`${h.tablePrefix}users`).where({ id: userId }).update({ status: 'disabled' });
-    assert.equal((await socialRoundTrip(h, op, account)).error, 'account_disabled');
+    assertError((await socialRoundTripAndExchange(h, op, account)).exchanged, 403, 'account_disabled');
     const failed = h.eventsOfType('user.login_failed').find((event) => event.user_id === userId);
     assert.deepEqual(failed?.data, { method: 'social', provider: PROVIDER_ID, reason: 'account_disabled' });
     await h.knex(`${h.tablePrefix}users`).where({ id: userId }).update({ status: 'active', locked_until: h.clock.now() + 60_000 });
-    assert.equal((await socialRoundTrip(h, op, account)).error, 'invalid_credentials');
+    assertError((await socialRoundTripAndExchange(h, op, account)).exchanged, 401, 'invalid_credentials');
     await h.knex(`${h.tablePrefix}users`).where({ id: userId }).update({ locked_until: null });
   });
 
@@ -369,6 +372,9 @@ describe('linking and unlinking', () => {
     h.clock.advance(30);
     const again = await socialRoundTrip(h, op, account, startLink(token));
     assert.ok(again.code, `${again.error}`);
+    const relinked = await exchangeCode(h, again, token);
+    assert.equal(relinked.status, 200, relinked.text);
+    assert.equal(relinked.body.data.identity.id, exchanged.body.data.identity.id);
   });
 
   test('a user without a factor needs a recent sign-in to link: 401 reauthentication_required', async () => {
@@ -381,10 +387,12 @@ describe('linking and unlinking', () => {
 
   test('one identity per provider per user: a second subject is provider_already_linked', async () => {
     const user = await h.signUp();
-    const firstTrip = await socialRoundTrip(h, op, verifiedAccount(), startLink(user.accessToken));
-    assert.ok(firstTrip.code);
-    const secondTrip = await socialRoundTrip(h, op, verifiedAccount(), startLink(user.accessToken));
-    assert.equal(secondTrip.error, 'provider_already_linked');
+    const first = await socialRoundTripAndExchange(h, op, verifiedAccount(), { start: startLink(user.accessToken), token: user.accessToken });
+    assert.equal(first.exchanged.status, 200, first.exchanged.text);
+    const second = await socialRoundTripAndExchange(h, op, verifiedAccount(), { start: startLink(user.accessToken), token: user.accessToken });
+    assert.equal(second.trip.error, null, 'the callback refuses nothing: the link is made at the exchange');
+    assertError(second.exchanged, 409, 'provider_already_linked');
+    assert.equal(await countRows(h, 'social_identities', { user_id: user.userId }), 1);
   });
 
   test('a link flow whose session was revoked meanwhile ends with session_ended', async () => {
@@ -393,7 +401,9 @@ describe('linking and unlinking', () => {
     const started = await startLink(user.accessToken)();
     assert.equal((await h.post('/auth/logout', {}, { token: user.accessToken })).status, 200);
     const callback = await callRouterCallback(h, await authorizeAtProvider(started.authorizationUrl));
-    assert.equal(callback.error, 'session_ended');
+    assert.ok(callback.code, `the callback refuses nothing: ${callback.error}`);
+    const exchanged = await exchangeCode(h, { ...started, ...callback }, user.accessToken);
+    assertError(exchanged, 401, 'session_ended');
     assert.equal(await countRows(h, 'social_identities', { user_id: user.userId }), 0);
   });
 

@@ -42,10 +42,12 @@ test('two first logins of the same new subject at once create one user and one l
   const responses = await Promise.all(callbackPaths.map((path) => h.get(path)));
   const codes = responses.map((response) => new URL(response.headers.get('location')!).searchParams.get('social_code'));
   assert.ok(codes.every(Boolean), responses.map((response) => response.headers.get('location')).join(' | '));
-  assert.equal(await countRows(h, 'users', { email }), 1);
-  assert.equal(await countRows(h, 'social_identities', { subject: sub }), 1);
+  // The callback creates nothing (CONTRACT 9.2): the account is resolved at the exchange, so the race is there.
+  assert.equal(await countRows(h, 'users', { email }), 0);
   const exchanged = await Promise.all(codes.map((code, index) => h.post('/auth/social/exchange', { code, handoff_verifier: flows[index]!.handoff.verifier })));
   assert.deepEqual(exchanged.map((response) => response.status), [200, 200]);
+  assert.equal(await countRows(h, 'users', { email }), 1);
+  assert.equal(await countRows(h, 'social_identities', { subject: sub }), 1);
   assert.equal(exchanged[0]!.body.data.user.id, exchanged[1]!.body.data.user.id);
   assert.deepEqual(exchanged.map((response) => response.body.data.is_new_user).sort(), [false, true]);
 });

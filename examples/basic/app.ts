@@ -7,6 +7,7 @@
  *   /invoices       a host route guarded by a permission from the catalog
  *   /api-docs       docs/openapi.yaml in Swagger UI, served from node_modules
  *   /dev/inbox      the development inbox (development only)
+ *   /dev/webhook-receiver  a webhook endpoint the Webhooks page delivers to (development only)
  *   /social-return  where social sign-in lands (the demo provider stands in for Google)
  *   everything else the web app in public/ (one HTML shell, one ES module per page)
  */
@@ -20,6 +21,7 @@ import { createIdentityRouter, type Clock, type IdentityConfig, type IdentityEve
 import { startDemoProvider, type DemoProvider } from './demo-provider.js';
 import { createDevInbox, type DevInbox } from './dev-inbox.js';
 import { refreshTokenCookie } from './refresh-token-cookie.js';
+import { createWebhookReceiver } from './webhook-receiver.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repositoryRoot = resolve(here, '../..');
@@ -99,6 +101,9 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
         resetPassword: `${publicUrl}/reset-password?token={token}`,
         acceptInvite: `${publicUrl}/accept-invite?token={token}`,
       },
+      // Organization webhooks (docs/webhooks.md). In development they may deliver to this app's own
+      // receiver on plain http and a loopback address; in production the guard refuses both.
+      webhooks: { enabled: true, ...(development ? { allowHttp: true, allowPrivateNetworks: true } : {}) },
       // Development limits (above) so a newcomer clicking through twice is not locked out for an hour.
       ...(development ? { auth: { rateLimits: DEVELOPMENT_LIMITS.rateLimits }, otp: { sendBudget: DEVELOPMENT_LIMITS.sendBudget } } : {}),
       // Passkeys are bound to the host name the browser shows (see docs/mfa.md, "Passkeys").
@@ -143,6 +148,7 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
   });
 
   if (inbox) app.use(inbox.router());
+  if (development) app.use(createWebhookReceiver({ now }).router());
 
   app.get('/openapi.yaml', (_req, res) => res.type('application/yaml').sendFile(join(repositoryRoot, 'docs/openapi.yaml')));
   app.use('/vendor/swagger-ui', express.static(join(repositoryRoot, 'node_modules/swagger-ui-dist'), { index: false }));

@@ -101,3 +101,18 @@ export interface TemplateContexts {
   invite: InviteContext;
   otp_code: OtpCodeContext;
 }
+
+/** One address a name resolves to. */
+export interface ResolvedAddress {
+  address: string;
+  family: 4 | 6;
+}
+
+/**
+ * Name resolution for outbound requests (webhooks, CONTRACT 13.3; single sign-on, 12.2). Each
+ * method is optional; an absent one uses `node:dns/promises`.
+ */
+export interface DnsResolver {
+  resolveTxt?(name: string): Promise<string[][]>;
+  lookup?(hostname: string): Promise<ResolvedAddress[]>;
+}

@@ -54,4 +54,15 @@ export const DEFAULTS = {
     },
   },
   stepUpMaxAge: 5 * MINUTE,
+  // CONTRACT 13.1: Svix's retry schedule, in seconds.
+  eventDelivery: {
+    worker: true,
+    pollMs: 1000,
+    leaseSec: 60,
+    schedule: [0, 5, 5 * MINUTE, 30 * MINUTE, 2 * HOUR, 5 * HOUR, 10 * HOUR, 10 * HOUR] as readonly number[],
+    maxAttempts: 8,
+    jitter: 0.2,
+    retentionDays: 30,
+  },
+  webhooks: { enabled: false, maxPerOrg: 10, timeoutMs: 10_000, rotationOverlapSec: DAY, allowHttp: false, allowPrivateNetworks: false },
 } as const;

@@ -74,6 +74,25 @@ const configSchema = Joi.object<IdentityConfig>({
     origins: Joi.array().items(Joi.string().min(1)).min(1).required(),
   }),
   social: socialConfigSchema,
+  events: Joi.object({
+    delivery: Joi.object({
+      worker: Joi.boolean(),
+      pollMs: Joi.number().integer().min(10).max(3_600_000),
+      leaseSec: seconds.max(3600),
+      schedule: Joi.array().items(Joi.number().integer().min(0).max(7 * 24 * 3600)).min(1).max(50),
+      maxAttempts: Joi.number().integer().min(1).max(100),
+      jitter: Joi.number().min(0).max(1),
+      retentionDays: Joi.number().integer().min(1).max(3650),
+    }),
+  }),
+  webhooks: Joi.object({
+    enabled: Joi.boolean(),
+    maxPerOrg: Joi.number().integer().min(1).max(1000),
+    timeoutMs: Joi.number().integer().min(100).max(60_000),
+    rotationOverlapSec: Joi.number().integer().min(0).max(30 * 24 * 3600),
+    allowHttp: Joi.boolean(),
+    allowPrivateNetworks: Joi.boolean(),
+  }),
 });
 
 /** Thrown by `createIdentityRouter` when the config is wrong; lists every problem at once. */
@@ -122,6 +141,10 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   const totpIssuer = defaultTotpIssuer(input);
   if (!error && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
   if (input.webauthn && !error?.details.some((detail) => detail.path[0] === 'webauthn')) problems.push(...webauthnProblems(input.webauthn));
+  // An attempt must end under its lease, or a second instance could make the same attempt (CONTRACT 13.1).
+  const leaseSec = input.events?.delivery?.leaseSec ?? DEFAULTS.eventDelivery.leaseSec;
+  const timeoutMs = input.webhooks?.timeoutMs ?? DEFAULTS.webhooks.timeoutMs;
+  if (!error && leaseSec * 1000 < 2 * timeoutMs) problems.push(`"events.delivery.leaseSec" (${leaseSec} s) must be at least twice "webhooks.timeoutMs" (${timeoutMs} ms): an attempt must end under its lease`);
   if (problems.length > 0) throw new IdentityConfigError(problems);
 
   const databaseObject = typeof input.database === 'function' ? undefined : input.database;
@@ -160,7 +183,14 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
       ? { rpId: input.webauthn.rpId, rpName: input.webauthn.rpName ?? input.appName ?? input.issuer, origins: [...input.webauthn.origins] }
       : undefined,
     social: resolveSocialConfig(input.social),
+    events: { delivery: { ...DEFAULTS.eventDelivery, schedule: [...(input.events?.delivery?.schedule ?? DEFAULTS.eventDelivery.schedule)], ...withoutSchedule(input.events?.delivery) } },
+    webhooks: { ...DEFAULTS.webhooks, ...input.webhooks },
   };
+}
+
+function withoutSchedule(delivery: NonNullable<IdentityConfig['events']>['delivery']): Omit<NonNullable<typeof delivery>, 'schedule'> {
+  const { schedule: _schedule, ...rest } = delivery ?? {};
+  return rest;
 }
 
 const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);

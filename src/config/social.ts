@@ -116,7 +116,8 @@ function checkAbsoluteUrl(value: unknown, label: string, problems: string[]): { 
 /**
  * The `return_to` rule (CONTRACT 9.2), also used for `errorUrl`: same scheme, host and port as
  * an allowed entry, and a path equal to the entry's or below it on a segment boundary; no
- * userinfo, no fragment, no backslash, no dot segments.
+ * userinfo, no fragment, no backslash, no dot segment, and none of `%2f`, `%5c`, `%2e` or `;`
+ * in the path as sent.
  */
 export function matchesReturnUrl(candidate: string, allowed: readonly string[]): boolean {
   // Backslashes are read as slashes by browsers ("/\evil.com"); refuse them before parsing.
@@ -128,9 +129,11 @@ export function matchesReturnUrl(candidate: string, allowed: readonly string[]):
     return false;
   }
   if (url.username || url.password || url.hash || candidate.includes('#') || candidate.includes('@')) return false;
-  // Dot segments are resolved by the URL parser; a raw "/.." or "%2e" in the input could be a traversal
-  // past the allowed prefix on a server that decodes again.
-  if (/(^|\/)(\.|%2e){1,2}(\/|$|\?)/i.test(candidate.replace(/^[a-z]+:\/\/[^/]*/i, ''))) return false;
+  // The URL parser resolves dot segments and keeps encoded ones, so the path is judged as sent:
+  // a server behind the return URL may decode "..%2f" or "%2e%2e/" again, or read "..;/" as
+  // "../" (Tomcat's path parameters), and climb out of the allowed prefix.
+  const rawPath = candidate.replace(/^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i, '').split('?')[0] ?? '';
+  if (/%2f|%5c|%2e|;/i.test(rawPath) || rawPath.split('/').some((segment) => segment === '.' || segment === '..')) return false;
   return allowed.some((entry) => {
     const base = new URL(entry);
     if (url.protocol !== base.protocol || url.host !== base.host) return false;

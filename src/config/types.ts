@@ -124,6 +124,50 @@ export interface IdentityConfig {
   social?: SocialConfig;
   /** Passkeys (CONTRACT 8). Without it the passkey routes answer 404 and passkeys are not offered as factors. */
   webauthn?: WebauthnConfig;
+  /** Durable delivery of events to `onEvent` and webhooks (CONTRACT 13.1). */
+  events?: { delivery?: EventDeliveryConfig };
+  /** Organization webhooks in the Standard Webhooks format (CONTRACT 13). Off by default. */
+  webhooks?: WebhooksConfig;
+}
+
+export interface EventDeliveryConfig {
+  /** Run a delivery worker in this instance; default true. With false, call `identity.service.deliverDueEvents()` yourself. */
+  worker?: boolean;
+  /** milliseconds between claims of due rows, default 1000 */ pollMs?: number;
+  /** seconds an instance holds a claimed row, default 60 */ leaseSec?: number;
+  /** seconds before attempt 1, then between attempts (the last entry repeats); default `[0, 5, 300, 1800, 7200, 18000, 36000, 36000]` */
+  schedule?: number[];
+  /** failed attempts before a row is `dead`, default 8 */ maxAttempts?: number;
+  /** each delay is lengthened by up to this fraction of itself, default 0.2 */ jitter?: number;
+  /** days `delivered` and `dead` rows are kept, default 30 */ retentionDays?: number;
+}
+
+export interface WebhooksConfig {
+  /** default false: the webhook routes answer 404 and no webhook row is written */ enabled?: boolean;
+  /** default 10 */ maxPerOrg?: number;
+  /** milliseconds for a whole attempt (resolution, connection, answer), default 10000 */ timeoutMs?: number;
+  /** seconds both secrets sign after a rotation, default 86400 */ rotationOverlapSec?: number;
+  /** accept `http:` URLs (tests, private deployments); default false */ allowHttp?: boolean;
+  /** accept private addresses, never link-local (tests, private deployments); default false */ allowPrivateNetworks?: boolean;
+}
+
+export interface ResolvedEventDeliveryConfig {
+  worker: boolean;
+  pollMs: number;
+  leaseSec: number;
+  schedule: number[];
+  maxAttempts: number;
+  jitter: number;
+  retentionDays: number;
+}
+
+export interface ResolvedWebhooksConfig {
+  enabled: boolean;
+  maxPerOrg: number;
+  timeoutMs: number;
+  rotationOverlapSec: number;
+  allowHttp: boolean;
+  allowPrivateNetworks: boolean;
 }
 
 export interface WebauthnConfig {
@@ -185,4 +229,6 @@ export interface ResolvedConfig {
   links: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string };
   webauthn: { rpId: string; rpName: string; origins: string[] } | undefined;
   social: ResolvedSocialConfig | undefined;
+  events: { delivery: ResolvedEventDeliveryConfig };
+  webhooks: ResolvedWebhooksConfig;
 }

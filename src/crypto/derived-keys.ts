@@ -29,6 +29,8 @@ export interface DerivedKeys {
   passkeyChallengeHash: Buffer;
   /** HMAC key for API keys (CONTRACT 10), separate so no other digest can be replayed as one. */
   apiKeyHash: Buffer;
+  /** AES-256-GCM key for webhook signing secrets (CONTRACT 13.2). */
+  webhookSecretEncryption: Buffer;
 }
 
 const SALT = Buffer.from('identity-router/v1');
@@ -51,5 +53,6 @@ export function deriveKeys(secret: string): DerivedKeys {
     mfaTicketSigning: derive(secret, 'hmac:mfa-ticket'),
     passkeyChallengeHash: derive(secret, 'hmac:passkey-challenge'),
     apiKeyHash: derive(secret, 'hmac:api-key'),
+    webhookSecretEncryption: derive(secret, 'aead:webhook-secret'),
   };
 }

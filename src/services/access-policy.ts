@@ -37,10 +37,13 @@ export interface AccessRequirement {
   /** Always needs a recent strong authentication (spec 5). Conditional step-up is evaluated by the service with `assertStepUp`. */
   stepUp?: boolean;
   /**
-   * Needs a fresh authentication (CONTRACT 9.5): step-up for a user with a confirmed factor;
-   * for one without, a sign-in within `security.stepUp.maxAge`, else 401 `reauthentication_required`.
+   * Adds a credential to the account: the one gate of the credential lifecycle
+   * (docs/security.md, "One credential lifecycle"). A verified e-mail always (403
+   * `email_unverified`); for a `sign_in_method` (passkey, provider link, API key), a fresh
+   * authentication; for a `second_factor` (TOTP, SMS, e-mail), step-up once a factor exists.
+   * The service repeats the same check with `assertMayAddCredential` under the user's row lock.
    */
-  freshAuthentication?: boolean;
+  addsCredential?: CredentialKind;
   /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
   allowedDuringEnrollment?: boolean;
   /**
@@ -54,6 +57,14 @@ export interface AccessRequirement {
    */
   acceptsApiKeys?: boolean;
 }
+
+/**
+ * What a new credential does for whoever holds it. A `sign_in_method` opens or acts as the
+ * account on its own, so a stale, stolen access token must never mint one (CONTRACT 8, 9.5,
+ * 10): it needs a fresh authentication. A `second_factor` only completes a sign-in; spec 4.2
+ * lets a bearer enroll the first one, and step-up guards every later one (CONTRACT 5).
+ */
+export type CredentialKind = 'sign_in_method' | 'second_factor';
 
 /**
  * The actor behind an API key (CONTRACT 10): one member of one organization, with no
@@ -233,12 +244,33 @@ export class AccessPolicy {
       if (organizationId === undefined) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
       authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
+      authority = await repos.authority(this.catalog, principal.userId, principal.organizationId);
+      // CONTRACT 6: a host that scopes data by the caller's organization never serves one the
+      // user has left, though the session lives on until its token expires.
+      if (!authority.member && !authority.superadmin) throw errors.forbidden('You are no longer a member of the organization this token was issued for.');
       // Every request scoped to an organization meets its MFA policy, host middleware included.
       await this.assertOrganizationMfa(repos, principal, principal.organizationId);
     }
     if (requirement.stepUp) await this.assertStepUpWith(repos, principal);
-    if (requirement.freshAuthentication) await this.assertFreshAuthenticationWith(repos, principal);
+    if (requirement.addsCredential) await this.assertMayAddCredentialWith(repos, principal, principal.user.emailVerified, requirement.addsCredential);
     return authority;
+  }
+
+  /**
+   * The credential gate again, inside the transaction that adds the credential (the user's
+   * row locked by the caller): the address is read from that row, so a proof or a change
+   * between the request's admission and its write cannot slip through.
+   */
+  async assertMayAddCredential(repos: Repositories, principal: Principal, kind: CredentialKind): Promise<void> {
+    const user = await repos.users.findById(principal.userId);
+    await this.assertMayAddCredentialWith(uncachedReads(repos), principal, user?.emailVerified === true, kind);
+  }
+
+  private async assertMayAddCredentialWith(reads: GateReads, principal: Principal, emailVerified: boolean, kind: CredentialKind): Promise<void> {
+    // First, because signing in again would not help: only the owner's proof of the address does.
+    if (!emailVerified) throw errors.emailUnverified('Verify your e-mail address before adding a way to sign in or a second factor.');
+    if (kind === 'sign_in_method') await this.assertFreshAuthenticationWith(reads, principal);
+    else await this.assertStepUpWith(reads, principal);
   }
 
   /** CONTRACT 6: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
@@ -269,9 +301,7 @@ export class AccessPolicy {
   private async assertFreshAuthenticationWith(reads: GateReads, principal: Principal): Promise<void> {
     if (this.stepUpFresh(principal)) return;
     if (await reads.hasConfirmedFactor(principal.userId)) throw errors.stepUpRequired();
-    throw new IdentityError(401, 'reauthentication_required', 'Your sign-in is too old for this action; sign in again.', {
-      headers: { 'WWW-Authenticate': 'Bearer error="reauthentication_required"' },
-    });
+    throw errors.reauthenticationRequired();
   }
 
   /** The step-up need, in one place: a strong authentication within `security.stepUp.maxAge`. */

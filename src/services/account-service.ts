@@ -13,7 +13,8 @@ import type { Principal } from './principal.js';
 import type { SessionService } from './session-service.js';
 import { FailedAttemptSlot } from './lockout.js';
 import { mayAuthenticate } from './access-policy.js';
-import { recordFirstEmailProof } from './email-proof.js';
+import { revokeKeysOfUser } from './api-key-service.js';
+import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 
 /** Registration, e-mail verification, password login and password reset / change (spec 4.1). */
@@ -73,7 +74,7 @@ export class AccountService {
     const repos = this.context.store.repos;
     const user = await repos.users.findByEmail(email);
     // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared (issue 10).
-    const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now) : undefined;
+    const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined;
 
     if (!user || user.deletedAt !== null || !user.passwordHash || !slot) {
       // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.
@@ -155,11 +156,12 @@ export class AccountService {
       if (!(await uow.repos.oneTimeTokens.consume(stored.id, uow.now))) throw invalid();
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
       await uow.repos.users.clearFailedLogins(user.id);
-      // The reset link reached the address, which proves it: an unverified account is now
-      // verified, factors a squatter enrolled before that are gone (issue 9: pre-hijack), and
-      // links not vouching for the address go (CONTRACT 9.4 rule 5).
+      // The reset link reached the address, which proves it: the first proof clears whatever
+      // was bound to an unverified account before it (the credential lifecycle).
       if (!user.emailVerified) await recordFirstEmailProof(uow, user, { method: 'password_reset' });
       await this.endPasswordBoundCredentials(uow, user.id);
+      // Account recovery: keys outlive sessions, so whoever held the account must not keep one (CONTRACT 10).
+      await revokeKeysOfUser(uow, user.id, user.id, 'password_reset');
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
     });

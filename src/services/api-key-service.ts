@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { apiKeyDigest, newApiKey } from '../crypto/api-key.js';
 import { errors } from '../errors.js';
 import type { ApiKeyRecord } from '../store/api-key-repository.js';
+import type { AccessPolicy } from './access-policy.js';
 import { resolveAuthority, type ResolvedAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import { isWellFormedId } from './ids.js';
@@ -61,11 +62,13 @@ export class ApiKeyService {
   constructor(
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
+    private readonly policy: AccessPolicy,
   ) {}
 
   /**
    * POST /orgs/{id}/api-keys. The route's requirement (an active member of the active
-   * organization, its MFA policy, step-up) is met before this runs.
+   * organization, its MFA policy, the credential gate) is met before this runs; the gate is
+   * checked again under the user's row lock, with the authority the key is cut from.
    */
   async create(principal: Principal, organizationId: string, input: { name: string; permissionKeys: string[]; expiresIn?: number | undefined }, meta: RequestMeta): Promise<CreatedApiKeyView> {
     const permissionKeys = [...new Set(input.permissionKeys)];
@@ -75,6 +78,8 @@ export class ApiKeyService {
     }
     const ttlSeconds = input.expiresIn ?? API_KEY_DEFAULT_TTL_SECONDS;
     return runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      await this.policy.assertMayAddCredential(uow.repos, principal, 'sign_in_method');
       const authority = await this.memberAuthority(uow, principal.userId, organizationId);
       // No escalation: a key carries only what its creator holds now (a superadmin holds everything).
       for (const key of permissionKeys) {
@@ -111,7 +116,7 @@ export class ApiKeyService {
       const key = isWellFormedId(keyId) ? await uow.repos.apiKeys.findInOrganization(organizationId, keyId) : undefined;
       if (!key || (key.userId !== principal.userId && !authority.permissions.has('members.update'))) throw errors.notFound('API key');
       if (await uow.repos.apiKeys.revoke(key.id, uow.now, key.userId === principal.userId ? 'revoked_by_owner' : 'revoked_by_admin')) {
-        await uow.emit({ type: 'api_key.revoked', actorId: principal.userId, userId: key.userId, organizationId, data: { api_key_id: key.id, name: key.name } });
+        await uow.emit({ type: 'api_key.revoked', actorId: principal.userId, userId: key.userId, organizationId, data: { api_key_id: key.id, name: key.name, reason: key.userId === principal.userId ? 'revoked_by_owner' : 'revoked_by_admin' } });
       }
     });
   }
@@ -142,6 +147,19 @@ export class ApiKeyService {
  */
 export async function revokeKeysOfMember(uow: UnitOfWork, organizationId: string, userId: string, actorId: string | null, reason: string): Promise<void> {
   for (const key of await uow.repos.apiKeys.revokeAllForMember(organizationId, userId, uow.now, reason)) {
-    await uow.emit({ type: 'api_key.revoked', actorId, userId, organizationId, data: { api_key_id: key.id, name: key.name } });
+    await uow.emit({ type: 'api_key.revoked', actorId, userId, organizationId, data: { api_key_id: key.id, name: key.name, reason } });
   }
+}
+
+/**
+ * Every key of a user, in every organization, with an `api_key.revoked` event each: account
+ * recovery (`password_reset`, CONTRACT 10) and the first proof of the address (`email_proven`,
+ * CONTRACT 5). Answers how many keys it revoked.
+ */
+export async function revokeKeysOfUser(uow: UnitOfWork, userId: string, actorId: string | null, reason: 'password_reset' | 'email_proven'): Promise<number> {
+  const keys = await uow.repos.apiKeys.revokeAllForUser(userId, uow.now, reason);
+  for (const key of keys) {
+    await uow.emit({ type: 'api_key.revoked', actorId, userId, organizationId: key.organizationId, data: { api_key_id: key.id, name: key.name, reason } });
+  }
+  return keys.length;
 }

@@ -8,6 +8,8 @@ import type { IdentityEventListener } from '../events.js';
 import type { Store } from '../store/store.js';
 import type { AccessCache } from './access-cache.js';
 import type { AccessReads } from './access-reads.js';
+import type { EventDelivery } from './event-delivery.js';
+import type { OutboundGuard } from '../outbound/outbound-guard.js';
 
 /** Everything a service needs, built once per router. No Express in here. */
 export interface ServiceContext {
@@ -26,6 +28,10 @@ export interface ServiceContext {
   mailer: Mailer;
   sms: SmsSender;
   onEvent: IdentityEventListener | undefined;
+  /** The outbox writer and worker (CONTRACT 13.1). */
+  delivery: EventDelivery;
+  /** The outbound guard of webhooks (CONTRACT 13.3). */
+  webhookGuard: OutboundGuard;
 }
 
 /** Who asked, as far as the audit trail cares. */

@@ -1,5 +1,4 @@
 import type { KeyRing } from './key-ring.js';
-import { errors } from '../errors.js';
 import { AccountService } from './account-service.js';
 import { AccessPolicy } from './access-policy.js';
 import { ApiKeyService } from './api-key-service.js';
@@ -16,6 +15,8 @@ import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
 import { SocialService } from './social-service.js';
 import { UserAdminService } from './user-admin-service.js';
+import type { DeliveryTotals } from './event-delivery.js';
+import { WebhookService } from './webhook-service.js';
 
 /**
  * The core service layer, usable without HTTP (`identity.service`). Every route calls
@@ -37,6 +38,8 @@ export class IdentityServices {
   readonly roles: RoleService;
   readonly users: UserAdminService;
   readonly apiKeys: ApiKeyService;
+  /** Organization webhooks (CONTRACT 13); the routes answer 404 unless `webhooks.enabled`. */
+  readonly webhooks: WebhookService;
   /** Present only with a `social` config (CONTRACT 9). */
   readonly social: SocialService | undefined;
 
@@ -54,7 +57,8 @@ export class IdentityServices {
     this.invites = new InviteService(context, this.catalog, this.policy);
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
-    this.apiKeys = new ApiKeyService(context, this.catalog);
+    this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
+    this.webhooks = new WebhookService(context, this.catalog);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.mfa, this.policy) : undefined;
   }
 
@@ -68,23 +72,28 @@ export class IdentityServices {
     if (changes.rolesUpdated > 0) this.context.logger.info('identity-router: host permissions synchronised with the organizations\' system roles', changes);
   }
 
-  /** Grants the global superadmin role (every permission in every organization); idempotent. */
-  async grantSuperadmin(userId: string): Promise<void> {
-    const user = await this.context.store.repos.users.findById(userId);
-    if (!user) throw errors.notFound('User');
-    await this.context.store.repos.roles.grantSuperadmin(userId, this.context.clock.now());
-    this.context.accessCache.invalidate([{ user: userId }]);
+  /** Grants the global superadmin role (every permission in every organization); idempotent, audited (`user.superadmin_granted`). */
+  grantSuperadmin(userId: string): Promise<void> {
+    return this.users.grantSuperadmin(userId);
   }
 
-  /** Revokes the global superadmin role; idempotent. */
-  async revokeSuperadmin(userId: string): Promise<void> {
-    await this.context.store.repos.roles.revokeSuperadmin(userId);
-    this.context.accessCache.invalidate([{ user: userId }]);
+  /** Revokes the global superadmin role; idempotent, audited (`user.superadmin_revoked`). */
+  revokeSuperadmin(userId: string): Promise<void> {
+    return this.users.revokeSuperadmin(userId);
   }
 
-  /** The per-user MFA enforcement flag (CONTRACT 5). */
+  /** The per-user MFA enforcement flag (CONTRACT 5); audited (`user.mfa_enforcement_changed`). */
   setMfaEnforced(userId: string, on: boolean): Promise<void> {
-    return this.mfa.setMfaEnforced(userId, on);
+    return this.users.setMfaEnforced(userId, on);
+  }
+
+  /**
+   * Claims every event delivery due by the injected clock, makes one attempt on each and
+   * resolves once the outcomes are recorded (CONTRACT 13.1). Rows leased by another instance
+   * are skipped. For `events.delivery.worker: false`, cron jobs and tests.
+   */
+  deliverDueEvents(): Promise<DeliveryTotals> {
+    return this.context.delivery.deliverDue();
   }
 
   /** The published next key becomes active and a fresh next key is published; the retiring one stays in the JWKS until the last token it signed has expired (CONTRACT 7). */

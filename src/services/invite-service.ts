@@ -12,6 +12,7 @@ import type { Principal } from './principal.js';
 import { decodeCursor, keysetPage } from './pagination.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 import { iso } from './iso-time.js';
+import { spendSendBudget } from './send-budget.js';
 
 export interface InviteView {
   id: string;
@@ -138,23 +139,10 @@ export class InviteService {
    */
   private async spendSendBudget(uow: UnitOfWork, organizationId: string, email: string): Promise<void> {
     const { perOrganization, perAddress } = this.context.config.invites.sendBudget;
-    const buckets = [
-      { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:organization:${organizationId}`), budget: perOrganization },
-      { bucket: keyedHash(this.context.keys.identifierHash, `invite-send:address:${email}`), budget: perAddress },
-    ];
-    // Concurrent invites count one after the other, or several would fit under the last slot.
-    await uow.repos.rateEvents.lockBuckets(buckets.map(({ bucket }) => bucket));
-    for (const { bucket, budget } of buckets) {
-      const since = uow.now - budget.windowSec * 1000;
-      if ((await uow.repos.rateEvents.countSince(bucket, since)) >= budget.limit) {
-        const oldest = (await uow.repos.rateEvents.oldestSince(bucket, since)) ?? uow.now;
-        throw errors.rateLimited((oldest + budget.windowSec * 1000 - uow.now) / 1000, 'rate_limited');
-      }
-    }
-    for (const { bucket, budget } of buckets) {
-      await uow.repos.rateEvents.pruneBucketBefore(bucket, uow.now - budget.windowSec * 1000);
-      await uow.repos.rateEvents.record(bucket, uow.now);
-    }
+    await spendSendBudget(uow, this.context.keys.identifierHash, [
+      { name: `invite-send:organization:${organizationId}`, budget: perOrganization },
+      { name: `invite-send:address:${email}`, budget: perAddress },
+    ]);
   }
 
   /** GET /orgs/{id}/invites: pending and unexpired only, keyset by id. */

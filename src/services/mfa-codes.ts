@@ -1,16 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { renderSms } from '../adapters/templates.js';
 import { decrypt, encrypt } from '../crypto/aead.js';
-import { keyedHash } from '../crypto/keyed-hash.js';
 import { generateOtpCode, hashOtpCode, maskEmail, maskPhone, otpCodeMatches } from '../crypto/otp-code.js';
 import { generateRecoveryCode, hashRecoveryCode, normaliseRecoveryCode, RECOVERY_CODES_PER_BATCH } from '../crypto/recovery-code.js';
 import { matchTotpStep } from '../crypto/totp.js';
 import { errors } from '../errors.js';
-import type { WindowBudget } from '../config/types.js';
 import type { MfaFactorRecord, OtpChannel, OtpPurpose } from '../store/mfa-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { ServiceContext } from './context.js';
 import type { UnitOfWork } from './unit-of-work.js';
+import { assertWithinBudget, recordInBudget, spendSendBudget, type BudgetBucket } from './send-budget.js';
 
 /** The masked destination of a factor (CONTRACT 5), or undefined for TOTP. */
 export function maskedDestination(factor: Pick<MfaFactorRecord, 'type' | 'destination'>): string | undefined {
@@ -56,17 +55,10 @@ export class MfaCodes {
     if (lastSent !== undefined && uow.now - lastSent < otp.resendCooldown * 1000) {
       throw errors.rateLimited((lastSent + otp.resendCooldown * 1000 - uow.now) / 1000, input.cooldownCode);
     }
-    // An unconfirmed factor is only a claim on the destination: its sends are budgeted per
-    // (user, destination), so enrolling someone else's phone or address never spends the
-    // budget of the account whose confirmed factor it is.
-    const destinationKey = factor.confirmedAt !== null ? `${channel}:${destination}` : `${channel}:${destination}:unconfirmed-of:${factor.userId}`;
-    const buckets = [
-      { bucket: this.bucket(`otp-send:destination:${destinationKey}`), budget: otp.sendBudget.perDestination },
-      { bucket: this.bucket(`otp-send:account:${factor.userId}`), budget: otp.sendBudget.perAccount },
-    ];
-    // Sends for other factors (another account's, on the same phone) count one after the other too.
-    await uow.repos.rateEvents.lockBuckets(buckets.map(({ bucket }) => bucket));
-    for (const { bucket, budget } of buckets) await this.assertWithinBudget(uow.repos, bucket, budget, uow.now);
+    await spendSendBudget(uow, this.context.keys.identifierHash, [
+      { name: `otp-send:destination:${destinationBucket(channel, factor)}`, budget: otp.sendBudget.perDestination },
+      { name: `otp-send:account:${factor.userId}`, budget: otp.sendBudget.perAccount },
+    ]);
 
     const challengeId = randomUUID();
     const code = generateOtpCode(otp.length);
@@ -82,10 +74,6 @@ export class MfaCodes {
       now: uow.now,
       expiresAt: uow.now + otp.ttl * 1000,
     });
-    for (const { bucket, budget } of buckets) {
-      await uow.repos.rateEvents.pruneBucketBefore(bucket, uow.now - budget.windowSec * 1000);
-      await uow.repos.rateEvents.record(bucket, uow.now);
-    }
 
     const { appName } = this.context.config;
     if (channel === 'sms') {
@@ -138,28 +126,26 @@ export class MfaCodes {
 
   /** The per-account verify window (CONTRACT 2 `otp.verifyBudget`): over it, no code is even looked at. */
   async assertVerifyBudget(repos: Repositories, userId: string, now: number): Promise<void> {
-    await this.assertWithinBudget(repos, this.verifyBucket(userId), this.context.config.otp.verifyBudget, now);
+    await assertWithinBudget(repos, this.context.keys.identifierHash, this.verifyBucket(userId), now);
   }
 
   async recordVerifyFailure(uow: UnitOfWork, userId: string): Promise<void> {
-    const bucket = this.verifyBucket(userId);
-    await uow.repos.rateEvents.pruneBucketBefore(bucket, uow.now - this.context.config.otp.verifyBudget.windowSec * 1000);
-    await uow.repos.rateEvents.record(bucket, uow.now);
+    await recordInBudget(uow, this.context.keys.identifierHash, this.verifyBucket(userId));
   }
 
-  private verifyBucket(userId: string): string {
-    return this.bucket(`otp-verify-failed:account:${userId}`);
+  private verifyBucket(userId: string): BudgetBucket {
+    return { name: `otp-verify-failed:account:${userId}`, budget: this.context.config.otp.verifyBudget };
   }
+}
 
-  /** Bucket names are keyed hashes: no phone number or e-mail address sits in the table. */
-  private bucket(name: string): string {
-    return keyedHash(this.context.keys.identifierHash, name);
-  }
-
-  private async assertWithinBudget(repos: Repositories, bucket: string, budget: WindowBudget, now: number): Promise<void> {
-    const since = now - budget.windowSec * 1000;
-    if ((await repos.rateEvents.countSince(bucket, since)) < budget.limit) return;
-    const oldest = (await repos.rateEvents.oldestSince(bucket, since)) ?? now;
-    throw errors.rateLimited((oldest + budget.windowSec * 1000 - now) / 1000, 'rate_limited');
-  }
+/**
+ * The per-destination bucket a send counts in (CONTRACT 2 `otp.sendBudget`). A send to a
+ * destination that is not yet a confirmed factor (an enrollment) counts per destination across
+ * all accounts, so many accounts cannot pump texts to one number. A send to the user's own
+ * confirmed factor (login, step-up) counts in a bucket of that user and destination, which no
+ * other account's enrollments can exhaust. See docs/security.md (send budgets).
+ */
+function destinationBucket(channel: OtpChannel, factor: Pick<MfaFactorRecord, 'userId' | 'destination' | 'confirmedAt'>): string {
+  const destination = `${channel}:${factor.destination ?? ''}`;
+  return factor.confirmedAt === null ? destination : `${destination}:confirmed-of:${factor.userId}`;
 }

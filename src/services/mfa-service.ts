@@ -245,8 +245,9 @@ export class MfaService {
 
   /**
    * The confirm routes: a valid code confirms the factor. The first confirmed factor becomes the
-   * default, gets a batch of recovery codes and emits mfa.enrolled; every later one needs
-   * step-up (decided under the user's row lock) and emits mfa.factor_added (CONTRACT 5).
+   * default, gets a batch of recovery codes and emits mfa.enrolled; every later one emits
+   * mfa.factor_added. The credential gate (a verified e-mail, step-up once a factor exists)
+   * is decided again under the user's row lock (CONTRACT 5).
    */
   async confirmFactor(principal: Principal, type: FactorType, factorId: string, code: string, meta: RequestMeta): Promise<{ status: 'confirmed'; recovery_codes?: string[] }> {
     return runUnitOfWork(this.context, meta, async (uow) => {
@@ -254,7 +255,8 @@ export class MfaService {
       // and the verify budget is checked and recorded atomically.
       await uow.repos.users.findByIdForUpdate(principal.userId);
       await this.codes.assertVerifyBudget(uow.repos, principal.userId, uow.now);
-      await this.policy.assertStepUp(uow.repos, principal);
+      // The credential gate again, where the factor becomes live (docs/security.md).
+      await this.policy.assertMayAddCredential(uow.repos, principal, 'second_factor');
       await this.prunePendingFactors(uow, principal.userId);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
       if (!factor || factor.type !== type) throw errors.notFound('Factor');
@@ -335,14 +337,6 @@ export class MfaService {
 
   async recoveryCodesRemaining(userId: string): Promise<number> {
     return this.context.store.repos.recoveryCodes.countUnused(userId);
-  }
-
-  /** The per-user enforcement flag (CONTRACT 5: `service.setMfaEnforced`). */
-  async setMfaEnforced(userId: string, on: boolean): Promise<void> {
-    const user = await this.context.store.repos.users.findById(userId);
-    if (!user) throw errors.notFound('User');
-    await this.context.store.repos.users.setMfaEnforced(userId, on, this.context.clock.now());
-    this.context.accessCache.invalidate([{ user: userId }]);
   }
 
   // ---------------------------------------------------------------- internals

@@ -10,6 +10,7 @@ import type { Principal } from './principal.js';
 import type { IdentityEvent } from '../events.js';
 import { decodeCursor, keysetPage } from './pagination.js';
 import { eventFromAuditRecord, runUnitOfWork } from './unit-of-work.js';
+import { deleteWebhooksOfOrganization } from './webhook-service.js';
 
 export interface OrganizationView {
   id: string;
@@ -152,6 +153,7 @@ export class OrganizationService {
       const sessionsRevoked = await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
       const invitesRevoked = await uow.repos.invites.revokeAllPending(organizationId, uow.now);
       await uow.repos.apiKeys.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
+      await deleteWebhooksOfOrganization(uow, organizationId);
       await uow.emit({ type: 'org.deleted', actorId: principal.userId, organizationId, data: { sessions_revoked: sessionsRevoked, invites_revoked: invitesRevoked } });
     });
   }

@@ -14,7 +14,6 @@ import type { PasskeyChallengePurpose, PasskeyRecord } from '../store/passkey-re
 import type { UserRecord } from '../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import type { AccessPolicy } from './access-policy.js';
-import { normaliseEmail } from './identity-rules.js';
 import { FailedAttemptSlot } from './lockout.js';
 import { MfaCodes } from './mfa-codes.js';
 import type { Principal } from './principal.js';
@@ -96,8 +95,8 @@ export class PasskeyService {
   /**
    * A verified attestation becomes a confirmed `webauthn` factor. The first confirmed factor
    * becomes the default, gets recovery codes and emits mfa.enrolled; a later one emits
-   * mfa.factor_added. Like confirming any other factor, a later one needs step-up, decided
-   * under the user's row lock (CONTRACT 5 and 8).
+   * mfa.factor_added. A passkey signs in on its own, so the credential gate asks a fresh
+   * authentication, decided again under the user's row lock (CONTRACT 8).
    */
   async verifyRegistration(principal: Principal, input: { response: RegistrationResponseJSON; label?: string | null }, meta: RequestMeta): Promise<PasskeyRegistration> {
     const config = this.requireConfig();
@@ -108,7 +107,8 @@ export class PasskeyService {
       // and the verify budget is checked and recorded atomically.
       await uow.repos.users.findByIdForUpdate(principal.userId);
       await this.codes.assertVerifyBudget(uow.repos, principal.userId, uow.now);
-      await this.policy.assertStepUp(uow.repos, principal);
+      // The credential gate again, where the passkey becomes live (docs/security.md).
+      await this.policy.assertMayAddCredential(uow.repos, principal, 'sign_in_method');
       const consumed = challenge
         ? await uow.repos.passkeys.consumeChallenge({ challengeHash: this.hashChallenge(challenge), purpose: 'register', userId: principal.userId, boundTo: principal.sessionId }, uow.now)
         : undefined;
@@ -166,27 +166,18 @@ export class PasskeyService {
   // ---------------------------------------------------------------- passwordless login
 
   /**
-   * Options for a discoverable-credential login. With an e-mail the known passkeys are
-   * listed; an address without passkeys gets a stand-in credential id derived from it, so
-   * the answer does not tell whether the account exists.
+   * Options for a discoverable-credential login (CONTRACT 8). `allowCredentials` is always
+   * empty and an `email` in the body changes nothing: an answer that depended on it would
+   * tell accounts with passkeys apart from the rest, and hand out their credential ids.
    */
-  async loginOptions(input: { email?: string | undefined }, meta: RequestMeta): Promise<{ challenge_id: string; options: PublicKeyCredentialRequestOptionsJSON }> {
+  async loginOptions(meta: RequestMeta): Promise<{ challenge_id: string; options: PublicKeyCredentialRequestOptionsJSON }> {
     const config = this.requireConfig();
     const webauthn = await loadWebauthn();
-    let allowCredentials: Array<{ id: string; transports?: AuthenticatorTransport[] }> | undefined;
-    if (input.email !== undefined) {
-      const email = normaliseEmail(input.email);
-      const user = await this.context.store.repos.users.findByEmail(email);
-      const passkeys = user && user.deletedAt === null ? await this.context.store.repos.passkeys.listForUser(user.id) : [];
-      allowCredentials = passkeys.length > 0
-        ? passkeys.map((passkey) => ({ id: passkey.credentialId, transports: passkey.transports as AuthenticatorTransport[] }))
-        : [{ id: Buffer.from(keyedHash(this.context.keys.identifierHash, `passkey-stand-in:${email}`), 'hex').toString('base64url'), transports: ['internal', 'hybrid'] }];
-    }
     const options = await webauthn.generateAuthenticationOptions({
       rpID: config.rpId,
       timeout: this.context.config.otp.ttl * 1000,
       userVerification: 'required',
-      ...(allowCredentials ? { allowCredentials } : {}),
+      allowCredentials: [],
     });
     const challengeId = await runUnitOfWork(this.context, meta, (uow) => this.storeChallenge(uow, options.challenge, { purpose: 'login', userId: null, boundTo: null, userHandle: null }));
     return { challenge_id: challengeId, options };

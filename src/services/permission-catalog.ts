@@ -14,6 +14,8 @@ export const CORE_PERMISSIONS = [
   { key: 'users.read', description: 'Read user records (admin scope, superadmin only)' },
   { key: 'users.manage', description: 'Disable and enable users (admin scope, superadmin only)' },
   { key: 'audit.read', description: "Read the organization's audit log" },
+  // CONTRACT 13.2
+  { key: 'webhooks.manage', description: "Manage the organization's webhooks and read their delivery log" },
 ] as const satisfies readonly PermissionDefinition[];
 
 /** Keys that only the global superadmin role holds. */

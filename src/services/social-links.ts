@@ -9,18 +9,14 @@ import type { UnitOfWork } from './unit-of-work.js';
 /**
  * CONTRACT 9.4 rule 5, the reverse pre-hijack: when an account's e-mail is proven for the
  * first time, every link whose provider did not assert `email_verified` for that address is
- * removed and the account's sessions are revoked, because before the proof whoever held the
- * account may have been a squatter. Call it only when this change made the address verified.
+ * removed. Only the first-proof function (`credential-lifecycle.ts`) calls it, which also
+ * ends the account's sessions when anything was removed. Answers how many links went.
  */
 export async function evictLinksNotVouchingForProvenEmail(uow: UnitOfWork, user: { id: string; email: string }): Promise<number> {
   const unproven = await uow.repos.socialIdentities.listNotVouchingFor(user.id, user.email);
   for (const identity of unproven) {
     await uow.repos.socialIdentities.deleteOwned(identity.id, user.id);
     await uow.emit({ type: 'user.social_unlinked', userId: user.id, data: { identity_id: identity.id, provider: identity.provider, reason: 'email_proven' } });
-  }
-  if (unproven.length > 0) {
-    const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'email_proven');
-    await uow.emit({ type: 'auth.sessions_revoked', userId: user.id, data: { count, reason: 'email_proven' } });
   }
   return unproven.length;
 }

@@ -4,7 +4,7 @@ import { matchesReturnUrl } from '../config/social.js';
 import { decrypt, encrypt } from '../crypto/aead.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
 import { errors, IdentityError, type SocialErrorCode } from '../errors.js';
-import type { SocialFlowOutcome, SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../store/social-repository.js';
+import type { SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../store/social-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
 import type { AccessPolicy } from './access-policy.js';
 import type { LoginResult } from './login-result.js';
@@ -14,7 +14,7 @@ import type { MfaService } from './mfa-service.js';
 import { normaliseEmail } from './identity-rules.js';
 import type { Principal } from './principal.js';
 import type { SessionService } from './session-service.js';
-import { recordFirstEmailProof } from './email-proof.js';
+import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { isUnreachable, SocialProviderClients } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 import { iso, isoOrNull } from './iso-time.js';
@@ -38,7 +38,14 @@ export type SocialExchangeResult =
   | { purpose: 'login'; login: LoginResult; isNewUser: boolean }
   | { purpose: 'link'; identity: SocialIdentityView };
 
-/** What the callback learned from the provider (CONTRACT 9.3). */
+/** What the exchange decided: who signs in, through which link, and whether the account is new. */
+interface SocialFlowOutcome {
+  user_id: string;
+  identity_id: string;
+  is_new_user: boolean;
+}
+
+/** What the callback learned from the provider (CONTRACT 9.3), sealed on the flow for the exchange. */
 interface ProviderClaims {
   subject: string;
   email: string | null;
@@ -163,7 +170,7 @@ export class SocialService {
    * `return_to` with a one-time `social_code` or a `social_error`. A state that is unknown,
    * expired or used has no trustworthy destination: 400, or `errorUrl` when configured.
    */
-  async callback(providerId: string, parameters: CallbackParameters, meta: RequestMeta): Promise<string> {
+  async callback(providerId: string, parameters: CallbackParameters): Promise<string> {
     const provider = this.provider(providerId);
     const flow = parameters.state ? await this.context.store.repos.socialFlows.consumeByState(this.hash('state', parameters.state), this.context.clock.now()) : undefined;
     // A state issued for another provider is burned and signs no one in.
@@ -174,13 +181,15 @@ export class SocialService {
       });
     }
     try {
+      // The callback changes no account, link, verification or session: it may be finished in
+      // any browser (a link URL sent to a victim, RFC 9700 4.7). Whatever the flow does happens
+      // at the exchange, once the tab that started it has shown its handoff verifier.
       const claims = await this.fetchClaims(provider, flow, parameters);
-      const outcome = flow.purpose === 'login' ? await this.resolveLogin(provider, claims, meta) : await this.resolveLink(provider, flow, claims, meta);
       const code = randomToken();
       await this.context.store.repos.socialFlows.setExchange(flow.id, {
         hash: this.hash('exchange', code),
         expiresAt: this.context.clock.now() + this.social.exchangeTtl * 1000,
-        outcome,
+        claimsEnc: encrypt(this.context.keys.socialFlowEncryption, JSON.stringify(claims), claimsAad(flow.id)),
       });
       return withQuery(flow.returnTo, { social_code: code });
     } catch (error) {
@@ -232,7 +241,7 @@ export class SocialService {
     }
   }
 
-  /** CONTRACT 9.4, rules 1 to 4 in order. Refusals tied to a user are recorded (after commit) and then thrown. */
+  /** CONTRACT 9.4, rules 1 to 4 in order, at the exchange. Refusals tied to a user are recorded (after commit) and then thrown. */
   private async resolveLogin(provider: ResolvedSocialProvider, claims: ProviderClaims, meta: RequestMeta): Promise<SocialFlowOutcome> {
     for (let attempt = 1; ; attempt += 1) {
       try {
@@ -305,7 +314,7 @@ export class SocialService {
     return { outcome: { user_id: userId, identity_id: identityId, is_new_user: true } };
   }
 
-  /** CONTRACT 9.5 at the callback of a link flow. */
+  /** CONTRACT 9.5 at the exchange of a link flow, once the bearer has been matched to the flow. */
   private async resolveLink(provider: ResolvedSocialProvider, flow: SocialFlowRecord, claims: ProviderClaims, meta: RequestMeta): Promise<SocialFlowOutcome> {
     for (let attempt = 1; ; attempt += 1) {
       try {
@@ -366,34 +375,50 @@ export class SocialService {
 
   /**
    * POST /auth/social/exchange. The code is burned by one conditional update before anything
-   * is checked, so every failure (expired, wrong verifier, wrong bearer) burns it too.
+   * is checked, so every failure (expired, wrong verifier, wrong bearer) burns it too. Only
+   * then, with the tab that started the flow proven, is the account resolved (login) or the
+   * link made (link): refusals are answered here, as JSON (CONTRACT 9.2, 9.7).
    */
   async exchange(input: { code: string; handoffVerifier: string; bearer: string | undefined }, meta: RequestMeta): Promise<SocialExchangeResult> {
     const invalid = () => errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
     const flow = await this.context.store.repos.socialFlows.consumeExchange(this.hash('exchange', input.code), this.context.clock.now());
-    if (!flow?.outcome || flow.exchangeExpiresAt === null || flow.exchangeExpiresAt <= this.context.clock.now()) throw invalid();
+    if (!flow?.claimsEnc || flow.exchangeExpiresAt === null || flow.exchangeExpiresAt <= this.context.clock.now()) throw invalid();
     if (!handoffMatches(input.handoffVerifier, flow.handoffChallenge)) throw invalid();
-    const outcome = flow.outcome;
-
-    if (flow.purpose === 'link') {
-      const principal = input.bearer ? await this.policy.authenticate(input.bearer).catch(() => undefined) : undefined;
-      if (!principal || principal.userId !== outcome.user_id) throw errors.unauthorized('Linking needs the access token of the account that started it.');
-      const identity = await this.context.store.repos.socialIdentities.findOwned(outcome.identity_id, principal.userId);
-      if (!identity) throw errors.notFound('Identity');
-      return { purpose: 'link', identity: identityView(identity) };
+    // A provider removed from the config since the callback signs no one in.
+    const provider = this.social.providers.get(flow.provider);
+    if (!provider) throw invalid();
+    const claims = JSON.parse(decrypt(this.context.keys.socialFlowEncryption, flow.claimsEnc, claimsAad(flow.id)).toString('utf8')) as ProviderClaims;
+    try {
+      if (flow.purpose === 'link') return { purpose: 'link', identity: await this.completeLink(provider, flow, claims, input.bearer, meta) };
+      return await this.completeLogin(provider, claims, meta);
+    } catch (error) {
+      throw error instanceof SocialRefusal ? exchangeError(error.code) : error;
     }
+  }
 
+  /** A link needs the bearer of the user and session that started the flow, still live (CONTRACT 9.5). */
+  private async completeLink(provider: ResolvedSocialProvider, flow: SocialFlowRecord, claims: ProviderClaims, bearer: string | undefined, meta: RequestMeta): Promise<SocialIdentityView> {
+    const principal = bearer ? await this.policy.authenticate(bearer).catch(() => undefined) : undefined;
+    if (!principal || principal.userId !== flow.userId || principal.sessionId !== flow.sessionId) {
+      if (bearer && !principal && (await this.sessions.isEndedSession(bearer))) throw new SocialRefusal('session_ended');
+      throw errors.unauthorized('Linking needs the access token of the session that started it.');
+    }
+    const outcome = await this.resolveLink(provider, flow, claims, meta);
+    const identity = await this.context.store.repos.socialIdentities.findOwned(outcome.identity_id, principal.userId);
+    if (!identity) throw errors.notFound('Identity');
+    return identityView(identity);
+  }
+
+  private async completeLogin(provider: ResolvedSocialProvider, claims: ProviderClaims, meta: RequestMeta): Promise<SocialExchangeResult> {
+    const outcome = await this.resolveLogin(provider, claims, meta);
     const user = await this.context.store.repos.users.findById(outcome.user_id);
-    if (!user) throw invalid();
-    const refusal = this.loginRefusal(user, this.context.clock.now());
-    if (refusal) throw loginError(refusal);
-    const provider = flow.provider;
+    if (!user) throw errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
     // CONTRACT 9.6: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
     const gate = await this.mfa.loginGate(user, meta, 'fed');
     if (gate) return { purpose: 'login', isNewUser: outcome.is_new_user, login: { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors } };
     const opened = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], method: 'social', provider } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], method: 'social', provider: provider.id } });
       return session;
     });
     // Tokens are signed only after commit (no token for a session that was never stored).
@@ -484,11 +509,39 @@ function asRefusal(error: unknown): SocialRefusal | undefined {
   return undefined;
 }
 
-/** The exchange answers a login refusal as `POST /auth/login` would. */
-function loginError(code: 'account_disabled' | 'invalid_credentials' | 'email_unverified'): IdentityError {
-  if (code === 'account_disabled') return new IdentityError(403, 'account_disabled', 'This account has been disabled.');
-  if (code === 'email_unverified') return new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', { extra: { resend: '/auth/email/verify/resend' } });
-  return errors.invalidCredentials();
+/** The AES-GCM associated data of a flow's sealed claims: they open only on their own flow. */
+function claimsAad(flowId: string): string {
+  return `social-claims:${flowId}`;
+}
+
+/**
+ * A refusal as the exchange answers it: a login refusal as `POST /auth/login` would, a link
+ * refusal as 409 (401 for a session revoked meanwhile), and the resolution refusals of 9.4
+ * with the status that says what the client can do about them.
+ */
+function exchangeError(code: SocialRefusal['code']): IdentityError {
+  switch (code) {
+    case 'account_disabled':
+      return errors.accountDisabled();
+    case 'email_unverified':
+      return errors.emailUnverified('Verify your e-mail address before signing in.');
+    case 'invalid_credentials':
+      return errors.invalidCredentials();
+    case 'session_ended':
+      return errors.sessionEnded();
+    case 'identity_already_linked':
+      return new IdentityError(409, code, 'This provider account is already linked to another user.');
+    case 'provider_already_linked':
+      return new IdentityError(409, code, 'Your account is already linked to another account at this provider; unlink it first.');
+    case 'account_link_required':
+      return new IdentityError(409, code, 'An account with this e-mail exists; sign in with it, then link this provider.');
+    case 'social_email_required':
+      return new IdentityError(422, code, 'The provider did not share an e-mail address; allow it and try again.');
+    case 'signup_disabled':
+      return new IdentityError(403, code, 'Sign-up through this provider is disabled.');
+    default:
+      return new IdentityError(502, code, 'The provider could not complete the sign-in.');
+  }
 }
 
 /** The error's class and code only: openid-client messages can quote provider responses. */

@@ -5,15 +5,18 @@ import { isDatabaseError } from '../database-errors.js';
 import type { Repositories } from '../store/store.js';
 import type { AccessScope } from './access-cache.js';
 import type { RequestMeta, ServiceContext } from './context.js';
+import type { OutboxEntry, WrittenDeliveries } from './event-delivery.js';
 import { iso } from './iso-time.js';
 
 /**
  * One transaction plus what must happen once it commits. Events are written to the audit
- * table inside the transaction and handed to `onEvent` only after commit; mail and SMS go
- * out after commit too, so a rolled-back change never sends anything.
+ * table inside the transaction, with one outbox row per target (`onEvent`, webhooks) beside
+ * them, and delivered from the outbox only after commit (CONTRACT 13.1); mail and SMS go out
+ * after commit too, so a rolled-back change never sends anything.
  */
 export class UnitOfWork {
   private readonly committedEvents: IdentityEvent[] = [];
+  private readonly outbox: OutboxEntry[] = [];
   private readonly afterCommitTasks: Array<() => Promise<void> | void> = [];
   private readonly invalidations: AccessScope[] = [];
   private failure: Error | undefined;
@@ -24,7 +27,11 @@ export class UnitOfWork {
     private readonly meta: RequestMeta,
   ) {}
 
-  async emit(input: EventInput): Promise<void> {
+  /**
+   * Records an event of this change. `onlyWebhook` sends it to that one webhook and to no
+   * listener (`webhook.test`, CONTRACT 13.2).
+   */
+  async emit(input: EventInput, options: { onlyWebhook?: { webhookId: string; deliveryId: string } } = {}): Promise<IdentityEvent> {
     const event: IdentityEvent = {
       id: randomUUID(),
       type: input.type,
@@ -46,6 +53,8 @@ export class UnitOfWork {
       data: event.data,
     });
     this.committedEvents.push(event);
+    this.outbox.push({ event, ...(options.onlyWebhook ? { onlyWebhook: options.onlyWebhook } : {}) });
+    return event;
   }
 
   /**
@@ -77,6 +86,11 @@ export class UnitOfWork {
     return this.failure;
   }
 
+  /** @internal The events of this change, with where each goes; the outbox writer reads them before commit. */
+  get outboxEntries(): readonly OutboxEntry[] {
+    return this.outbox;
+  }
+
   /** @internal */
   drain(): { events: IdentityEvent[]; tasks: Array<() => Promise<void> | void>; invalidations: AccessScope[] } {
     return { events: this.committedEvents, tasks: this.afterCommitTasks, invalidations: this.invalidations };
@@ -101,26 +115,28 @@ export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
 export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
   const now = context.clock.now();
   let unit: UnitOfWork | undefined;
+  let deliveries: WrittenDeliveries | undefined;
   const result = await context.store.transaction(async (repos) => {
     unit = new UnitOfWork(repos, now, meta);
-    return work(unit);
+    const value = await work(unit);
+    // The outbox rows commit with the change and its audit rows, or not at all.
+    deliveries = await context.delivery.writeOutbox(repos, unit.outboxEntries, now);
+    return value;
   });
   if (unit) {
-    dispatchAfterCommit(context, unit);
+    dispatchAfterCommit(context, unit, deliveries);
     if (unit.pendingFailure) throw unit.pendingFailure;
   }
   return result;
 }
 
-function dispatchAfterCommit(context: ServiceContext, unit: UnitOfWork): void {
+function dispatchAfterCommit(context: ServiceContext, unit: UnitOfWork, deliveries: WrittenDeliveries | undefined): void {
   const { events, tasks, invalidations } = unit.drain();
   // First, synchronously: the response that reports a revocation leaves after it is in force here.
   context.accessCache.invalidate(invalidations);
   context.accessCache.invalidateForEvents(events);
-  for (const event of events) {
-    if (!context.onEvent) break;
-    runSafely(context, `onEvent listener failed for ${event.type}`, () => context.onEvent!(event));
-  }
+  // The listener is called synchronously from here (before the response), the webhooks right after.
+  if (deliveries) context.delivery.attemptWritten(deliveries);
   for (const task of tasks) runSafely(context, 'after-commit delivery failed', task);
 }
 

@@ -31,6 +31,9 @@ export const TOMBSTONE_EMAIL_DOMAIN = 'deleted.invalid';
 
 type UserPermission = 'users.read' | 'users.manage';
 
+/** Changes made by the host's own code through `identity.service`: no request, no address. */
+const HOST_CODE: RequestMeta = { ip: null, userAgent: null };
+
 /** User administration and the account lifecycle (spec 4.4, spec 3 user status). */
 export class UserAdminService {
   constructor(
@@ -54,9 +57,48 @@ export class UserAdminService {
       const user = await this.lockLiveUser(uow, userId);
       uow.invalidates({ user: user.id });
       if (displayName !== undefined) await uow.repos.users.setDisplayName(user.id, displayName, uow.now);
-      if (changes.mfaEnforced !== undefined) await uow.repos.users.setMfaEnforced(user.id, changes.mfaEnforced, uow.now);
+      if (changes.mfaEnforced !== undefined) await this.changeMfaEnforcement(uow, user.id, changes.mfaEnforced, principal.userId);
       return this.view((await uow.repos.users.findById(user.id))!, uow.now);
     });
+  }
+
+  // ---------------------------------------------------------------- privilege changes (identity.service)
+
+  /**
+   * Grants the global superadmin role (every permission in every organization). Idempotent;
+   * the grant, like every privilege change, leaves an audit row and an event (`actor_id` null:
+   * it is made by the host's code, never through HTTP).
+   */
+  async grantSuperadmin(userId: string): Promise<void> {
+    await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
+      const user = await uow.repos.users.findById(userId);
+      if (!user || user.deletedAt !== null) throw errors.notFound('User');
+      uow.invalidates({ user: userId });
+      if (await uow.repos.roles.grantSuperadmin(userId, uow.now)) await uow.emit({ type: 'user.superadmin_granted', userId });
+    });
+  }
+
+  /** Revokes the global superadmin role; idempotent (an event only when it was held). */
+  async revokeSuperadmin(userId: string): Promise<void> {
+    await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
+      uow.invalidates({ user: userId });
+      if (await uow.repos.roles.revokeSuperadmin(userId)) await uow.emit({ type: 'user.superadmin_revoked', userId });
+    });
+  }
+
+  /** The per-user MFA enforcement flag (CONTRACT 5: `service.setMfaEnforced`). */
+  async setMfaEnforced(userId: string, on: boolean): Promise<void> {
+    await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
+      const user = await uow.repos.users.findByIdForUpdate(userId);
+      if (!user) throw errors.notFound('User');
+      uow.invalidates({ user: userId });
+      await this.changeMfaEnforcement(uow, userId, on, null);
+    });
+  }
+
+  /** The flag and its trace, wherever it is set (PATCH /users/{id} or the service). */
+  private async changeMfaEnforcement(uow: UnitOfWork, userId: string, on: boolean, actorId: string | null): Promise<void> {
+    if (await uow.repos.users.setMfaEnforced(userId, on, uow.now)) await uow.emit({ type: 'user.mfa_enforcement_changed', actorId, userId, data: { mfa_enforced: on } });
   }
 
   /** active (or locked) → disabled: every session ends and login answers account_disabled. */

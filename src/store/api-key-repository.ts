@@ -135,6 +135,14 @@ export class ApiKeyRepository extends Repository {
     return live;
   }
 
+  /** Every live key of a user, in every organization (account recovery, the first proof of the address). */
+  async revokeAllForUser(userId: string, now: number, reason: string): Promise<ApiKeyRecord[]> {
+    const live = (await this.db(this.table.apiKeys).where({ user_id: userId }).whereNull('revoked_at').select(KEY_COLUMNS)).map(mapApiKey);
+    if (live.length === 0) return [];
+    await this.db(this.table.apiKeys).whereIn('id', live.map((key) => key.id)).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason });
+    return live;
+  }
+
   async revokeAllForOrganization(organizationId: string, now: number, reason: string): Promise<number> {
     return this.db(this.table.apiKeys).where({ organization_id: organizationId }).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason });
   }

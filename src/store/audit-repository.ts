@@ -76,6 +76,12 @@ export class AuditRepository extends Repository {
       .update({ ip: null });
   }
 
+  /** The events the outbox delivers, read back for an attempt (the audit row is the event). */
+  async findByIds(ids: string[]): Promise<AuditEventRecord[]> {
+    if (ids.length === 0) return [];
+    return (await this.db(this.table.auditEvents).whereIn('id', ids)).map(mapEvent);
+  }
+
   async listForUser(userId: string): Promise<AuditEventRecord[]> {
     return (await this.db(this.table.auditEvents).where({ user_id: userId }).orderBy('seq', 'asc')).map(mapEvent);
   }

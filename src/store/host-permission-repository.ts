@@ -3,7 +3,7 @@ import { Repository } from './repository.js';
 /** First half of the two-key advisory lock on the host permission catalog (see startup-lock.ts for the start-up lock's). */
 const CATALOG_LOCK_CLASS = 0x1d3e7002;
 
-/** The host permission keys the system roles were last synchronised with (migration 010). */
+/** The host permission keys the system roles were last synchronised with (migration 011). */
 export class HostPermissionRepository extends Repository {
   /**
    * Holds the catalog until the transaction ends: `exclusive` while start-up synchronises the

@@ -5,7 +5,10 @@ import * as severalInstances from './migrations/004-several-instances.js';
 import * as passkeys from './migrations/005-passkeys.js';
 import * as apiKeys from './migrations/007-api-keys.js';
 import * as socialLogin from './migrations/006-social-login.js';
-import * as hostPermissionCatalog from './migrations/010-host-permission-catalog.js';
+import * as socialClaims from './migrations/008-social-claims.js';
+import * as attemptSlots from './migrations/009-attempt-slots.js';
+import * as eventsAndWebhooks from './migrations/010-events-and-webhooks.js';
+import * as hostPermissionCatalog from './migrations/011-host-permission-catalog.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -26,7 +29,10 @@ const MIGRATIONS: Migration[] = [
   { name: '005-passkeys', up: passkeys.up },
   { name: '006-social-login', up: socialLogin.up },
   { name: '007-api-keys', up: apiKeys.up },
-  { name: '010-host-permission-catalog', up: hostPermissionCatalog.up },
+  { name: '008-social-claims', up: socialClaims.up },
+  { name: '009-attempt-slots', up: attemptSlots.up },
+  { name: '010-events-and-webhooks', up: eventsAndWebhooks.up },
+  { name: '011-host-permission-catalog', up: hostPermissionCatalog.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

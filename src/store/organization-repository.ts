@@ -212,8 +212,14 @@ export class RoleRepository extends Repository {
     await this.db(this.table.roles).where({ id: SUPERADMIN_ROLE_ID }).update({ permission_keys: JSON.stringify(permissionKeys), updated_at: now });
   }
 
-  async grantSuperadmin(userId: string, now: number): Promise<void> {
-    await this.db(this.table.globalRoleGrants).insert({ user_id: userId, role_id: SUPERADMIN_ROLE_ID, created_at: now }).onConflict(['user_id', 'role_id']).ignore();
+  /** Answers whether this call made the grant (false: it was held already). */
+  async grantSuperadmin(userId: string, now: number): Promise<boolean> {
+    const inserted = await this.db(this.table.globalRoleGrants)
+      .insert({ user_id: userId, role_id: SUPERADMIN_ROLE_ID, created_at: now })
+      .onConflict(['user_id', 'role_id'])
+      .ignore()
+      .returning('user_id');
+    return inserted.length === 1;
   }
 
   async revokeSuperadmin(userId: string): Promise<boolean> {

@@ -15,13 +15,6 @@ export interface SocialIdentityRecord {
 
 export type SocialFlowPurpose = 'login' | 'link';
 
-/** What the callback decided, kept on the flow for the exchange (CONTRACT 9.10 `outcome`). */
-export interface SocialFlowOutcome {
-  user_id: string;
-  identity_id: string;
-  is_new_user: boolean;
-}
-
 export interface SocialFlowRecord {
   id: string;
   provider: string;
@@ -36,7 +29,8 @@ export interface SocialFlowRecord {
   consumedAt: number | null;
   exchangeExpiresAt: number | null;
   exchangeConsumedAt: number | null;
-  outcome: SocialFlowOutcome | null;
+  /** The provider's validated claims, sealed, stored by the callback for the exchange (CONTRACT 9.2). */
+  claimsEnc: string | null;
 }
 
 function mapIdentity(row: Record<string, unknown>): SocialIdentityRecord {
@@ -68,7 +62,7 @@ function mapFlow(row: Record<string, unknown>): SocialFlowRecord {
     consumedAt: toNullableNumber(row.consumed_at),
     exchangeExpiresAt: toNullableNumber(row.exchange_expires_at),
     exchangeConsumedAt: toNullableNumber(row.exchange_consumed_at),
-    outcome: row.outcome ? (JSON.parse(String(row.outcome)) as SocialFlowOutcome) : null,
+    claimsEnc: (row.claims_enc as string | null) ?? null,
   };
 }
 
@@ -179,11 +173,11 @@ export class SocialFlowRepository extends Repository {
     return row ? mapFlow(row) : undefined;
   }
 
-  async setExchange(id: string, exchange: { hash: string; expiresAt: number; outcome: SocialFlowOutcome }): Promise<void> {
+  async setExchange(id: string, exchange: { hash: string; expiresAt: number; claimsEnc: string }): Promise<void> {
     await this.db(this.table.socialFlows).where({ id }).update({
       exchange_hash: exchange.hash,
       exchange_expires_at: exchange.expiresAt,
-      outcome: JSON.stringify(exchange.outcome),
+      claims_enc: exchange.claimsEnc,
     });
   }
 

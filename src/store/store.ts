@@ -14,6 +14,8 @@ import { SigningKeyRepository } from './signing-key-repository.js';
 import { SocialFlowRepository, SocialIdentityRepository } from './social-repository.js';
 import type { TableNames } from './table-names.js';
 import { UserRepository } from './user-repository.js';
+import { EventDeliveryRepository } from './event-delivery-repository.js';
+import { WebhookRepository } from './webhook-repository.js';
 
 /** Every repository, bound to one connection: the pool, or one transaction. */
 export interface Repositories {
@@ -37,6 +39,8 @@ export interface Repositories {
   rateLimitCounters: RateLimitCounterRepository;
   passkeys: PasskeyRepository;
   apiKeys: ApiKeyRepository;
+  webhooks: WebhookRepository;
+  eventDeliveries: EventDeliveryRepository;
   hostPermissions: HostPermissionRepository;
 }
 
@@ -62,6 +66,8 @@ function bindRepositories(context: RepositoryContext): Repositories {
     rateLimitCounters: new RateLimitCounterRepository(context),
     passkeys: new PasskeyRepository(context),
     apiKeys: new ApiKeyRepository(context),
+    webhooks: new WebhookRepository(context),
+    eventDeliveries: new EventDeliveryRepository(context),
     hostPermissions: new HostPermissionRepository(context),
   };
 }

@@ -21,6 +21,8 @@ export const TABLES = [
   'rateLimitCounters',
   'webauthnChallenges',
   'apiKeys',
+  'webhooks',
+  'eventDeliveries',
   'hostPermissions',
 ] as const;
 

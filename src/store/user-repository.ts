@@ -23,6 +23,13 @@ export interface UserRecord {
 const FRESH_FAILED_ATTEMPT_WINDOW =
   '((locked_until is not null and locked_until <= ?) or (locked_until is null and (failed_login_window_start is null or failed_login_window_start <= ?)))';
 
+/**
+ * Slots held by attempts still being compared. A count whose last slot was taken before the
+ * window's start (bound: the window's oldest start still open) is left by an instance that died
+ * mid-comparison, and counts as none.
+ */
+const LIVE_ATTEMPTS_IN_FLIGHT = '(case when attempts_in_flight_at > ? then attempts_in_flight else 0 end)';
+
 type UserRow = Record<string, unknown>;
 
 /** Every column of the users table, for queries that select a user beside another row. */
@@ -119,8 +126,9 @@ export class UserRepository extends Repository {
     await this.db(this.table.users).where({ id }).update({ display_name: displayName, updated_at: now });
   }
 
-  async setMfaEnforced(id: string, enforced: boolean, now: number): Promise<void> {
-    await this.db(this.table.users).where({ id }).update({ mfa_enforced: enforced, updated_at: now });
+  /** Answers whether the flag changed (false: it already had that value). */
+  async setMfaEnforced(id: string, enforced: boolean, now: number): Promise<boolean> {
+    return (await this.db(this.table.users).where({ id, mfa_enforced: !enforced }).update({ mfa_enforced: enforced, updated_at: now })) === 1;
   }
 
   async setStatus(id: string, status: StoredUserStatus, now: number): Promise<void> {
@@ -128,37 +136,33 @@ export class UserRepository extends Repository {
   }
 
   /**
-   * Reserves one failed-attempt slot before a password or code is compared (issue 10:
-   * parallel guesses cannot beat the cap). The slot is taken by one conditional update,
-   * so of any number of concurrent attempts at most `threshold` hold a slot at once; an
-   * attempt without one is refused without comparing. Answers false when the account is
-   * locked or every slot of the window is taken.
+   * Takes one failed-attempt slot before a password or code is compared (issue 10: parallel
+   * guesses cannot beat the cap). One conditional update, so of any number of concurrent
+   * attempts at most `threshold` minus the failures already in the window hold a slot at once.
+   * Answers false when the account is locked or every free slot is held: `attemptState` tells
+   * the two apart (issue 22).
    */
   async reserveFailedAttempt(id: string, now: number, lockout: { threshold: number; windowMs: number }): Promise<boolean> {
-    // One statement, so one write and commit per attempt: a fresh window (this attempt its
-    // first) when the previous one has lapsed or a lock has run out, else one more attempt
-    // while the window is under the threshold and no lock holds. Every SET expression reads
-    // the row as it was, on SQLite and PostgreSQL alike.
+    // One statement, so one write and commit per attempt: a fresh window when the previous one
+    // has lapsed or a lock has run out, the slot counted among those in flight. Every SET
+    // expression reads the row as it was, on SQLite and PostgreSQL alike.
     const reserved = await this.hot.run(
       this.db,
       'users.reserveFailedAttempt',
       (values) => {
         const fresh = [values.now, values.windowStartedBy];
+        const failures = this.db.raw(`case when ${FRESH_FAILED_ATTEMPT_WINDOW} then 0 else failed_login_count end`, fresh);
+        const inFlight = this.db.raw(LIVE_ATTEMPTS_IN_FLIGHT, [values.windowStartedBy]);
         return this.db(this.table.users)
           .where({ id: values.id })
-          .andWhere((query) =>
-            query
-              .whereRaw(FRESH_FAILED_ATTEMPT_WINDOW, fresh)
-              .orWhere((open) =>
-                open
-                  .where('failed_login_count', '<', values.threshold)
-                  .andWhere((unlocked) => unlocked.whereNull('locked_until').orWhere('locked_until', '<=', values.now)),
-              ),
-          )
+          .andWhere((unlocked) => unlocked.whereNull('locked_until').orWhere('locked_until', '<=', values.now))
+          .andWhereRaw('? + ? < ?', [failures, inFlight, values.threshold])
           .update({
-            failed_login_count: this.db.raw(`case when ${FRESH_FAILED_ATTEMPT_WINDOW} then 1 else failed_login_count + 1 end`, fresh),
+            failed_login_count: failures,
             failed_login_window_start: this.db.raw(`case when ${FRESH_FAILED_ATTEMPT_WINDOW} then ? else failed_login_window_start end`, [...fresh, values.now]),
-            locked_until: this.db.raw(`case when ${FRESH_FAILED_ATTEMPT_WINDOW} then null else locked_until end`, fresh),
+            locked_until: null,
+            attempts_in_flight: this.db.raw(`${LIVE_ATTEMPTS_IN_FLIGHT} + 1`, [values.windowStartedBy]),
+            attempts_in_flight_at: values.now,
           });
       },
       { id, now, windowStartedBy: now - lockout.windowMs, threshold: lockout.threshold },
@@ -166,17 +170,38 @@ export class UserRepository extends Repository {
     return reserved === 1;
   }
 
-  /** Gives back a slot whose attempt succeeded: the attempt is not a failure, and earlier failures still count. */
+  /** What refused a reservation: a lock (or the window's failures used up), or only slots held by attempts in flight. */
+  async attemptState(id: string, now: number, lockout: { threshold: number; windowMs: number }): Promise<'locked' | 'busy'> {
+    const row = await this.db(this.table.users).where({ id }).first('failed_login_count', 'failed_login_window_start', 'locked_until');
+    if (!row) return 'locked';
+    const lockedUntil = toNullableNumber(row.locked_until);
+    if (lockedUntil !== null) return lockedUntil > now ? 'locked' : 'busy';
+    const windowStart = toNullableNumber(row.failed_login_window_start);
+    const windowOpen = windowStart !== null && windowStart > now - lockout.windowMs;
+    return windowOpen && toNumber(row.failed_login_count) >= lockout.threshold ? 'locked' : 'busy';
+  }
+
+  /** Gives back a slot whose attempt did not fail: it is no failure, and earlier failures still count. */
   async releaseFailedAttempt(id: string): Promise<void> {
     await this.hot.run(
       this.db,
       'users.releaseFailedAttempt',
-      (values) => this.db(this.table.users).where({ id: values.id }).andWhere('failed_login_count', '>', 0).update({ failed_login_count: this.db.raw('?? - 1', ['failed_login_count']) }),
+      (values) => this.db(this.table.users).where({ id: values.id }).andWhere('attempts_in_flight', '>', 0).update({ attempts_in_flight: this.db.raw('?? - 1', ['attempts_in_flight']) }),
       { id },
     );
   }
 
-  /** After a failed attempt kept its slot: locks the account when the window holds `threshold` failures. Answers whether this call locked it. */
+  /** A failed attempt turns its slot into a failure of the window. */
+  async recordFailedAttempt(id: string): Promise<void> {
+    await this.db(this.table.users)
+      .where({ id })
+      .update({
+        failed_login_count: this.db.raw('?? + 1', ['failed_login_count']),
+        attempts_in_flight: this.db.raw('case when ?? > 0 then ?? - 1 else 0 end', ['attempts_in_flight', 'attempts_in_flight']),
+      });
+  }
+
+  /** After a failure was recorded: locks the account when the window holds `threshold` failures. Answers whether this call locked it. */
   async lockIfThresholdReached(id: string, now: number, lockout: { threshold: number; durationMs: number }): Promise<boolean> {
     const locked = await this.db(this.table.users)
       .where({ id })
@@ -186,6 +211,25 @@ export class UserRepository extends Repository {
     return locked === 1;
   }
 
+  /** A completed sign-in: its slot goes back and the failures before it end, in one write. */
+  async completeSignIn(id: string): Promise<void> {
+    await this.hot.run(
+      this.db,
+      'users.completeSignIn',
+      (values) =>
+        this.db(this.table.users)
+          .where({ id: values.id })
+          .update({
+            failed_login_count: 0,
+            failed_login_window_start: null,
+            locked_until: null,
+            attempts_in_flight: this.db.raw('case when ?? > 0 then ?? - 1 else 0 end', ['attempts_in_flight', 'attempts_in_flight']),
+          }),
+      { id },
+    );
+  }
+
+  /** Ends the failures and any lock; slots held by attempts still in flight stay theirs. */
   async clearFailedLogins(id: string): Promise<void> {
     await this.hot.run(
       this.db,
@@ -243,9 +287,10 @@ export class UserRepository extends Repository {
       .whereRaw('?? = ??', ['r.organization_id', 'm.organization_id']);
   }
 
-  /** Every second-factor secret of a user: challenges, login tickets, recovery codes, factors. */
+  /** Every second-factor secret of a user: challenges, login tickets, recovery codes, factors (passkeys among them). */
   async deleteSecondFactorData(userId: string): Promise<void> {
     await this.db(this.table.otpChallenges).where({ user_id: userId }).delete();
+    await this.db(this.table.webauthnChallenges).where({ user_id: userId }).delete();
     await this.db(this.table.mfaTickets).where({ user_id: userId }).delete();
     await this.db(this.table.recoveryCodes).where({ user_id: userId }).delete();
     await this.db(this.table.mfaFactors).where({ user_id: userId }).delete();

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import express from 'express';
 import knexFactory, { type Knex } from 'knex';
 import { openApiValidationEnabled, recordResponse } from './openapi.js';
-import { createIdentityRouter, type IdentityConfig, type IdentityEvent, type IdentityRouter, type Logger, type MailMessage, type SmsMessage } from '../../src/index.js';
+import { createIdentityRouter, type IdentityAdapters, type IdentityConfig, type IdentityEvent, type IdentityRouter, type Logger, type MailMessage, type SmsMessage } from '../../src/index.js';
 
 export const TEST_DB = (process.env.IDENTITY_TEST_DB ?? 'sqlite') as 'sqlite' | 'pg';
 export const PG_URL = process.env.IDENTITY_TEST_PG_URL;
@@ -58,7 +58,13 @@ export interface HarnessOptions {
    */
   ownConnection?: boolean;
   onEvent?: (event: IdentityEvent) => void | Promise<void>;
+  /** Start without an `onEvent` listener at all (the outbox then writes no listener rows). */
+  noListener?: boolean;
+  /** Passed as `adapters.dns` (webhooks' outbound guard). */
+  dns?: IdentityAdapters['dns'];
   mailerFails?: boolean;
+  /** Epoch ms the harness clock starts at (default 2030-01-01); ignored with `shareDatabaseWith`. */
+  clockStart?: number;
 }
 
 /** A captured log line, so tests can assert that no secret reaches the log. */
@@ -89,7 +95,7 @@ export class Harness {
   private ownsConnection = false;
 
   constructor(private readonly options: HarnessOptions = {}) {
-    this.clock = options.shareDatabaseWith?.clock ?? new TestClock();
+    this.clock = options.shareDatabaseWith?.clock ?? new TestClock(options.clockStart);
   }
 
   static async start(options: HarnessOptions = {}): Promise<Harness> {
@@ -146,10 +152,15 @@ export class Harness {
         },
       },
       sms: { send: async (message) => void this.sms.push(message) },
-      onEvent: async (event) => {
-        this.events.push(event);
-        await this.options.onEvent?.(event);
-      },
+      ...(this.options.noListener
+        ? {}
+        : {
+            onEvent: async (event: IdentityEvent) => {
+              this.events.push(event);
+              await this.options.onEvent?.(event);
+            },
+          }),
+      ...(this.options.dns ? { dns: this.options.dns } : {}),
     });
     await this.identity.ready;
     const app = express();

@@ -201,6 +201,26 @@ export async function socialRoundTrip(h: Harness, op: TestOpenIdProvider, accoun
   return { ...started, ...(await callRouterCallback(h, callbackPath)) };
 }
 
+/**
+ * The SPA's exchange of a round trip's social_code (CONTRACT 9.2): where the account is
+ * resolved or the link made, and where every refusal but the provider's own is answered.
+ */
+export async function exchangeCode(h: Harness, trip: CallbackResult & SocialStart, token?: string): Promise<TestResponse> {
+  if (!trip.code) throw new Error(`no social_code: ${trip.error} (${trip.response.status})`);
+  return h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }, token ? { token } : {});
+}
+
+/** Round trip plus exchange (with `token` for a link flow): the callback's result and the exchange's answer. */
+export async function socialRoundTripAndExchange(
+  h: Harness,
+  op: TestOpenIdProvider,
+  account: ProviderAccount,
+  options: { start?: () => Promise<SocialStart>; token?: string } = {},
+): Promise<{ trip: CallbackResult & SocialStart; exchanged: TestResponse }> {
+  const trip = await socialRoundTrip(h, op, account, options.start);
+  return { trip, exchanged: await exchangeCode(h, trip, options.token) };
+}
+
 /** A complete social sign-in: round trip plus exchange. */
 export async function socialLogin(h: Harness, op: TestOpenIdProvider, account: ProviderAccount): Promise<TestResponse> {
   const trip = await socialRoundTrip(h, op, account);

@@ -19,7 +19,8 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/orgs/:orgId/api-keys',
       auth: 'bearer',
       member: true,
-      stepUp: true,
+      // The credential gate (CONTRACT 10): a key outlives sessions, so a stale token must not mint one.
+      addsCredential: 'sign_in_method',
       params: orgParams,
       body: Joi.object({
         name: Joi.string().prefs({ convert: true }).trim().min(1).max(API_KEY_NAME_MAX_LENGTH).pattern(/^[^\u0000-\u001f\u007f]*$/, 'no control characters').required(),

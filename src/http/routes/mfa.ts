@@ -20,8 +20,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/enroll',
       auth: 'bearer',
-      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
-      stepUp: true,
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      addsCredential: 'second_factor',
       rateLimit: 'mfa_enroll',
       allowedDuringEnrollment: true,
       body: Joi.object({}),
@@ -32,8 +32,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/confirm',
       auth: 'bearer',
-      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
-      stepUp: true,
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      addsCredential: 'second_factor',
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,
@@ -43,8 +43,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/enroll',
       auth: 'bearer',
-      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
-      stepUp: true,
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      addsCredential: 'second_factor',
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
       body: Joi.object({ phone_e164: phoneSchema.required() }),
@@ -54,8 +54,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/confirm',
       auth: 'bearer',
-      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
-      stepUp: true,
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      addsCredential: 'second_factor',
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,
@@ -65,8 +65,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/enroll',
       auth: 'bearer',
-      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
-      stepUp: true,
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      addsCredential: 'second_factor',
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
       body: Joi.object({ email: emailSchema }),
@@ -76,8 +76,8 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/confirm',
       auth: 'bearer',
-      // Once a factor is confirmed, adding another needs step-up (CONTRACT 5); a first factor passes.
-      stepUp: true,
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      addsCredential: 'second_factor',
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
       body: confirmBody,

@@ -60,8 +60,8 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/passkeys/register/options',
       auth: 'bearer',
       rateLimit: 'mfa_enroll',
-      // CONTRACT 5: once a factor is confirmed, adding another needs step-up.
-      stepUp: true,
+      // The credential gate (CONTRACT 8): a verified e-mail and a fresh authentication.
+      addsCredential: 'sign_in_method',
       allowedDuringEnrollment: true,
       body: Joi.object({}),
       handler: async ({ principal, meta }) => ok(await passkeys.registrationOptions(principal, meta)),
@@ -71,8 +71,8 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/passkeys/register/verify',
       auth: 'bearer',
       rateLimit: 'mfa_confirm',
-      // Confirming a later factor needs step-up too (checked again under the user's row lock).
-      stepUp: true,
+      // The credential gate again (and once more under the user's row lock).
+      addsCredential: 'sign_in_method',
       allowedDuringEnrollment: true,
       body: Joi.object({ response: attestationResponseSchema.required(), label: Joi.string().trim().max(100).allow(null, '') }),
       handler: async ({ body, principal, meta }) => ok(await passkeys.verifyRegistration(principal, { response: body.response, label: body.label }, meta)),
@@ -82,8 +82,9 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/passkeys/login/options',
       auth: 'public',
       rateLimit: 'login',
+      // `email` is accepted for older clients and ignored (CONTRACT 8).
       body: Joi.object({ email: emailSchema }),
-      handler: async ({ body, meta }) => ok(await passkeys.loginOptions({ email: body.email }, meta)),
+      handler: async ({ meta }) => ok(await passkeys.loginOptions(meta)),
     },
     {
       method: 'post',

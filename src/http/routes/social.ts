@@ -60,8 +60,8 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       rateLimit: 'social',
       params: providerParams,
       query: Joi.object({ code: providerValue, state: providerValue, iss: providerValue, error: providerValue, error_description: providerValue, error_uri: providerValue }),
-      handler: async ({ params, query, meta }) => {
-        const location = await social().callback(params.provider, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error }, meta);
+      handler: async ({ params, query }) => {
+        const location = await social().callback(params.provider, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error });
         return redirect(303, location, REDIRECT_HEADERS);
       },
     },
@@ -81,7 +81,8 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/social/:provider/link',
       auth: 'bearer',
-      freshAuthentication: true,
+      // The credential gate (CONTRACT 9.5): checked at link start, never at the callback.
+      addsCredential: 'sign_in_method',
       params: providerParams,
       body: Joi.object(handoffFields),
       handler: async ({ params, body, principal, meta }) =>
