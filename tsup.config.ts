@@ -10,7 +10,10 @@ export default defineConfig([
     entry: ['src/index.ts'],
     format: ['esm', 'cjs'],
     dts: true,
-    sourcemap: true,
+    // No source maps: dist/ is not minified, so a stack trace from a host already names readable
+    // lines of dist/index.js, and maps would point at src/ files the package does not ship
+    // (with their sources embedded they doubled the tarball).
+    sourcemap: false,
     clean: false,
     target: 'node20',
     // import.meta.url is used to locate bcryptjs for the password worker; the CJS build needs the shim.
@@ -25,7 +28,7 @@ export default defineConfig([
     platform: 'browser',
     target: 'es2020',
     dts: true,
-    sourcemap: true,
+    sourcemap: false,
     clean: false,
     splitting: false,
   },

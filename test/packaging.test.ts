@@ -294,6 +294,11 @@ describe('the packed tarball', { skip: SKIP, timeout: 240_000 }, () => {
     }
     const strays = files.filter((file) => /^(src|test|scripts|bench|examples|node_modules|\.tmp)\//.test(file) || file.endsWith('.sqlite'));
     assert.deepEqual(strays, [], 'the tarball holds no sources, tests or local data');
+    // Package hygiene (CHANGELOG, issue 27): no source maps (dist/ is not minified; maps would name
+    // src/ files the package does not ship), and bundlers may drop the package when nothing is used.
+    assert.deepEqual(files.filter((file) => file.endsWith('.map')), [], 'the tarball ships no source maps');
+    const manifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { sideEffects?: unknown };
+    assert.equal(manifest.sideEffects, false, 'package.json declares "sideEffects": false');
   });
 
   after(() => {

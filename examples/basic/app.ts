@@ -45,6 +45,32 @@ export interface ExampleOptions {
   socialProvider?: { issuer: string; clientId: string; clientSecret: string };
 }
 
+/**
+ * The example's limits in development: each rate-limit group allows about ten times its
+ * production number within one minute (production: up to an hour), and one-time-code send
+ * budgets are ten times larger, so a second pass through every flow is never blocked and a 429
+ * is over within a minute. Production keeps the library's defaults (docs/configuration.md,
+ * "Rate limits"). A host passes its own through `auth.rateLimits` and `otp.sendBudget`.
+ */
+export const DEVELOPMENT_LIMITS = {
+  rateLimits: {
+    login: { limit: 100, windowSec: 60 },
+    register: { limit: 50, windowSec: 60 },
+    password_forgot: { limit: 50, windowSec: 60 },
+    token_refresh: { limit: 600, windowSec: 60 },
+    token_consume: { limit: 100, windowSec: 60 },
+    mfa_send: { limit: 50, windowSec: 60 },
+    mfa_confirm: { limit: 100, windowSec: 60 },
+    mfa_enroll: { limit: 50, windowSec: 60 },
+    social: { limit: 200, windowSec: 60 },
+    authenticated: { limit: 6000, windowSec: 60 },
+  },
+  sendBudget: {
+    perDestination: { limit: 50, windowSec: 3600 },
+    perAccount: { limit: 100, windowSec: 3600 },
+  },
+} satisfies { rateLimits: NonNullable<NonNullable<IdentityConfig['auth']>['rateLimits']>; sendBudget: NonNullable<NonNullable<IdentityConfig['otp']>['sendBudget']> };
+
 /** The provider id in the router's paths: `/auth/social/demo/...`. */
 export const DEMO_PROVIDER_ID = 'demo';
 
@@ -82,6 +108,8 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
       webhooks: { enabled: true, ...(development ? { allowHttp: true, allowPrivateNetworks: true } : {}) },
       // "E-mail me a code" on the sign-in page, with a link in the same mail (docs/passwordless.md).
       passwordless: { link: true },
+      // Development limits (above) so a newcomer clicking through twice is not locked out for an hour.
+      ...(development ? { auth: { rateLimits: DEVELOPMENT_LIMITS.rateLimits }, otp: { sendBudget: DEVELOPMENT_LIMITS.sendBudget } } : {}),
       // Passkeys are bound to the host name the browser shows (see docs/mfa.md, "Passkeys").
       webauthn: passkeySettings(publicUrl),
       // Social sign-in (CONTRACT 9): the callback answers on /identity, then the browser lands on
@@ -136,7 +164,7 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
       .filter((file) => file.endsWith('.js'))
       .sort()
       .map((file) => `/pages/${file}`);
-    res.json({ pages, development });
+    res.json({ pages, development, limits: development ? 'development' : 'production' });
   });
   app.use(express.static(publicDir, { index: false }));
   // Any other GET that wants HTML is a page of the single-page app: it routes on the path itself.
@@ -182,7 +210,15 @@ export async function startExampleServer(
   const url = `http://${options.publicHost ?? options.host ?? '127.0.0.1'}:${port}`;
   // In development a local OpenID provider stands in for Google, so "Sign in with Demo" works offline.
   let demo: DemoProvider | undefined;
-  if (options.socialProvider === undefined && (options.demoProvider ?? options.development)) demo = await startDemoProvider({ redirectUri: socialRedirectUri(url) });
+  if (options.socialProvider === undefined && (options.demoProvider ?? options.development)) {
+    demo = await startDemoProvider({
+      redirectUri: socialRedirectUri(url),
+      // Beside the database: same database, same issuer and keys, so demo accounts keep signing in.
+      stateFile: `${options.databaseFile}.demo-provider.json`,
+      onIssuerChanged: (previous, current) =>
+        console.warn(`demo OpenID provider: port ${new URL(previous).port} is taken, so its issuer moved to ${current}; accounts linked to the old issuer cannot use "Sign in with Demo"`),
+    });
+  }
   const example = createExampleApp({ ...options, publicUrl: url, ...(demo ? { socialProvider: { issuer: demo.issuer, clientId: demo.clientId, clientSecret: demo.clientSecret } } : {}) });
   server.on('request', example.app);
   try {

@@ -2,15 +2,60 @@
  * A stand-in for Google while the example runs: node-oidc-provider (a certified OpenID
  * Provider) in-process on 127.0.0.1 with a free port, one static client whose only redirect
  * URI is the router's callback, PKCE required, and a one-page login that offers demo accounts
- * (each with `email_verified: true`). Development only: keys, grants and sessions live in
- * memory and vanish when the example stops.
+ * (each with `email_verified: true`). Development only.
+ *
+ * Its port, signing key, cookie key and client secret are kept in a state file beside the
+ * example's database, so the issuer and keys survive a restart: the router links a social
+ * account to the issuer, and a new one would refuse earlier demo accounts (account_link_required).
+ * Grants and sign-in sessions stay in memory: losing them at a restart only means signing in again.
  */
-import { randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 // oidc-provider ships no types; the example uses the small surface below.
 // @ts-expect-error
 import Provider from 'oidc-provider';
+// @ts-expect-error
+import MemoryAdapter from 'oidc-provider/lib/adapters/memory_adapter.js';
+
+/**
+ * The library's own in-memory storage, under a name of our own: oidc-provider warns ("you MUST
+ * change it") only when handed its default, and in-memory grants are the intent here.
+ */
+class DemoStorage extends MemoryAdapter {}
+
+interface DemoState {
+  port: number;
+  clientSecret: string;
+  cookieKey: string;
+  signingKey: Record<string, unknown>;
+}
+
+function loadOrCreateState(stateFile: string | undefined): DemoState {
+  if (stateFile && existsSync(stateFile)) return JSON.parse(readFileSync(stateFile, 'utf8')) as DemoState;
+  const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  return {
+    port: 0,
+    clientSecret: randomBytes(32).toString('base64url'),
+    cookieKey: randomBytes(32).toString('hex'),
+    signingKey: { ...privateKey.export({ format: 'jwk' }), kid: `demo-${randomBytes(6).toString('hex')}`, use: 'sig', alg: 'RS256' },
+  };
+}
+
+/** Listens on the remembered port; when another process holds it, on a new one (the caller says so). */
+async function listen(server: ReturnType<typeof createServer>, port: number): Promise<number> {
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, '127.0.0.1', () => resolve());
+    });
+  } catch (error) {
+    if (port === 0 || (error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error;
+    return listen(server, 0);
+  }
+  return (server.address() as AddressInfo).port;
+}
 
 export interface DemoAccount {
   sub: string;
@@ -78,20 +123,24 @@ async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
   return new URLSearchParams(body);
 }
 
-export async function startDemoProvider(options: { redirectUri: string }): Promise<DemoProvider> {
+export async function startDemoProvider(options: { redirectUri: string; stateFile?: string; onIssuerChanged?: (previous: string, current: string) => void }): Promise<DemoProvider> {
   const clientId = 'identity-router-example';
-  const clientSecret = randomBytes(32).toString('base64url');
+  const state = loadOrCreateState(options.stateFile);
   const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
-  });
-  const issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const port = await listen(server, state.port);
+  if (state.port !== 0 && port !== state.port) options.onIssuerChanged?.(`http://127.0.0.1:${state.port}`, `http://127.0.0.1:${port}`);
+  if (options.stateFile && port !== state.port) writeFileSync(options.stateFile, JSON.stringify({ ...state, port }), { mode: 0o600 });
+  const { clientSecret } = state;
+  const issuer = `http://127.0.0.1:${port}`;
   const provider = new Provider(issuer, {
+    adapter: DemoStorage,
+    jwks: { keys: [state.signingKey] },
     clients: [{ client_id: clientId, client_secret: clientSecret, client_name: 'Identity Router Example', redirect_uris: [options.redirectUri], grant_types: ['authorization_code'], response_types: ['code'] }],
     pkce: { required: () => true, methods: ['S256'] },
     features: { devInteractions: { enabled: false } },
-    cookies: { keys: [randomBytes(32).toString('hex')] },
+    cookies: { keys: [state.cookieKey] },
+    // Explicit lifetimes (seconds): the defaults work, but each logs a notice the first time it is used.
+    ttl: { Interaction: 600, Session: 14 * 24 * 3600, Grant: 14 * 24 * 3600, AuthorizationCode: 60, AccessToken: 600, IdToken: 600 },
     claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'] },
     findAccount: (_ctx: unknown, sub: string) => {
       const account = DEMO_ACCOUNTS.find((candidate) => candidate.sub === sub);

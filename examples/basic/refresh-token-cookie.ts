@@ -8,6 +8,11 @@
 import express, { type RequestHandler, type Response } from 'express';
 
 export const REFRESH_COOKIE = 'example_refresh';
+/**
+ * A script-readable hint beside it, holding nothing but "1": the page refreshes on load only
+ * when it is there, so a signed-out visit sends no request that must fail (a red 401 in the console).
+ */
+export const SESSION_HINT_COOKIE = 'example_session';
 
 const REFRESH_PATH = '/auth/token/refresh';
 const ENDS_SESSION = new Set(['/auth/logout', '/auth/logout-all']);
@@ -31,9 +36,15 @@ function readCookie(header: string | undefined, name: string): string | undefine
 export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestHandler {
   const parseJson = express.json({ limit: '100kb' });
   const attributes = [`Path=${options.mountPath}/auth`, 'HttpOnly', 'SameSite=Strict', ...(options.secure ? ['Secure'] : [])];
-  const setCookie = (res: Response, token: string) =>
+  const hintAttributes = ['Path=/', 'SameSite=Strict', ...(options.secure ? ['Secure'] : [])];
+  const setCookie = (res: Response, token: string) => {
     res.append('Set-Cookie', [`${REFRESH_COOKIE}=${encodeURIComponent(token)}`, `Max-Age=${options.maxAgeSeconds}`, ...attributes].join('; '));
-  const clearCookie = (res: Response) => res.append('Set-Cookie', [`${REFRESH_COOKIE}=`, 'Max-Age=0', ...attributes].join('; '));
+    res.append('Set-Cookie', [`${SESSION_HINT_COOKIE}=1`, `Max-Age=${options.maxAgeSeconds}`, ...hintAttributes].join('; '));
+  };
+  const clearCookie = (res: Response) => {
+    res.append('Set-Cookie', [`${REFRESH_COOKIE}=`, 'Max-Age=0', ...attributes].join('; '));
+    res.append('Set-Cookie', [`${SESSION_HINT_COOKIE}=`, 'Max-Age=0', ...hintAttributes].join('; '));
+  };
 
   return (req, res, next) => {
     if (req.method !== 'POST') return next();
@@ -56,7 +67,10 @@ export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestH
       const body = (req.body ?? {}) as { refresh_token?: unknown };
       if (body.refresh_token === undefined) {
         const fromCookie = readCookie(req.headers.cookie, REFRESH_COOKIE);
-        if (!fromCookie) return void res.status(401).json({ error: 'invalid_grant', message: 'No session cookie.' });
+        if (!fromCookie) {
+          clearCookie(res);
+          return void res.status(401).json({ error: 'invalid_grant', message: 'No session cookie.' });
+        }
         req.body = { ...body, refresh_token: fromCookie };
       }
       next();

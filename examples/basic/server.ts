@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { startExampleServer } from './app.js';
+import { DEVELOPMENT_LIMITS, startExampleServer } from './app.js';
 
 const port = Number(process.env.PORT ?? 3000);
 const databaseFile = resolve(process.env.IDENTITY_DB_FILE ?? 'identity-example.sqlite');
@@ -30,7 +30,11 @@ startExampleServer({
 })
   .then((example) => {
     console.log(`identity-router example: open ${example.url} (database ${databaseFile})`);
-    if (development) console.log(`development inbox: ${example.url}/dev/inbox`);
+    if (development) {
+      console.log(`development inbox: ${example.url}/dev/inbox`);
+      const limits = Object.entries(DEVELOPMENT_LIMITS.rateLimits).map(([group, rule]) => `${group} ${rule.limit}/${rule.windowSec}s`).join(', ');
+      console.log(`development limits (NODE_ENV=production uses the library's defaults, docs/configuration.md): ${limits}`);
+    }
     if (example.demoIssuer) console.log(`demo OpenID provider ("Sign in with Demo", a stand-in for Google): ${example.demoIssuer}`);
     console.log(`API docs: ${example.url}/api-docs · JWKS: ${example.url}/identity/auth/.well-known/jwks.json`);
     const shutdown = () => void example.close().then(() => process.exit(0));

@@ -10,6 +10,7 @@ import { MfaService } from './mfa-service.js';
 import { OrganizationService } from './organization-service.js';
 import { PasskeyService } from './passkey-service.js';
 import { PasswordlessService } from './passwordless-service.js';
+import { synchronisePermissionCatalog } from './permission-catalog-sync.js';
 import { buildPermissionCatalog, type PermissionCatalog } from './permission-catalog.js';
 import { RoleService } from './role-service.js';
 import { SessionService } from './session-service.js';
@@ -103,6 +104,9 @@ export class IdentityServices {
     // With `sso`, owners of organizations created before it hold sso.manage too (CONTRACT 12.1).
     if (this.sso) await this.context.store.repos.ssoConnections.grantToOwnerRoles('sso.manage', this.context.clock.now());
     await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
+    const changes = await synchronisePermissionCatalog(this.context.store, this.catalog, this.context.clock.now());
+    // Worth a line only when existing organizations changed (not on a new database).
+    if (changes.rolesUpdated > 0) this.context.logger.info('identity-router: host permissions synchronised with the organizations\' system roles', changes);
   }
 
   /** Grants the global superadmin role (every permission in every organization); idempotent, audited (`user.superadmin_granted`). */

@@ -89,9 +89,14 @@ export class OrganizationService {
           }
           const organizationId = randomUUID();
           await uow.repos.organizations.insert({ id: organizationId, name: input.name, slug, now: uow.now });
+          // The host keys come from the database's catalog, which start-up synchronises under
+          // the exclusive lock: an instance still on an older configuration clones the same roles.
+          await uow.repos.hostPermissions.lock('shared');
+          const hostKeys = await uow.repos.hostPermissions.keys();
           const roles = SYSTEM_ROLE_SLUGS.map((roleSlug) => {
             const template = this.catalog.templates[roleSlug];
-            return { id: randomUUID(), organizationId, slug: roleSlug, name: template.name, description: template.description, isSystem: true, permissionKeys: [...template.keys], now: uow.now };
+            const permissionKeys = this.catalog.templateKeys(roleSlug, hostKeys);
+            return { id: randomUUID(), organizationId, slug: roleSlug, name: template.name, description: template.description, isSystem: true, permissionKeys, now: uow.now };
           });
           await uow.repos.roles.insertMany(roles);
           const membershipId = randomUUID();

@@ -32,9 +32,19 @@ export interface PermissionCatalog {
   has(key: string): boolean;
   /** Organization-scoped keys (the owner template). */
   organizationKeys: string[];
+  /** The host's keys (`config.permissions`), core keys aside. */
+  hostKeys: string[];
   /** The key sets of the system templates cloned into each organization. */
   templates: Record<SystemRoleSlug, { name: string; description: string; keys: string[] }>;
+  /**
+   * A template's keys with the host keys the database's catalog holds (which start-up
+   * synchronised from the configuration) instead of this instance's own.
+   */
+  templateKeys(slug: SystemRoleSlug, storedHostKeys: readonly string[]): string[];
 }
+
+/** The system roles that hold every host key (CONTRACT 5); `member` holds none. */
+export const HOST_KEY_HOLDERS: ReadonlySet<string> = new Set(['owner', 'admin']);
 
 /** CONTRACT 12.1: only with an `sso` config; owner templates hold it, admin does not. */
 export const SSO_PERMISSION = { key: 'sso.manage', description: "Manage the organization's verified domains and single sign-on connection" } as const;
@@ -44,14 +54,22 @@ export function buildPermissionCatalog(hostPermissions: PermissionDefinition[], 
   const entries: PermissionDefinition[] = [...core, ...hostPermissions.filter((p) => !core.some((entry) => entry.key === p.key))];
   const keys = new Set(entries.map((entry) => entry.key));
   const organizationKeys = entries.map((entry) => entry.key).filter((key) => !GLOBAL_ONLY_PERMISSIONS.has(key));
+  const coreKeys: ReadonlySet<string> = new Set(core.map((entry) => entry.key));
+  const hostKeys = entries.map((entry) => entry.key).filter((key) => !coreKeys.has(key));
+  const templates: PermissionCatalog['templates'] = {
+    owner: { name: 'Owner', description: 'Full control of the organization', keys: organizationKeys },
+    admin: { name: 'Admin', description: 'Everything but deleting the organization', keys: organizationKeys.filter((key) => key !== 'org.delete' && key !== SSO_PERMISSION.key) },
+    member: { name: 'Member', description: 'Read access to the organization', keys: ['org.read', 'members.read', 'roles.read'] },
+  };
   return {
     entries,
     has: (key) => keys.has(key),
     organizationKeys,
-    templates: {
-      owner: { name: 'Owner', description: 'Full control of the organization', keys: organizationKeys },
-      admin: { name: 'Admin', description: 'Everything but deleting the organization', keys: organizationKeys.filter((key) => key !== 'org.delete' && key !== SSO_PERMISSION.key) },
-      member: { name: 'Member', description: 'Read access to the organization', keys: ['org.read', 'members.read', 'roles.read'] },
-    },
+    hostKeys,
+    templates,
+    templateKeys: (slug, storedHostKeys) => [
+      ...templates[slug].keys.filter((key) => coreKeys.has(key)),
+      ...(HOST_KEY_HOLDERS.has(slug) ? storedHostKeys : []),
+    ],
   };
 }

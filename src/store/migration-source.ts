@@ -10,6 +10,7 @@ import * as attemptSlots from './migrations/009-attempt-slots.js';
 import * as eventsAndWebhooks from './migrations/010-events-and-webhooks.js';
 import * as sso from './migrations/011-sso.js';
 import * as passwordless from './migrations/012-passwordless.js';
+import * as hostPermissionCatalog from './migrations/013-host-permission-catalog.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -35,6 +36,7 @@ const MIGRATIONS: Migration[] = [
   { name: '010-events-and-webhooks', up: eventsAndWebhooks.up },
   { name: '011-sso', up: sso.up },
   { name: '012-passwordless', up: passwordless.up },
+  { name: '013-host-permission-catalog', up: hostPermissionCatalog.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

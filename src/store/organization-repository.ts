@@ -179,6 +179,19 @@ export class RoleRepository extends Repository {
     await this.db(this.table.roles).where({ id }).update(patch);
   }
 
+  /** The system roles of every organization (the global superadmin role aside), locked for the catalog synchronisation. */
+  async systemRolesOfOrganizations(): Promise<Array<{ id: string; slug: string; permissionKeys: string[] }>> {
+    const rows = await this.lockForUpdate(this.db(this.table.roles).whereNotNull('organization_id').andWhere({ is_system: true }).select('id', 'slug', 'permission_keys'));
+    return rows.map((row) => ({ id: String(row.id), slug: String(row.slug), permissionKeys: JSON.parse(String(row.permission_keys)) as string[] }));
+  }
+
+  /** One statement for many roles that end up with the same keys. */
+  async setPermissionKeys(ids: string[], permissionKeys: string[], now: number): Promise<void> {
+    for (let start = 0; start < ids.length; start += ROLE_UPDATE_CHUNK) {
+      await this.db(this.table.roles).whereIn('id', ids.slice(start, start + ROLE_UPDATE_CHUNK)).update({ permission_keys: JSON.stringify(permissionKeys), updated_at: now });
+    }
+  }
+
   /** Deletes the role; member_roles rows go with it (ON DELETE CASCADE). Answers how many members held it. */
   async deleteDetaching(id: string): Promise<number> {
     const row = await this.db(this.table.memberRoles).where({ role_id: id }).count({ count: '*' }).first();
@@ -224,6 +237,9 @@ export class RoleRepository extends Repository {
   }
 }
 
+
+/** Bound parameters per statement stay far below SQLite's and PostgreSQL's limits. */
+const ROLE_UPDATE_CHUNK = 500;
 
 /** Fixed id of the one global superadmin role row (organization_id NULL). */
 export const SUPERADMIN_ROLE_ID = '00000000-0000-4000-8000-000000000001';

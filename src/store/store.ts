@@ -3,6 +3,7 @@ import { HotStatements } from './hot-statements.js';
 import { ApiKeyRepository } from './api-key-repository.js';
 import { AuditRepository, RateEventRepository } from './audit-repository.js';
 import type { Dialect } from './database.js';
+import { HostPermissionRepository } from './host-permission-repository.js';
 import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
 import { InviteRepository, MembershipRepository, OrganizationRepository, RoleRepository } from './organization-repository.js';
 import type { RepositoryContext } from './repository.js';
@@ -46,6 +47,7 @@ export interface Repositories {
   ssoConnections: SsoConnectionRepository;
   ssoIdentities: SsoIdentityRepository;
   passwordlessChallenges: PasswordlessChallengeRepository;
+  hostPermissions: HostPermissionRepository;
 }
 
 function bindRepositories(context: RepositoryContext): Repositories {
@@ -76,6 +78,7 @@ function bindRepositories(context: RepositoryContext): Repositories {
     ssoConnections: new SsoConnectionRepository(context),
     ssoIdentities: new SsoIdentityRepository(context),
     passwordlessChallenges: new PasswordlessChallengeRepository(context),
+    hostPermissions: new HostPermissionRepository(context),
   };
 }
 

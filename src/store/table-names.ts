@@ -27,6 +27,7 @@ export const TABLES = [
   'ssoConnections',
   'ssoIdentities',
   'passwordlessChallenges',
+  'hostPermissions',
 ] as const;
 
 export type TableKey = (typeof TABLES)[number];

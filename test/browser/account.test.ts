@@ -43,12 +43,14 @@ describe('example web app: account', { skip }, () => {
     await page.waitForSelector('body[data-ready="true"]');
     await expectHeading(page, 'Your account');
     assert.equal(await page.evaluate('localStorage.length + sessionStorage.length'), 0);
-    assert.equal(await page.evaluate('document.cookie'), '');
+    // Scripts see only the session hint, which holds no token (it spares signed-out pages a refresh that must fail).
+    assert.equal(await page.evaluate('document.cookie'), 'example_session=1');
     const cookies = await context.cookies();
-    assert.equal(cookies.length, 1);
-    assert.equal(cookies[0]!.httpOnly, true);
-    assert.equal(cookies[0]!.sameSite, 'Strict');
-    assert.equal(cookies[0]!.path, '/api/auth');
+    assert.deepEqual(cookies.map((cookie) => cookie.name).sort(), ['example_refresh', 'example_session']);
+    const refreshCookie = cookies.find((cookie) => cookie.name === 'example_refresh')!;
+    assert.equal(refreshCookie.httpOnly, true);
+    assert.equal(refreshCookie.sameSite, 'Strict');
+    assert.equal(refreshCookie.path, '/api/auth');
     await finishFlow(page, 'account');
     await context.close();
   });

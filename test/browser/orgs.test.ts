@@ -78,7 +78,7 @@ describe('example web app: organizations', { skip }, () => {
     await row.getByText('active').waitFor();
     await row.getByRole("combobox", { name: `Role of ${inviteeEmail}` }).selectOption('admin');
     await row.getByRole('button', { name: `Set role of ${inviteeEmail}` }).click();
-    await memberRow(owner.page, inviteeEmail).getByRole('cell', { name: 'admin', exact: true }).waitFor();
+    await memberRow(owner.page, inviteeEmail).getByRole('cell', { name: 'Admin', exact: true }).waitFor();
     await memberRow(owner.page, inviteeEmail).getByRole('button', { name: `Suspend ${inviteeEmail}` }).click();
     await memberRow(owner.page, inviteeEmail).getByRole('cell', { name: 'suspended' }).waitFor();
     await finishFlow(owner.page, 'org-members');
@@ -97,7 +97,8 @@ describe('example web app: organizations', { skip }, () => {
   });
 
   test('roles with the permission catalog, and the audit log', async () => {
-    const { context, page } = await signedInPerson(suite, uniqueEmail('roles'));
+    const email = uniqueEmail('roles');
+    const { context, page } = await signedInPerson(suite, email);
     await createAndSwitch(page, 'Globex');
     await navLink(page, 'Roles').click();
     await expectHeading(page, 'Roles and permissions');
@@ -116,6 +117,11 @@ describe('example web app: organizations', { skip }, () => {
     await navLink(page, 'Audit log').click();
     await expectHeading(page, 'Audit log');
     for (const type of ['org.created', 'role.created', 'role.deleted']) await page.getByRole('cell', { name: type, exact: true }).first().waitFor();
+    // Who acted, by e-mail (not a user id), and roles by name (not slug).
+    const created = page.getByRole('row').filter({ has: page.getByRole('cell', { name: 'role.created', exact: true }) });
+    await created.getByRole('cell', { name: email, exact: true }).waitFor();
+    await created.getByRole('cell', { name: 'role: Billing' }).waitFor();
+    assert.equal(await page.getByRole('cell', { name: /^[0-9a-f]{8}-[0-9a-f]{4}-/ }).count(), 0, 'no raw user ids');
     await finishFlow(page, 'org-audit-log');
     await context.close();
   });

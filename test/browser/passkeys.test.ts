@@ -71,7 +71,7 @@ describe('example web app: passkeys', { skip }, () => {
     await checkAccessibility(page, 'passkeys-sign-in-page');
     await page.getByRole('button', { name: 'Sign in with a passkey' }).click();
     await expectHeading(page, 'Your account');
-    await page.getByText(email).waitFor();
+    await page.getByRole('main').getByText(email).waitFor();
     await finishFlow(page, 'passkeys-passwordless-sign-in');
   });
 
@@ -84,7 +84,7 @@ describe('example web app: passkeys', { skip }, () => {
     await checkAccessibility(page, 'passkeys-mfa-gate');
     await page.getByRole('button', { name: 'Continue' }).click();
     await expectHeading(page, 'Your account');
-    await page.getByText(email).waitFor();
+    await page.getByRole('main').getByText(email).waitFor();
     await finishFlow(page, 'passkeys-mfa-gate-passed');
   });
 
@@ -137,7 +137,7 @@ describe('example web app: passkeys', { skip }, () => {
     await logOut(page);
     await page.getByRole('button', { name: 'Sign in with a passkey' }).click();
     await expectHeading(page, 'Your account');
-    await page.getByText(otherEmail).waitFor();
+    await page.getByRole('main').getByText(otherEmail).waitFor();
     assert.equal(await page.getByText(ada.email).count(), 0);
     await finishFlow(page, 'passkeys-other-authenticator-own-account');
     await context.close();

@@ -14,10 +14,20 @@ const skip = browserSkipReason();
 
 describe('example web app: social sign-in', { skip }, () => {
   let suite: BrowserSuite;
+  // oidc-provider's "you MUST/SHOULD change it" lines go to console.warn and console.info.
+  const providerNotices: string[] = [];
+  const original = { warn: console.warn, info: console.info };
   before(async () => {
+    for (const level of ['warn', 'info'] as const) {
+      console[level] = (...args: unknown[]) => {
+        if (args.some((arg) => String(arg).includes('oidc-provider'))) providerNotices.push(args.map(String).join(' '));
+        else original[level](...args);
+      };
+    }
     suite = await BrowserSuite.start('social');
   });
   after(async () => {
+    Object.assign(console, original);
     await suite?.close();
   });
 
@@ -113,5 +123,9 @@ describe('example web app: social sign-in', { skip }, () => {
     assert.equal(new URL(page.url()).search, '', 'the error code leaves the address bar');
     await finishFlow(page, 'social-cancelled');
     await context.close();
+  });
+
+  test('the demo provider logs no warning or notice through all of the above', () => {
+    assert.deepEqual(providerNotices, []);
   });
 });

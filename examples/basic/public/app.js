@@ -3,18 +3,19 @@
 //
 // A page is one file in pages/ exporting default
 //   { path, title, render(main, ctx), auth?: true (signed-in only),
-//     nav?: 'public' | 'account' | 'org' (menu shown signed out / signed in), navLabel?, order? }
+//     nav?: 'public' | 'account' | 'org' | 'developer' (menu group: signed out / signed in), navLabel?, order? }
 // (see pages/sessions.js for a small one). Nothing else needs to change to add one.
 // A file may also (or only) export `signInOption(ctx, complete)`, an element the sign-in page shows under
 // "Other ways to sign in" (a passkey or a "Sign in with …" button); it hands the token or MFA-gate
 // answer it gets to complete(data).
 // A file may also export `accountSection(ctx)`, a section the account page shows (linked sign-in accounts, say).
-import { api, claims, refresh, signedIn } from './lib/api.js';
+import { api, claims, logout, mayHaveSession, refresh, signedIn } from './lib/api.js';
 import { installStepUp } from './lib/step-up.js';
-import { h } from './lib/ui.js';
+import { describeError, h } from './lib/ui.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
+const accountBar = document.getElementById('account-bar');
 const { pages: pageFiles, development } = await (await fetch('/app/pages.json')).json();
 const modules = await Promise.all(pageFiles.map((file) => import(file)));
 const pages = modules
@@ -45,14 +46,38 @@ const ctx = {
   },
 };
 
+/** Signed in, the menu has three labelled groups; "Log out" sits in the header on every page. */
+const NAV_GROUPS = [
+  { id: 'account', label: 'Account' },
+  { id: 'org', label: 'Organization' },
+  { id: 'developer', label: 'Developer' },
+];
+
 function drawNav() {
-  const groups = signedIn() ? ['account', 'org'] : ['public'];
-  const links = pages.filter((page) => groups.includes(page.nav)).map((page) => ({ href: page.path, label: page.navLabel ?? page.title }));
-  links.push({ href: '/api-docs', label: 'API docs' });
-  if (development) links.push({ href: '/dev/inbox', label: 'Dev inbox' });
+  const link = (href, label) => h('li', {}, h('a', { href, 'aria-current': href === location.pathname ? 'page' : null }, label));
+  const pageLinks = (group) => pages.filter((page) => page.nav === group && (signedIn() || !page.auth)).map((page) => link(page.path, page.navLabel ?? page.title));
+  const developerLinks = [...pageLinks('developer'), link('/api-docs', 'API docs'), ...(development ? [link('/dev/inbox', 'Dev inbox')] : [])];
+  if (!signedIn()) {
+    nav.replaceChildren(h('ul', { class: 'nav-group' }, ...pageLinks('public'), ...developerLinks));
+    accountBar.replaceChildren();
+    return;
+  }
   nav.replaceChildren(
-    ...links.map((link) => h('li', {}, h('a', { href: link.href, 'aria-current': link.href === location.pathname ? 'page' : null }, link.label))),
+    ...NAV_GROUPS.map(({ id, label }) => {
+      const headingId = `nav-${id}`;
+      return h('div', { class: 'nav-group' }, h('span', { class: 'nav-label', id: headingId }, label), h('ul', { 'aria-labelledby': headingId }, ...(id === 'developer' ? developerLinks : pageLinks(id))));
+    }),
   );
+  accountBar.replaceChildren(
+    h('span', { class: 'who' }, me?.email ?? ''),
+    h('button', { type: 'button', class: 'secondary', onclick: signOut }, 'Log out'),
+  );
+}
+
+async function signOut() {
+  await logout().catch(() => undefined);
+  me = null;
+  await navigate('/login');
 }
 
 async function render() {
@@ -66,7 +91,12 @@ async function render() {
   if (page.auth && !signedIn()) return navigate(`/login?return_to=${encodeURIComponent(location.pathname + location.search)}`, { replace: true });
   document.title = `${page.title} · Identity Router Example`;
   const content = h('div', {});
-  await page.render(content, ctx);
+  try {
+    await page.render(content, ctx);
+  } catch (error) {
+    // A page whose first request fails (a 429, the server gone) still says what happened.
+    content.replaceChildren(h('p', { role: 'alert', class: 'error' }, describeError(error)));
+  }
   main.replaceChildren(h('h1', {}, page.title), content);
   main.focus();
 }
@@ -88,6 +118,7 @@ document.addEventListener('click', (event) => {
 window.addEventListener('popstate', render);
 
 installStepUp(document.getElementById('step-up'));
-if (await refresh()) await ctx.reloadMe();
+// Signed out, the page asks nothing: without the session hint cookie there is no refresh cookie to try.
+if (mayHaveSession() && (await refresh())) await ctx.reloadMe();
 await render();
 document.body.dataset.ready = 'true';

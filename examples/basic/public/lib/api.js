@@ -6,9 +6,23 @@ const BASE = '/api';
 let accessToken = null;
 let stepUpHandler = null;
 
+/** "in 54 minutes": when a 429 may be retried, from Retry-After (seconds) or the body's `retry_after`. */
+export function retryWhen(seconds) {
+  if (!Number.isFinite(seconds) || seconds <= 0) return 'in a moment';
+  if (seconds < 60) return `in ${Math.ceil(seconds)} second${Math.ceil(seconds) === 1 ? '' : 's'}`;
+  const minutes = Math.ceil(seconds / 60);
+  if (minutes < 60) return `in ${minutes} minute${minutes === 1 ? '' : 's'}`;
+  const hours = Math.floor(minutes / 60);
+  const rest = minutes % 60;
+  return `in ${hours} hour${hours === 1 ? '' : 's'}${rest ? ` ${rest} minute${rest === 1 ? '' : 's'}` : ''}`;
+}
+
 export class ApiError extends Error {
-  constructor(status, body) {
-    super(body?.message ?? (body?.errors ? body.errors.join(' ') : `Request failed (${status})`));
+  constructor(status, body, retryAfterSeconds) {
+    const message = body?.message ?? (body?.errors ? body.errors.join(' ') : `Request failed (${status})`);
+    // Every 429 says when to come back, not only "later".
+    super(status === 429 ? `${message.replace(/;? ?try again later\.?$/i, '.')} Try again ${retryWhen(retryAfterSeconds)}.` : message);
+    this.retryAfterSeconds = retryAfterSeconds;
     this.status = status;
     this.code = body?.error;
     this.errors = body?.errors;
@@ -62,9 +76,15 @@ export async function api(method, path, body, { token } = {}) {
   if (response.status === 401 && answer?.error === 'step_up_required' && stepUpHandler && (await stepUpHandler())) {
     ({ response, body: answer } = await call());
   }
-  if (!response.ok) throw new ApiError(response.status, answer);
+  if (!response.ok) throw new ApiError(response.status, answer, Number(response.headers.get('retry-after') ?? answer?.retry_after));
   return { data: answer?.data ?? answer, headers: response.headers };
 }
+
+/**
+ * Whether a refresh cookie may exist: the server sets a script-readable hint cookie (no token
+ * in it) beside the httpOnly one, so a signed-out page load sends no refresh that must fail.
+ */
+export const mayHaveSession = () => document.cookie.split(';').some((part) => part.trim() === 'example_session=1');
 
 /** A new access token from the refresh cookie; false when there is no live session. */
 export async function refresh() {

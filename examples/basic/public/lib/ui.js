@@ -90,3 +90,16 @@ export const section = (title, ...children) => {
 };
 
 export const formatTime = (iso) => (iso ? `${new Date(iso).toLocaleString('en-GB', { timeZone: 'UTC' })} UTC` : '—');
+
+/**
+ * "Chrome on Linux" instead of a user-agent string. Rough on purpose: it names the session for
+ * a person, it decides nothing. Order matters: Edge and Opera say "Chrome", Chrome says "Safari".
+ */
+export function describeDevice(userAgent) {
+  if (!userAgent) return 'Unknown device';
+  const browsers = [[/Edg\//, 'Edge'], [/OPR\//, 'Opera'], [/Firefox\//, 'Firefox'], [/(Headless)?Chrome\/|CriOS\//, 'Chrome'], [/Safari\//, 'Safari'], [/curl\//, 'curl']];
+  const systems = [[/Windows/, 'Windows'], [/Android/, 'Android'], [/iPhone|iPad|iPod/, 'iOS'], [/Mac OS X|Macintosh/, 'macOS'], [/CrOS/, 'ChromeOS'], [/Linux/, 'Linux']];
+  const browser = browsers.find(([pattern]) => pattern.test(userAgent))?.[1] ?? 'Unknown browser';
+  const system = systems.find(([pattern]) => pattern.test(userAgent))?.[1];
+  return system ? `${browser} on ${system}` : browser;
+}

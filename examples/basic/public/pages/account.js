@@ -1,6 +1,8 @@
 import { api, forget } from '../lib/api.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
 
+const ownedOrgs = (me) => me.orgs.filter((org) => org.roles.includes('owner'));
+
 export default {
   path: '/account',
   title: 'Your account',
@@ -30,6 +32,9 @@ export default {
       section(
         'Delete your account',
         h('p', {}, 'Your profile is erased and every session ends. This cannot be undone.'),
+        ...(ownedOrgs(me).length === 0
+          ? []
+          : [h('p', {}, `You own ${ownedOrgs(me).map((org) => org.name).join(', ')}: an organization keeps at least one owner, so first `, h('a', { href: '/orgs' }, 'transfer ownership or delete it'), ' (switch to it on the Organizations page).')]),
         actionButton(
           'Delete my account',
           async () => {

@@ -10,7 +10,7 @@ export default {
   path: '/org/api-keys',
   title: 'API keys',
   order: 75,
-  nav: 'org',
+  nav: 'developer',
   auth: true,
   async render(main, ctx) {
     const orgId = activeOrgOrHint(main, ctx);

@@ -21,6 +21,7 @@ export default {
     });
     const canInvite = invites !== null;
     const roleOptions = roles.map((role) => ({ value: role.slug, label: role.name }));
+    const roleNames = (slugs) => slugs.map((slug) => roles.find((role) => role.slug === slug)?.name ?? slug).join(', ');
 
     const memberRow = (member) => {
       const who = member.email ?? member.display_name ?? member.user_id;
@@ -30,7 +31,7 @@ export default {
         {},
         h('td', {}, who),
         h('td', {}, member.status),
-        h('td', {}, member.roles.join(', ')),
+        h('td', {}, roleNames(member.roles)),
         h(
           'td',
           {},
@@ -71,7 +72,7 @@ export default {
                   'table',
                   {},
                   h('thead', {}, h('tr', {}, h('th', {}, 'E-mail'), h('th', {}, 'Roles'), h('th', {}, 'Expires'), h('th', {}, h('span', { class: 'visually-hidden' }, 'Actions')))),
-                  h('tbody', {}, invites.map((invite) => h('tr', {}, h('td', {}, invite.email), h('td', {}, invite.role_slugs.join(', ')), h('td', {}, formatTime(invite.expires_at)),
+                  h('tbody', {}, invites.map((invite) => h('tr', {}, h('td', {}, invite.email), h('td', {}, roleNames(invite.role_slugs)), h('td', {}, formatTime(invite.expires_at)),
                     h('td', {}, actionButton('Revoke', async () => { await api('DELETE', `/orgs/${orgId}/invites/${invite.id}`); await reload(); }, { className: 'secondary', ariaLabel: `Revoke the invitation to ${invite.email}` }))))),
                 ),
           )]),

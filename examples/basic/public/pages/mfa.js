@@ -1,15 +1,7 @@
 import { api } from '../lib/api.js';
+import { showRecoveryCodes } from '../lib/recovery-codes.js';
 import { factorLabel } from '../lib/second-factor.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
-
-/** Shown once, right after the first factor is confirmed or after regenerating. */
-function recoveryCodes(codes) {
-  return section(
-    'Your recovery codes',
-    h('p', {}, 'Each code signs you in once if you lose your second factor. Save them now: they are not shown again.'),
-    h('ol', { class: 'codes', 'aria-label': 'Recovery codes' }, codes.map((code) => h('li', {}, code))),
-  );
-}
 
 export default {
   path: '/mfa',
@@ -31,10 +23,14 @@ export default {
         fields: [field({ name: 'code', label, autocomplete: 'one-time-code', inputmode: 'numeric' })],
         onSubmit: async ({ code }) => {
           const { data: result } = await api('POST', `/auth/mfa/${type}/confirm`, { factor_id: factorId, code: code.trim() });
-          await ctx.reloadMe();
-          await reload();
-          if (result.recovery_codes) document.querySelector('#main > div').prepend(recoveryCodes(result.recovery_codes));
-          document.querySelector('#main > div').prepend(h('p', { role: 'status', class: 'notice' }, 'Second factor confirmed.'));
+          // The codes are shown once: even if redrawing the page fails, they must reach the screen.
+          try {
+            await ctx.reloadMe();
+            await reload();
+          } finally {
+            if (result.recovery_codes) showRecoveryCodes(result.recovery_codes);
+            document.querySelector('#main > div').prepend(h('p', { role: 'status', class: 'notice' }, 'Second factor confirmed.'));
+          }
         },
       });
 
@@ -110,8 +106,8 @@ export default {
             h('p', {}, `${ctx.me.recovery_codes_remaining} left. New codes replace the old ones.`),
             actionButton('Generate new recovery codes', async () => {
               const { data: fresh } = await api('POST', '/auth/mfa/recovery-codes/regenerate');
+              showRecoveryCodes(fresh.recovery_codes);
               await ctx.reloadMe();
-              enrollArea.replaceChildren(recoveryCodes(fresh.recovery_codes));
             }),
           )]),
     );

@@ -1,4 +1,4 @@
-import { acceptTokens, api } from '../lib/api.js';
+import { acceptTokens, api, forget } from '../lib/api.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
 
 export default {
@@ -15,6 +15,8 @@ export default {
       await ctx.reloadMe();
       await ctx.navigate('/orgs', { replace: true });
     };
+    const active = ctx.me.orgs.find((org) => org.id === ctx.activeOrgId);
+    const ownsActive = active?.roles.includes('owner') ?? false;
     main.append(
       section(
         'Your organizations',
@@ -34,6 +36,7 @@ export default {
           ),
         ),
       ),
+      ...(ownsActive ? [await ownerSection(ctx, active)] : []),
       section(
         'Create an organization',
         ctx.me.email_verified ? null : h('p', {}, 'Verify your e-mail address first.'),
@@ -53,3 +56,48 @@ export default {
     );
   },
 };
+
+/**
+ * An owner hands the organization over (the new owner first, then the old one steps down to
+ * admin, so there is always an owner) or deletes it. Either way the account stops being its last
+ * owner, which is what deleting the account needs. Both ask for a second factor (step-up) when
+ * the account has one.
+ */
+async function ownerSection(ctx, org) {
+  const { data: members } = await api('GET', `/orgs/${org.id}/members?limit=100`);
+  const candidates = members.filter((member) => member.status === 'active' && member.user_id !== ctx.me.id);
+  const afterChange = async (message) => {
+    await ctx.reloadMe();
+    await ctx.navigate('/orgs', { replace: true });
+    document.querySelector('#main > div').prepend(h('p', { role: 'status', class: 'notice' }, message));
+  };
+  return section(
+    `Hand over or delete ${org.name}`,
+    candidates.length === 0
+      ? h('p', {}, 'To hand it over, first invite someone (Members); you can delete it at any time.')
+      : form({
+          name: 'Transfer ownership',
+          submit: 'Transfer ownership',
+          fields: [field({ name: 'user_id', label: 'New owner', options: candidates.map((member) => ({ value: member.user_id, label: member.email ?? member.display_name ?? member.user_id })) })],
+          onSubmit: async ({ user_id }) => {
+            await api('PATCH', `/orgs/${org.id}/members/${user_id}/roles`, { role_slugs: ['owner'] });
+            await api('PATCH', `/orgs/${org.id}/members/${ctx.me.id}/roles`, { role_slugs: ['admin'] });
+            await afterChange(`Ownership of ${org.name} transferred; you are an admin now.`);
+          },
+        }),
+    h('p', {}, 'Deleting the organization removes its members, roles and invitations. This cannot be undone.'),
+    actionButton(
+      `Delete ${org.name}`,
+      async () => {
+        if (!confirm(`Delete ${org.name} for good?`)) return;
+        await api('DELETE', `/orgs/${org.id}`);
+        // Sessions whose active organization is deleted end with it (docs/organizations.md), this one included.
+        forget();
+        await ctx.reloadMe();
+        await ctx.navigate('/login');
+        document.querySelector('#main > div').prepend(h('p', { role: 'status', class: 'notice' }, `${org.name} is deleted. Your session was in it, so it ended: sign in again.`));
+      },
+      { className: 'danger' },
+    ),
+  );
+}

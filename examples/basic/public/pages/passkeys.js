@@ -1,6 +1,7 @@
 // Passkeys (docs/mfa.md, "Passkeys"): add one to the account (it is a `webauthn` second factor,
 // listed with the others on the two-step sign-in page), and sign in with one, no password needed.
 import { api } from '../lib/api.js';
+import { showRecoveryCodes } from '../lib/recovery-codes.js';
 import { passkeyAssertion } from '../lib/second-factor.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
 
@@ -25,18 +26,14 @@ export default {
         const { data: options } = await api('POST', '/auth/passkeys/register/options', {});
         const credential = await navigator.credentials.create({ publicKey: PublicKeyCredential.parseCreationOptionsFromJSON(options) });
         const { data: result } = await api('POST', '/auth/passkeys/register/verify', { response: credential.toJSON(), ...(label.trim() ? { label: label.trim() } : {}) });
-        await ctx.reloadMe();
-        await reload();
-        const content = document.querySelector('#main > div');
-        if (result.recovery_codes) {
-          content.prepend(
-            section(
-              'Your recovery codes',
-              h('p', {}, 'Each code signs you in once if you lose your passkey. Save them now: they are not shown again.'),
-              h('ol', { class: 'codes', 'aria-label': 'Recovery codes' }, result.recovery_codes.map((code) => h('li', {}, code))),
-            ),
-          );
+        // The codes are shown once: even if redrawing the page fails, they must reach the screen.
+        try {
+          await ctx.reloadMe();
+          await reload();
+        } finally {
+          if (result.recovery_codes) showRecoveryCodes(result.recovery_codes, { lost: 'your passkey' });
         }
+        const content = document.querySelector('#main > div');
         content.prepend(h('p', { role: 'status', class: 'notice' }, 'Passkey added.'));
       },
     });

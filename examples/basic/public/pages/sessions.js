@@ -1,5 +1,5 @@
 import { api, logout } from '../lib/api.js';
-import { actionButton, formatTime, h, section } from '../lib/ui.js';
+import { actionButton, describeDevice, formatTime, h, section } from '../lib/ui.js';
 
 export default {
   path: '/sessions',
@@ -28,7 +28,7 @@ export default {
               h(
                 'tr',
                 {},
-                h('td', {}, session.user_agent ?? 'Unknown device', session.current ? h('strong', {}, ' (this session)') : null),
+                h('td', { title: session.user_agent ?? null }, describeDevice(session.user_agent), session.current ? h('strong', {}, ' (this session)') : null),
                 h('td', {}, session.ip ?? '—'),
                 h('td', {}, formatTime(session.created_at)),
                 h('td', {}, formatTime(session.last_used_at)),
@@ -41,7 +41,8 @@ export default {
           ),
         ),
       ),
-      section('Sign out', h('div', { class: 'actions' }, actionButton('Log out', signOut(false)), actionButton('Log out everywhere', signOut(true), { className: 'danger' }))),
+      // "Log out" (this session) is in the header on every page.
+      section('Sign out everywhere', h('p', {}, 'Ends every session of the account, this one included.'), h('div', { class: 'actions' }, actionButton('Log out everywhere', signOut(true), { className: 'danger' }))),
     );
   },
 };

@@ -17,7 +17,7 @@ const MESSAGES = {
   provider_response_invalid: 'The provider answered something we cannot trust.',
   provider_unavailable: 'The provider cannot be reached right now.',
   social_email_required: 'The provider did not share an e-mail address.',
-  account_link_required: 'An account with this e-mail already exists: sign in with its password, then link this provider from your account page.',
+  account_link_required: 'An account with this e-mail already exists here. Sign in to it another way (its password, a passkey, or "Forgot your password?" to set one through the e-mail), then link this provider from your account page.',
   signup_disabled: 'New accounts cannot be created through this provider.',
   identity_already_linked: 'That provider account is already linked to another account here.',
   provider_already_linked: 'You already linked an account of this provider; unlink it first.',

@@ -36,7 +36,7 @@ export default {
   path: '/org/webhooks',
   title: 'Webhooks',
   order: 76,
-  nav: 'org',
+  nav: 'developer',
   auth: true,
   async render(main, ctx) {
     const orgId = activeOrgOrHint(main, ctx);
