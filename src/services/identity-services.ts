@@ -99,10 +99,9 @@ export class IdentityServices {
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */
   async initialise(): Promise<void> {
-    // Later areas add their start-up work here (e.g. the global superadmin role row).
-    // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
     // With `sso`, owners of organizations created before it hold sso.manage too (CONTRACT 12.1).
     if (this.sso) await this.context.store.repos.ssoConnections.grantToOwnerRoles('sso.manage', this.context.clock.now());
+    // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
     await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
     const changes = await synchronisePermissionCatalog(this.context.store, this.catalog, this.context.clock.now());
     // Worth a line only when existing organizations changed (not on a new database).
