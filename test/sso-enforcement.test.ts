@@ -29,7 +29,7 @@ let root: SignedUpUser;
 
 before(async () => {
   op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns, { config: { social: socialConfig(op), webauthn: fixtureWebauthnConfig } });
+  h = await startSsoHarness(op, dns, { config: { social: socialConfig(op), webauthn: fixtureWebauthnConfig, passwordless: {} } });
   setup = await ssoOrg(h, dns, op, { jit: true });
   employee = await h.signUp(addressAt(setup.domain, 'employee'));
   // A passkey and a social link made before enforcement.
@@ -92,6 +92,16 @@ describe('every path refused for an address at an enforcing domain', () => {
 
   test('POST /auth/passkeys/login/verify: 403 sso_required', async () => {
     assertSsoRequired(await passwordlessLogin(h, fixtures.primary.assertions[0]!));
+  });
+
+  test('POST /auth/passwordless/verify with the right code: 403 sso_required; start answers as for anyone (CONTRACT 11)', async () => {
+    const started = await h.post('/auth/passwordless/start', { email: employee.email });
+    assert.equal(started.status, 202, 'start never tells an address under enforcement apart');
+    const mail = h.lastMail(employee.email, 'login_code');
+    assert.ok(mail, 'the code went out');
+    const verified = await h.post('/auth/passwordless/verify', { challenge_id: started.body.data.challenge_id, code: String(mail.context.code) });
+    assertSsoRequired(verified, 403, 'passwordless verify');
+    assert.equal(verified.body.data, undefined, 'no tokens');
   });
 
   test('refresh of a session opened before enforcement: 401 sso_required', async () => {
