@@ -106,6 +106,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/passwordless/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mail a one-time sign-in code (and link) to an address
+         * @description Every well-formed address gets the same answer: 202, a `challenge_id` and `expires_in`
+         *     (`passwordless.ttl`). Only an eligible address is mailed (template `login_code`): an active
+         *     account, or with `allowSignup` an address with no account. Unknown (sign-up off), disabled
+         *     and locked accounts get a challenge no code opens. A start that mails supersedes the address's
+         *     open challenges. Throttled by the normalised address, with or without an account: the
+         *     `otp.resendCooldown` and `otp.sendBudget.perDestination` answer 429; a refused start counts
+         *     toward nothing. Over the account's `perAccount` budget the answer is still 202 and nothing is
+         *     sent. There is no GET: see docs/passwordless.md.
+         */
+        post: operations["passwordlessStart"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passwordless/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign in with the mailed code (of its challenge) or the link's token
+         * @description Exactly one of `{challenge_id, code}` and `{token}`. The answer is that of `POST /auth/login`:
+         *     tokens with `amr: ['email']` and `mfa: false` (plus `is_new_user`), or the MFA gate, whose
+         *     verify then gives `amr: ['email', 'otp']` (`['email', 'hwk']` for a passkey). At the gate an
+         *     e-mail factor to the address just proven is left out of `factors`. Every refusal is 422
+         *     `invalid_code` (wrong code, unknown challenge or token, expired, consumed, superseded or
+         *     exhausted challenge, an ineligible address, a live lockout); each failure counts toward the
+         *     challenge, the verify budget and the lockout. The code or link proves the address
+         *     (`user.email_verified`); at that first proof a password set before it and the account's
+         *     other sessions end. With `allowSignup` an address with no account gets one here.
+         *     Emits `user.logged_in`, `user.registered` (`method: email_code | email_link`), `user.login_failed`, `user.locked`.
+         */
+        post: operations["passwordlessVerify"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/auth/token/refresh": {
         parameters: {
             query?: never;
@@ -1412,6 +1468,169 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/orgs/{orgId}/domains": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        /** The organization's domains, pending and verified */
+        get: operations["listOrgDomains"];
+        put?: never;
+        /**
+         * Claim an e-mail domain for the organization (pending until its TXT record is verified)
+         * @description CONTRACT 12.4. The domain is trimmed, lower-cased, stripped of one trailing dot and stored
+         *     as its IDNA A-label. 422 `invalid_domain`: not a host name, a single label, an IP literal, a
+         *     public suffix (private section included), a consumer-mail or `blockedDomains` entry, the
+         *     tombstone domain. 409 `domain_taken` when another organization verified it; 409 `conflict`
+         *     when this organization already holds it. Emits `org.domain_added`.
+         */
+        post: operations["addOrgDomain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/orgs/{orgId}/domains/{domainId}/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+                /** @description A domain of the organization in the path; another organization's is 404. */
+                domainId: components["parameters"]["DomainId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Check the domain's TXT record now
+         * @description Resolves `txt_name` through `adapters.dns.resolveTxt`, joins each record's chunks, and
+         *     succeeds when one equals `txt_value`. Anything else, DNS errors included, is 422
+         *     `domain_not_verified`. A verified domain answers 200 without asking DNS again. 409
+         *     `domain_taken` when another organization verified it first. Emits `org.domain_verified`.
+         */
+        post: operations["verifyOrgDomain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/orgs/{orgId}/domains/{domainId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+                /** @description A domain of the organization in the path; another organization's is 404. */
+                domainId: components["parameters"]["DomainId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Release a domain (the connection turns inactive when the last verified one goes) */
+        delete: operations["deleteOrgDomain"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/orgs/{orgId}/sso": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        /** The organization's connection (404 when none) */
+        get: operations["getSsoConnection"];
+        put?: never;
+        /**
+         * Connect the organization's OpenID provider
+         * @description CONTRACT 12.2, 12.3. Discovery runs through the outbound guard (resolved, every address
+         *     public unless `sso.allowPrivateNetworks` exempts the origin, link-local never, pinned, no
+         *     redirect followed, 10 s, 1 MB); the discovered `issuer` must equal `issuer` and every
+         *     server-side endpoint passes the guard. A refusal is 422 `invalid_issuer` with `reason`
+         *     (`insecure_scheme`, `private_address`, `discovery_failed`, `issuer_mismatch`) and nothing is
+         *     stored. `client_secret` is stored sealed and never returned. A second connection is 409
+         *     `conflict`. Emits `sso.connection_created`.
+         */
+        post: operations["createSsoConnection"];
+        /** Remove the connection (enforcement ends) */
+        delete: operations["deleteSsoConnection"];
+        options?: never;
+        head?: never;
+        /**
+         * Change the connection (a new issuer, client or secret is discovered again)
+         * @description Any field of the create body; without `client_secret` the stored one is kept. Emits `sso.connection_updated` with `changed`.
+         */
+        patch: operations["updateSsoConnection"];
+        trace?: never;
+    };
+    "/auth/sso/authorize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Identifier-first sign-in through the organization's own provider
+         * @description `{email}` routes by the verified domain after the last `@`; `{organization_slug}` by slug.
+         *     With no active connection the answer is 404 `sso_not_configured`, the same for every
+         *     address at a domain whether or not an account exists. The flow is section 9's, bound to the
+         *     connection; its URL carries the connection's `redirect_uri` and `login_hint` for an e-mail.
+         *     Finish with `POST /auth/social/exchange`.
+         */
+        post: operations["ssoAuthorize"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/sso/{connectionId}/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                connectionId: components["schemas"]["Id"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The IdP's redirect back (303 to the flow's return_to with social_code or social_error)
+         * @description Section 9.2's callback against the connection. A state issued for another connection or a
+         *     social provider is unknown: 400 `social_state_invalid` (or a 303 to `errorUrl`). Refusals
+         *     travel as `social_error`: `social_email_required`, `sso_email_outside_domain`,
+         *     `account_link_required`, `sso_not_member`, `sso_member_suspended`, `account_disabled`,
+         *     `invalid_credentials`, `provider_error`, `provider_response_invalid`, `provider_unavailable`.
+         */
+        get: operations["ssoCallback"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1430,7 +1649,7 @@ export interface components {
             [key: string]: unknown;
         };
         /** @enum {string} */
-        ErrorCode: "unauthorized" | "step_up_required" | "invalid_credentials" | "invalid_grant" | "invalid_token" | "session_ended" | "forbidden" | "email_unverified" | "account_disabled" | "mfa_enrollment_required" | "mfa_required" | "not_found" | "method_not_allowed" | "conflict" | "last_factor_protected" | "invalid_code" | "unsupported_factor" | "invalid_state" | "invalid_json" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "too_many_requests" | "unavailable" | "internal_error" | "social_state_invalid" | "provider_error" | "provider_response_invalid" | "provider_unavailable" | "social_email_required" | "account_link_required" | "signup_disabled" | "identity_already_linked" | "provider_already_linked" | "reauthentication_required" | "last_login_method_protected" | "invalid_webhook_url" | "webhook_limit" | "webhook_disabled";
+        ErrorCode: "unauthorized" | "step_up_required" | "invalid_credentials" | "invalid_grant" | "invalid_token" | "session_ended" | "forbidden" | "email_unverified" | "account_disabled" | "mfa_enrollment_required" | "mfa_required" | "not_found" | "method_not_allowed" | "conflict" | "last_factor_protected" | "invalid_code" | "unsupported_factor" | "invalid_state" | "invalid_json" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "too_many_requests" | "unavailable" | "internal_error" | "social_state_invalid" | "provider_error" | "provider_response_invalid" | "provider_unavailable" | "social_email_required" | "account_link_required" | "signup_disabled" | "identity_already_linked" | "provider_already_linked" | "reauthentication_required" | "last_login_method_protected" | "invalid_webhook_url" | "webhook_limit" | "webhook_disabled" | "invalid_domain" | "domain_not_verified" | "invalid_issuer" | "domain_taken" | "sso_not_configured" | "sso_required" | "sso_email_outside_domain" | "sso_not_member" | "sso_member_suspended";
         ValidationErrors: {
             errors: string[];
         };
@@ -1546,8 +1765,54 @@ export interface components {
             mfa_token: string;
             factors: components["schemas"]["LoginFactor"][];
         };
+        /** @description A domain the organization claims (CONTRACT 12.3); publish `txt_value` as a TXT record at `txt_name`. */
+        OrgDomain: {
+            id: string;
+            /** @description The IDNA A-label. */
+            domain: string;
+            /** @enum {string} */
+            status: "pending" | "verified";
+            txt_name: string;
+            txt_value: string;
+            /** Format: date-time */
+            verified_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /** @description The organization's OpenID provider; `status` is `active` iff `enabled` and a domain is verified. */
+        SsoConnection: {
+            id: string;
+            issuer: string;
+            client_id: string;
+            scopes: string[];
+            /** @enum {string} */
+            token_endpoint_auth_method: "client_secret_basic" | "client_secret_post";
+            /** @description What the administrator registers at the IdP. */
+            redirect_uri: string;
+            enabled: boolean;
+            /** @enum {string} */
+            status: "active" | "inactive";
+            jit: boolean;
+            default_role: string;
+            enforce: boolean;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
         /** @description The answer of a password login, plus `is_new_user`. */
         SocialLoginSession: components["schemas"]["TokenFields"] & {
+            user: {
+                id: string;
+                email: string;
+                email_verified: boolean;
+            };
+            is_new_user: boolean;
+            /** @description Single sign-on (CONTRACT 12.5): the organization whose connection signed the user in. */
+            organization_id?: string;
+        };
+        /** @description The answer of a password login, plus `is_new_user` (true when this verify created the account). */
+        PasswordlessSession: components["schemas"]["TokenFields"] & {
             user: {
                 id: string;
                 email: string;
@@ -1557,6 +1822,7 @@ export interface components {
         };
         SocialMfaGate: components["schemas"]["MfaGate"] & {
             is_new_user: boolean;
+            organization_id?: string;
         };
         /** @description A linked provider identity; the provider's `sub` is never returned. */
         SocialIdentity: {
@@ -1893,6 +2159,37 @@ export interface components {
         };
     };
     responses: {
+        /** @description The domain. */
+        OrgDomainOk: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    data: components["schemas"]["OrgDomain"];
+                };
+            };
+        };
+        /** @description The connection (never its client secret). */
+        SsoConnectionOk: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": {
+                    data: components["schemas"]["SsoConnection"];
+                };
+            };
+        };
+        /** @description `domain_taken` (another organization verified it) or `conflict` (this organization already holds it). */
+        SsoConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The webhook. */
         WebhookOk: {
             headers: {
@@ -2138,6 +2435,8 @@ export interface components {
     parameters: {
         /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
         WebhookOrgId: components["schemas"]["Id"];
+        /** @description A domain of the organization in the path; another organization's is 404. */
+        DomainId: components["schemas"]["Id"];
         WebhookId: components["schemas"]["Id"];
         /** @description A configured provider id (`[a-z0-9-]{1,32}`); unknown ids are 404. */
         SocialProvider: string;
@@ -2255,6 +2554,15 @@ export interface operations {
         responses: {
             202: components["responses"]["Accepted"];
             400: components["responses"]["InvalidJson"];
+            /** @description `sso_required` (with `organization_slug`): the address is at a domain whose organization requires single sign-on (CONTRACT 12.6); nothing is created or sent. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
@@ -2376,6 +2684,96 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    passwordlessStart: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    email: components["schemas"]["EmailInput"];
+                };
+            };
+        };
+        responses: {
+            /** @description The same for every address. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** Format: uuid */
+                            challenge_id: string;
+                            /** @description Seconds the code and link live (`passwordless.ttl`). */
+                            expires_in: number;
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["InvalidJson"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    passwordlessVerify: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** Format: uuid */
+                    challenge_id?: string;
+                    code?: string;
+                    /** @description The token of the mailed link */
+                    token?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A session (with `is_new_user`), or the MFA gate. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["PasswordlessSession"] | components["schemas"]["MfaGate"];
+                    };
+                };
+            };
+            400: components["responses"]["InvalidJson"];
+            /** @description `account_disabled` (disabled after the start); `mfa_enrollment_required` in block mode, as for password login. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailedOrCode"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     refreshToken: {
         parameters: {
             query?: never;
@@ -2401,7 +2799,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["InvalidJson"];
-            /** @description `invalid_grant`: expired, unknown or replayed refresh token. */
+            /** @description `invalid_grant`: expired, unknown or replayed refresh token; `sso_required` (with `organization_slug`): the session was not opened through the single sign-on its address now requires (CONTRACT 12.6). */
             401: {
                 headers: {
                     "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
@@ -2621,6 +3019,15 @@ export interface operations {
         responses: {
             202: components["responses"]["Accepted"];
             400: components["responses"]["InvalidJson"];
+            /** @description `sso_required` (with `organization_slug`): the address is at a domain whose organization requires single sign-on (CONTRACT 12.6); nothing is created or sent. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
@@ -2659,6 +3066,15 @@ export interface operations {
             401: {
                 headers: {
                     "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description `sso_required` (with `organization_slug`): the address is at a domain whose organization requires single sign-on (CONTRACT 12.6); nothing is created or sent. */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3039,7 +3455,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description `{errors}` validation failure, `unsupported_factor` for a TOTP factor, or `invalid_code` when the ticket is exhausted. */
+            /** @description `{errors}` validation failure, `unsupported_factor` for a TOTP factor (or, after a passwordless sign-in, an e-mail factor to the address it proved), or `invalid_code` when the ticket is exhausted. */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3121,7 +3537,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description `{errors}` validation failure, `unsupported_factor` for a TOTP factor, or `invalid_code` when the ticket is exhausted. */
+            /** @description `{errors}` validation failure, `unsupported_factor` for a TOTP factor (or, after a passwordless sign-in, an e-mail factor to the address it proved), or `invalid_code` when the ticket is exhausted. */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -5073,6 +5489,381 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listOrgDomains: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The domains, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            domains: components["schemas"]["OrgDomain"][];
+                        };
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    addOrgDomain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    domain: string;
+                };
+            };
+        };
+        responses: {
+            201: components["responses"]["OrgDomainOk"];
+            400: components["responses"]["InvalidJson"];
+            401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
+            /** @description `forbidden`, `email_unverified`, `mfa_enrollment_required`, `mfa_required`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SsoConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailedOrError"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    verifyOrgDomain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+                /** @description A domain of the organization in the path; another organization's is 404. */
+                domainId: components["parameters"]["DomainId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["OrgDomainOk"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["SsoConflict"];
+            422: components["responses"]["ValidationFailedOrError"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteOrgDomain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+                /** @description A domain of the organization in the path; another organization's is 404. */
+                domainId: components["parameters"]["DomainId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusDeleted"];
+                };
+            };
+            401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
+            /** @description `forbidden`, `email_unverified`, `mfa_enrollment_required`, `mfa_required`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSsoConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["SsoConnectionOk"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createSsoConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    issuer: string;
+                    client_id: string;
+                    client_secret: string;
+                    /** @description Must include openid and email. */
+                    scopes?: string[];
+                    /** @enum {string} */
+                    token_endpoint_auth_method?: "client_secret_basic" | "client_secret_post";
+                    enabled?: boolean;
+                    jit?: boolean;
+                    /** @description A role of the organization holding none of org.delete, roles.manage, sso.manage. */
+                    default_role?: string;
+                    enforce?: boolean;
+                };
+            };
+        };
+        responses: {
+            201: components["responses"]["SsoConnectionOk"];
+            400: components["responses"]["InvalidJson"];
+            401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
+            /** @description `forbidden`, `email_unverified`, `mfa_enrollment_required`, `mfa_required`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailedOrError"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSsoConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusDeleted"];
+                };
+            };
+            401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
+            /** @description `forbidden`, `email_unverified`, `mfa_enrollment_required`, `mfa_required`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    updateSsoConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Must equal the caller's active organization (token `org` claim); otherwise 403. */
+                orgId: components["parameters"]["WebhookOrgId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    issuer?: string;
+                    client_id?: string;
+                    client_secret?: string;
+                    /** @description Must include openid and email. */
+                    scopes?: string[];
+                    /** @enum {string} */
+                    token_endpoint_auth_method?: "client_secret_basic" | "client_secret_post";
+                    enabled?: boolean;
+                    jit?: boolean;
+                    /** @description A role of the organization holding none of org.delete, roles.manage, sso.manage. */
+                    default_role?: string;
+                    enforce?: boolean;
+                };
+            };
+        };
+        responses: {
+            200: components["responses"]["SsoConnectionOk"];
+            400: components["responses"]["InvalidJson"];
+            401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
+            /** @description `forbidden`, `email_unverified`, `mfa_enrollment_required`, `mfa_required`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailedOrError"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    ssoAuthorize: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    email?: string;
+                    organization_slug?: string;
+                    return_to?: string;
+                    handoff_challenge: components["schemas"]["HandoffChallenge"];
+                    /** @enum {string} */
+                    handoff_challenge_method: "S256";
+                };
+            };
+        };
+        responses: {
+            200: components["responses"]["SocialAuthorization"];
+            400: components["responses"]["InvalidJson"];
+            /** @description `sso_not_configured`, or `not_found` without an `sso` config. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["ProviderUnavailable"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    ssoCallback: {
+        parameters: {
+            query?: {
+                code?: string;
+                state?: string;
+                iss?: string;
+                error?: string;
+                error_description?: string;
+                error_uri?: string;
+            };
+            header?: never;
+            path: {
+                connectionId: components["schemas"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            303: components["responses"]["SocialRedirect"];
+            /** @description `social_state_invalid`. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["InternalError"];
