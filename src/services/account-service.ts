@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { errors, IdentityError } from '../errors.js';
+import { errors } from '../errors.js';
 import { keyedHash, randomToken } from '../crypto/keyed-hash.js';
 import type { OneTimeTokenPurpose } from '../store/session-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
@@ -120,12 +120,10 @@ export class AccountService {
   async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta): Promise<LoginResult> {
     if (user.status === 'disabled') {
       await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
-      throw new IdentityError(403, 'account_disabled', 'This account has been disabled.');
+      throw errors.accountDisabled();
     }
     if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
-      throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', {
-        extra: { resend: '/auth/email/verify/resend' },
-      });
+      throw errors.emailUnverified('Verify your e-mail address before signing in.');
     }
     const gate = await this.mfa.loginGate(user, meta, firstFactor.amr, { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method });
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };

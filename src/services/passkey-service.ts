@@ -8,7 +8,7 @@ import type {
   RegistrationResponseJSON,
 } from '@simplewebauthn/server';
 import { keyedHash } from '../crypto/keyed-hash.js';
-import { errors, IdentityError } from '../errors.js';
+import { errors, type IdentityError } from '../errors.js';
 import type { MfaFactorRecord } from '../store/mfa-repository.js';
 import type { PasskeyChallengePurpose, PasskeyRecord } from '../store/passkey-repository.js';
 import type { UserRecord } from '../store/user-repository.js';
@@ -356,9 +356,9 @@ export class PasskeyService {
 
   /** What a password login would refuse after a correct password (spec 4.1). */
   private loginRefusal(user: UserRecord): IdentityError | undefined {
-    if (user.status === 'disabled') return new IdentityError(403, 'account_disabled', 'This account has been disabled.');
+    if (user.status === 'disabled') return errors.accountDisabled();
     if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
-      return new IdentityError(403, 'email_unverified', 'Verify your e-mail address before signing in.', { extra: { resend: '/auth/email/verify/resend' } });
+      return errors.emailUnverified('Verify your e-mail address before signing in.');
     }
     return undefined;
   }
