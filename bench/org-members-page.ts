@@ -16,8 +16,8 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import knexFactory, { type Knex } from 'knex';
 import { createIdentityRouter } from '../src/index.js';
-import type { Principal } from '../src/services/principal.js';
-import { encodeCursor } from '../src/services/pagination.js';
+import type { Principal } from '../src/services/access/principal.js';
+import { encodeCursor } from '../src/services/shared/pagination.js';
 
 const SIZES = [100, 10_000];
 const PAGE_SIZE = 50;

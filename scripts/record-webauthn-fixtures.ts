@@ -1,5 +1,5 @@
 /*
- * Records the WebAuthn fixtures of test/passkeys-fixtures.test.ts from a REAL Chromium
+ * Records the WebAuthn fixtures of test/mfa/passkeys-fixtures.test.ts from a REAL Chromium
  * ceremony: Chromium's virtual authenticator (DevTools protocol WebAuthn domain; CTAP2,
  * internal transport, resident keys, user verification) creates passkeys and signs
  * assertions on a tiny local page, exactly as it would for a host's pages.
@@ -13,7 +13,7 @@
  *
  *   npx tsx scripts/record-webauthn-fixtures.ts
  *
- * then run `node scripts/run-tests.mjs test/passkeys-fixtures.test.ts` and commit
+ * then run `node scripts/run-tests.mjs test/mfa/passkeys-fixtures.test.ts` and commit
  * test/fixtures/webauthn-fixtures.json. The origin's port changes with every recording; the
  * tests read rpId and origin from the file.
  */

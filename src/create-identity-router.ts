@@ -9,7 +9,7 @@ import { resolveConfig } from './config/schema.js';
 import type { IdentityConfig } from './config/types.js';
 import { deriveKeys } from './crypto/derived-keys.js';
 import { JwtCodec } from './crypto/jwt.js';
-import { KeyRing } from './services/key-ring.js';
+import { KeyRing } from './services/shared/key-ring.js';
 import { PasswordHasher } from './crypto/password-hasher.js';
 import type { IdentityEventListener } from './events.js';
 import { buildRouter } from './http/build-router.js';
@@ -17,20 +17,20 @@ import { callerOf, hostMiddleware, type HostMiddlewareOptions } from './http/hos
 import { buildRateLimiters } from './http/rate-limits.js';
 import { Readiness } from './http/readiness.js';
 import { allRoutes } from './http/routes/index.js';
-import { AccessCache } from './services/access-cache.js';
-import type { Caller } from './services/access-policy.js';
-import { AccessReads } from './services/access-reads.js';
-import type { ServiceContext } from './services/context.js';
-import { IdentityServices } from './services/identity-services.js';
+import { AccessCache } from './services/shared/access-cache.js';
+import type { Caller } from './services/access/access-policy.js';
+import { AccessReads } from './services/access/access-reads.js';
+import type { ServiceContext } from './services/shared/service-context.js';
+import { IdentityServices } from './services/build-services.js';
 import { openDatabase } from './store/database.js';
-import { NotificationInvalidationCarrier } from './services/invalidation-carrier.js';
+import { NotificationInvalidationCarrier } from './services/shared/invalidation-carrier.js';
 import { openInstanceNotifications } from './store/instance-notifications.js';
 import { migrationConfig } from './store/migration-source.js';
 import { withStartupLock } from './store/startup-lock.js';
 import { Store } from './store/store.js';
 import { tableNames } from './store/table-names.js';
-import { describeError } from './services/unit-of-work.js';
-import { EventDelivery } from './services/event-delivery.js';
+import { describeError } from './services/shared/unit-of-work.js';
+import { EventDelivery } from './services/webhooks/event-delivery.js';
 import { OutboundGuard } from './outbound/outbound-guard.js';
 
 /** Adapters a host may supply; every one has a default (CONTRACT 3). */
@@ -124,11 +124,12 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
         logger.error('identity-router: could not notify other instances of an access change; they drop it within the cache expiry', { error: describeError(error) }))
     : undefined;
   if (invalidationCarrier) accessCache.attachCarrier(invalidationCarrier);
+  const accessReads = new AccessReads(store.repos, accessCache, clock);
   const context: ServiceContext = {
     config: resolved,
     store,
     accessCache,
-    access: new AccessReads(store.repos, accessCache, clock),
+    access: accessReads,
     keys,
     keyRing,
     jwt,
@@ -141,8 +142,9 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     webhookGuard: new OutboundGuard({ allowHttp: resolved.webhooks.allowHttp, allowPrivateNetworks: resolved.webhooks.allowPrivateNetworks }, adapters.dns),
   } as Omit<ServiceContext, 'delivery'> as ServiceContext;
   // The worker needs the context it is part of (its 410 handling runs a unit of work).
-  context.delivery = new EventDelivery(context);
-  const services = new IdentityServices(context, adapters.dns);
+  const delivery = new EventDelivery(context);
+  context.delivery = delivery;
+  const services = new IdentityServices(context, { accessReads, dns: adapters.dns });
 
   const readiness = new Readiness(async () => {
     try {
@@ -153,7 +155,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
         await services.initialise();
       });
       // Here rather than after the first attempt: a start-up that succeeds on a retry starts it too.
-      context.delivery.start();
+      delivery.start();
     } catch (error) {
       logger.error('identity-router failed to start; requests answer 503 until a retry succeeds', { error: describeError(error) });
       throw error;
@@ -175,7 +177,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
   router.close = async () => {
     await ready.catch(() => undefined);
-    await context.delivery.close();
+    await delivery.close();
     await hasher.close();
     accessCache.leavePeers();
     await invalidationCarrier?.close();

@@ -2,8 +2,8 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup } from '../config/types.js';
 import { errors, IdentityError } from '../errors.js';
-import { apiKeyNotAccepted } from '../services/access-policy.js';
-import type { IdentityServices } from '../services/identity-services.js';
+import { apiKeyNotAccepted } from '../services/access/access-policy.js';
+import type { IdentityServices } from '../services/build-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
 import { bearerValue, presentedCredential } from './credentials.js';

@@ -2,7 +2,7 @@ import type { ErrorRequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors, IdentityError } from '../errors.js';
 import { isConnectionError, isDatabaseError } from '../database-errors.js';
-import { describeError } from '../services/unit-of-work.js';
+import { describeError } from '../services/shared/unit-of-work.js';
 import { sendJson } from './send-json.js';
 
 interface BodyParserError {

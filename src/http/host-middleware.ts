@@ -1,8 +1,8 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
-import type { AccessRequirement, Actor, Caller } from '../services/access-policy.js';
-import type { IdentityServices } from '../services/identity-services.js';
+import type { AccessRequirement, Actor, Caller } from '../services/access/access-policy.js';
+import type { IdentityServices } from '../services/build-services.js';
 import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';

@@ -1,8 +1,8 @@
 import type { Response } from 'express';
-import type { ApiKeyPrincipal } from '../services/access-policy.js';
-import type { RequestMeta } from '../services/context.js';
-import type { MfaTicket } from '../services/mfa-ticket.js';
-import type { Principal } from '../services/principal.js';
+import type { ApiKeyPrincipal } from '../services/access/access-policy.js';
+import type { RequestMeta } from '../services/shared/service-context.js';
+import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
+import type { Principal } from '../services/access/principal.js';
 import type { Request } from 'express';
 import { errors } from '../errors.js';
 

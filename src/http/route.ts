@@ -1,10 +1,10 @@
 import type Joi from 'joi';
-import type { LoginResult } from '../services/login-result.js';
+import type { LoginResult } from '../services/sessions/sign-in-result.js';
 import type { RateLimitGroup } from '../config/types.js';
-import type { RequestMeta } from '../services/context.js';
-import type { Principal } from '../services/principal.js';
-import type { MfaTicket } from '../services/mfa-ticket.js';
-import type { AccessRequirement } from '../services/access-policy.js';
+import type { RequestMeta } from '../services/shared/service-context.js';
+import type { Principal } from '../services/access/principal.js';
+import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
+import type { AccessRequirement } from '../services/access/access-policy.js';
 
 
 export interface RouteRequest<Body = Record<string, unknown>, Query = Record<string, unknown>, Params = Record<string, string>> {

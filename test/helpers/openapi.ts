@@ -13,7 +13,7 @@ export const OPENAPI_PATH = fileURLToPath(new URL('../../docs/openapi.yaml', imp
 
 export const HTTP_METHODS = ['get', 'post', 'patch', 'put', 'delete'] as const;
 
-// The document is plain JSON-compatible data once parsed; its shape is checked by test/openapi.test.ts.
+// The document is plain JSON-compatible data once parsed; its shape is checked by test/platform/openapi.test.ts.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = any;
 

@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { CORE_PERMISSIONS } from '../../src/services/permission-catalog.js';
+import { CORE_PERMISSIONS } from '../../src/services/access/permission-catalog.js';
 import { decodeJwt, type Harness, type SignedUpUser } from './harness.js';
 
 /** Physical table name under the harness's prefix (`mfaFactors` → `t1234_mfa_factors`). */

@@ -1,6 +1,6 @@
 import Joi from 'joi';
-import type { IdentityServices } from '../../services/identity-services.js';
-import { API_KEY_MAX_TTL_SECONDS, API_KEY_NAME_MAX_LENGTH } from '../../services/api-key-service.js';
+import type { IdentityServices } from '../../services/build-services.js';
+import { API_KEY_MAX_TTL_SECONDS, API_KEY_NAME_MAX_LENGTH } from '../../services/api-keys/api-key-service.js';
 import { created, ok, type RouteDefinition } from '../route.js';
 import { idSchema } from '../schemas.js';
 

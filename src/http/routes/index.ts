@@ -1,17 +1,16 @@
-import type { IdentityServices } from '../../services/identity-services.js';
+import type { IdentityServices } from '../../services/build-services.js';
 import type { RouteDefinition } from '../route.js';
-import { accountRoutes } from './account.js';
+import { accountRoutes } from './accounts.js';
 import { apiKeyRoutes } from './api-keys.js';
-import { mfaRoutes } from './mfa.js';
+import { mfaRoutes, passkeyRoutes } from './mfa.js';
 import { organizationRoutes } from './orgs.js';
-import { passkeyRoutes } from './passkeys.js';
+import { sessionRoutes } from './sessions.js';
 import { passwordlessRoutes } from './passwordless.js';
 import { socialRoutes } from './social.js';
 import { ssoRoutes } from './sso.js';
-import { userRoutes } from './users.js';
 import { webhookRoutes } from './webhooks.js';
 
-/** Every route of the spec, by section. */
+/** Every route, by domain: each file of this folder serves one folder of `src/services/`. */
 export function allRoutes(services: IdentityServices): RouteDefinition[] {
-  return [...accountRoutes(services), ...mfaRoutes(services), ...passkeyRoutes(services), ...passwordlessRoutes(services), ...organizationRoutes(services), ...userRoutes(services), ...apiKeyRoutes(services), ...webhookRoutes(services), ...socialRoutes(services), ...ssoRoutes(services)];
+  return [...accountRoutes(services), ...sessionRoutes(services), ...mfaRoutes(services), ...passkeyRoutes(services), ...passwordlessRoutes(services), ...organizationRoutes(services), ...apiKeyRoutes(services), ...webhookRoutes(services), ...socialRoutes(services), ...ssoRoutes(services)];
 }

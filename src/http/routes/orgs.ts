@@ -1,5 +1,5 @@
 import Joi from 'joi';
-import type { IdentityServices } from '../../services/identity-services.js';
+import type { IdentityServices } from '../../services/build-services.js';
 import { created, ok, type RouteDefinition } from '../route.js';
 import { emailSchema, idSchema, opaqueTokenSchema, paginationQuery } from '../schemas.js';
 

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { errors } from '../../errors.js';
-import type { IdentityServices } from '../../services/identity-services.js';
-import type { PasswordlessService } from '../../services/passwordless-service.js';
+import type { IdentityServices } from '../../services/build-services.js';
+import type { PasswordlessService } from '../../services/passwordless/passwordless-service.js';
 import { loginAnswer, type RouteDefinition } from '../route.js';
 import { emailSchema, opaqueTokenSchema } from '../schemas.js';
 

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { errors } from '../../errors.js';
-import type { IdentityServices } from '../../services/identity-services.js';
-import type { SocialService } from '../../services/social-service.js';
+import type { IdentityServices } from '../../services/build-services.js';
+import type { SocialService } from '../../services/social/social-service.js';
 import { loginAnswer, ok, redirect, type RouteDefinition } from '../route.js';
 import { idSchema } from '../schemas.js';
 

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { errors } from '../../errors.js';
-import type { IdentityServices } from '../../services/identity-services.js';
-import type { SsoService } from '../../services/sso-service.js';
+import type { IdentityServices } from '../../services/build-services.js';
+import type { SsoService } from '../../services/sso/sso-service.js';
 import { created, ok, redirect, type RouteDefinition } from '../route.js';
 import { emailSchema, idSchema } from '../schemas.js';
 

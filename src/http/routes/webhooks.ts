@@ -1,5 +1,5 @@
 import Joi from 'joi';
-import type { IdentityServices } from '../../services/identity-services.js';
+import type { IdentityServices } from '../../services/build-services.js';
 import { OUTBOUND_URL_MAX_LENGTH } from '../../outbound/outbound-guard.js';
 import { created, ok, type RouteDefinition } from '../route.js';
 import { idSchema, paginationQuery } from '../schemas.js';

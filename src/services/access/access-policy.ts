@@ -1,0 +1,420 @@
+import { apiKeyDigest, isApiKeyShaped } from '../../crypto/api-key.js';
+import { errors, IdentityError } from '../../errors.js';
+import type { Repositories } from '../../store/store.js';
+import { type AccessReads, type GateReads, uncachedReads } from './access-reads.js';
+import type { ResolvedAuthority } from './authority.js';
+import type { ServiceContext } from '../shared/service-context.js';
+import { isWellFormedId } from '../shared/ids.js';
+import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
+import type { Principal } from './principal.js';
+
+/**
+ * The one access policy (issue 9). Every operation declares what it needs in an
+ * `AccessRequirement`; this module alone evaluates it, for the router's routes and for the
+ * host middleware (`identity.authenticate()`, `identity.requirePermission(key)`) alike.
+ * Services evaluate the data-dependent predicates (step-up for an owner-equivalent role,
+ * a second factor) through the same functions, inside the transaction whose write they
+ * guard. Patterns: better-auth `has-permission.ts` + `orgMiddleware`, node-oidc-provider
+ * `grant_common.js`.
+ */
+export interface AccessRequirement {
+  /** Spec 5: public, bearer (access token of a live session), ticket (MFA ticket). */
+  auth: 'public' | 'bearer' | 'ticket';
+  /**
+   * Organization scope: the permission the caller needs in the organization (the path's
+   * `orgId` on router routes, the token's active organization in host middleware). The
+   * organization must be the caller's active one (superadmins exempt), exist, and its
+   * `require_mfa` must be met by the session.
+   */
+  permission?: string;
+  /**
+   * Organization scope without a particular permission: the caller must be an active member
+   * of the path's organization, which must be its active one (superadmins are not exempt:
+   * what such a route makes belongs to a member), exist, and have its `require_mfa` met.
+   * The API-key routes (CONTRACT 10); data-dependent rules (whose keys) are the service's.
+   */
+  member?: boolean;
+  /** Always needs a recent strong authentication (spec 5). Conditional step-up is evaluated by the service with `assertStepUp`. */
+  stepUp?: boolean;
+  /**
+   * Adds a credential to the account: the one gate of the credential lifecycle
+   * (docs/security.md, "One credential lifecycle"). A verified e-mail always (403
+   * `email_unverified`); for a `sign_in_method` (passkey, provider link, API key), a fresh
+   * authentication; for a `second_factor` (TOTP, SMS, e-mail), step-up once a factor exists.
+   * The service repeats the same check with `assertMayAddCredential` under the user's row lock.
+   */
+  addsCredential?: CredentialKind;
+  /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
+  allowedDuringEnrollment?: boolean;
+  /**
+   * Host middleware: the request acts in the token's active organization, so that
+   * organization's `require_mfa` applies even without a permission (CONTRACT 6).
+   */
+  actsInActiveOrganization?: boolean;
+  /**
+   * Host middleware opted in with `{apiKeys: true}` (CONTRACT 10). The router's own routes
+   * never set it: they refuse every key.
+   */
+  acceptsApiKeys?: boolean;
+}
+
+/**
+ * What a new credential does for whoever holds it. A `sign_in_method` opens or acts as the
+ * account on its own, so a stale, stolen access token must never mint one (CONTRACT 8, 9.5,
+ * 10): it needs a fresh authentication. A `second_factor` only completes a sign-in; spec 4.2
+ * lets a bearer enroll the first one, and step-up guards every later one (CONTRACT 5).
+ */
+export type CredentialKind = 'sign_in_method' | 'second_factor';
+
+/**
+ * The actor behind an API key (CONTRACT 10): one member of one organization, with no
+ * session. Its authority is never stored: `authorize` intersects `keyPermissions` with the
+ * owner's live authority on every request.
+ */
+export interface ApiKeyPrincipal {
+  kind: 'api_key';
+  userId: string;
+  organizationId: string;
+  apiKeyId: string;
+  keyPermissions: readonly string[];
+  lastUsedAt: number | null;
+  /** What the enrollment gate needs, read in the same query as the key. */
+  owner: { mfaEnforced: boolean; hasConfirmedFactor: boolean; inMfaRequiringOrganization: boolean };
+}
+
+/** Whoever a request acts as: a session (access token) or an API key. */
+export type Actor = Principal | ApiKeyPrincipal;
+
+/**
+ * The caller the host middleware sets (CONTRACT 6 and 10), read with `identity.caller(req)`.
+ * A union on `kind`.
+ */
+export type Caller = SessionCaller | ApiKeyCaller;
+
+/** A request made with an API key (CONTRACT 10). */
+export interface ApiKeyCaller {
+  kind: 'api_key';
+  /** The key's owner. */
+  user_id: string;
+  /** The key's organization. */
+  organization_id: string;
+  api_key_id: string;
+  /** The key's permission keys that its owner holds there, resolved from the database for this request. */
+  permissions: string[];
+}
+
+export interface SessionCaller {
+  kind: 'session';
+  user_id: string;
+  session_id: string;
+  /** The token's active organization, or null. */
+  organization_id: string | null;
+  /** The session passed a second factor. */
+  mfa: boolean;
+  amr: string[];
+  /** Seconds since the epoch of the last strong authentication. */
+  auth_time: number;
+  email_verified: boolean;
+  superadmin: boolean;
+  /** Permission keys in `organization_id`, resolved from the database for this request. */
+  permissions: string[];
+}
+
+/**
+ * Owner-equivalence (CONTRACT 5): the `owner` system role, or any role holding `org.delete`
+ * or `roles.manage`, whose holder can take the organization over. Creating, editing,
+ * inviting with or granting such a role needs step-up.
+ */
+export function isOwnerEquivalent(role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): boolean {
+  // sso.manage too (CONTRACT 12.1): whoever controls the IdP can sign in as anyone at the domain, owners included.
+  return (role.isSystem && role.slug === OWNER_ROLE_SLUG) || role.permissionKeys.includes('org.delete') || role.permissionKeys.includes('roles.manage') || role.permissionKeys.includes('sso.manage');
+}
+
+/** The `owner` system role itself (last-owner invariants are about this role). */
+export function isOwnerRole(role: { slug: string; isSystem: boolean }): boolean {
+  return role.isSystem && role.slug === OWNER_ROLE_SLUG;
+}
+
+/** Whether an actor may change, suspend or remove a member holding the owner role (spec 4.3 invariant 2). */
+export function mayActOnOwner(actor: { superadmin: boolean; member: boolean; roles: readonly string[] }): boolean {
+  return actor.superadmin || (actor.member && actor.roles.includes(OWNER_ROLE_SLUG));
+}
+
+/** May-authenticate: an account that is active and not deleted. Locks are checked where a secret is compared. */
+export function mayAuthenticate(user: { status: string; deletedAt: number | null }): boolean {
+  return user.status === 'active' && user.deletedAt === null;
+}
+
+/** `last_used_at` is written at most this often per key, so a busy key does not write on every request. */
+const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
+/** Keys whose last write this instance remembers; past it the memory starts over (a key then writes once more). */
+const API_KEY_TOUCHES_REMEMBERED = 10_000;
+/** Digests of keys that were found, remembered per presented key (oldest out first). */
+const API_KEY_DIGESTS_REMEMBERED = 4_096;
+
+/** The router's own routes, and host routes that did not opt in, never take a key (CONTRACT 10). */
+export function apiKeyNotAccepted(): IdentityError {
+  return errors.unauthorized('API keys are accepted only by host routes that opt in with {apiKeys: true}.');
+}
+
+/** Every way a key can have stopped working answers the same, so a probe learns nothing. */
+function apiKeyStopped(): IdentityError {
+  return errors.unauthorized('The API key is invalid, expired or revoked.');
+}
+
+export class AccessPolicy {
+  /**
+   * When this instance last wrote each key's `last_used_at`. The cached key row keeps the
+   * value it was read with for up to a second, and without this every request in that
+   * second would issue the (then empty) update again.
+   */
+  private readonly apiKeyTouchedAt = new Map<string, number>();
+  /**
+   * The HMAC of a key presented before, as the JWT codec remembers verified tokens: the digest
+   * is a pure function of the key, so this only saves its computation; whether the key is
+   * still live is read every time. Only keys that were found are remembered, so random
+   * guesses cannot fill it. It holds presented keys in memory, as the request did, next to
+   * `config.secret`, from which every digest can be made anyway.
+   */
+  private readonly apiKeyDigests = new Map<string, string>();
+
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly catalog: PermissionCatalog,
+    private readonly reads: AccessReads,
+  ) {}
+
+  /** A verified access token whose session is live and whose user may authenticate; otherwise 401. */
+  async authenticate(token: string): Promise<Principal> {
+    const claims = await this.context.jwt.verifyAccessToken(token);
+    if (!claims) throw errors.unauthorized('The access token is invalid or expired.');
+    // Through the access cache (CONTRACT 7): every revocation invalidates it after commit.
+    const found = await this.reads.liveSession(claims.sid);
+    if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
+    const { session, user } = found;
+    if (!mayAuthenticate(user)) throw errors.unauthorized('The account is not active.');
+    return { kind: 'session', userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, mfa: session.mfa, amr: session.amr, authTime: session.authTime, user };
+  }
+
+  /**
+   * A presented API key → its actor, or 401 once it has stopped working: revoked, expired by
+   * the injected clock, owner no longer allowed to authenticate (disabled, deleted), or
+   * organization deleted. Membership and permissions are `authorize`'s. One indexed query on
+   * the key's hash; nothing about a key is cached, so every instance sees a change at once.
+   */
+  async authenticateApiKey(presented: string, requirement: AccessRequirement): Promise<ApiKeyPrincipal> {
+    if (!requirement.acceptsApiKeys) throw apiKeyNotAccepted();
+    let digest = this.apiKeyDigests.get(presented);
+    if (digest === undefined) {
+      if (!isApiKeyShaped(presented)) throw apiKeyStopped();
+      digest = apiKeyDigest(this.context.keys.apiKeyHash, presented);
+    }
+    const found = await this.reads.apiKeyForUse(digest);
+    if (!found) throw apiKeyStopped();
+    if (!this.apiKeyDigests.has(presented)) {
+      if (this.apiKeyDigests.size >= API_KEY_DIGESTS_REMEMBERED) this.apiKeyDigests.delete(this.apiKeyDigests.keys().next().value!);
+      this.apiKeyDigests.set(presented, digest);
+    }
+    const { key, owner } = found;
+    if (key.revokedAt !== null || key.expiresAt <= this.context.clock.now()) throw apiKeyStopped();
+    if (!mayAuthenticate(owner) || !found.organizationActive) throw apiKeyStopped();
+    // A locked account is refused by the host middleware, whichever credential it presents (CONTRACT 6).
+    this.assertNotLocked(owner);
+    return {
+      kind: 'api_key',
+      userId: key.userId,
+      organizationId: key.organizationId,
+      apiKeyId: key.id,
+      keyPermissions: key.permissionKeys,
+      lastUsedAt: key.lastUsedAt,
+      owner: { mfaEnforced: owner.mfaEnforced, hasConfirmedFactor: owner.hasConfirmedFactor, inMfaRequiringOrganization: owner.inMfaRequiringOrganization },
+    };
+  }
+
+  /**
+   * Evaluates a requirement for an authenticated caller, in this order: grace enrollment,
+   * organization scope (active organization, existence, `require_mfa`, permission), step-up.
+   * Superadmin is resolved once. Answers the caller's authority in the organization.
+   */
+  async authorize(actor: Actor, requirement: AccessRequirement, organizationId?: string): Promise<ResolvedAuthority | undefined> {
+    if (actor.kind === 'api_key') return this.authorizeApiKey(actor, requirement);
+    const principal = actor;
+    const repos = this.reads;
+    if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
+    let authority: ResolvedAuthority | undefined;
+    if (requirement.permission !== undefined || requirement.member) {
+      if (organizationId === undefined) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
+      authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
+    } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
+      authority = await repos.authority(this.catalog, principal.userId, principal.organizationId);
+      // CONTRACT 6: a host that scopes data by the caller's organization never serves one the
+      // user has left, though the session lives on until its token expires.
+      if (!authority.member && !authority.superadmin) throw errors.forbidden('You are no longer a member of the organization this token was issued for.');
+      // Every request scoped to an organization meets its MFA policy, host middleware included.
+      await this.assertOrganizationMfa(repos, principal, principal.organizationId);
+    }
+    if (requirement.stepUp) await this.assertStepUpWith(repos, principal);
+    if (requirement.addsCredential) await this.assertMayAddCredentialWith(repos, principal, principal.user.emailVerified, requirement.addsCredential);
+    return authority;
+  }
+
+  /**
+   * The credential gate again, inside the transaction that adds the credential (the user's
+   * row locked by the caller): the address is read from that row, so a proof or a change
+   * between the request's admission and its write cannot slip through.
+   */
+  async assertMayAddCredential(repos: Repositories, principal: Principal, kind: CredentialKind): Promise<void> {
+    const user = await repos.users.findById(principal.userId);
+    await this.assertMayAddCredentialWith(uncachedReads(repos), principal, user?.emailVerified === true, kind);
+  }
+
+  private async assertMayAddCredentialWith(reads: GateReads, principal: Principal, emailVerified: boolean, kind: CredentialKind): Promise<void> {
+    // First, because signing in again would not help: only the owner's proof of the address does.
+    if (!emailVerified) throw errors.emailUnverified('Verify your e-mail address before adding a way to sign in or a second factor.');
+    if (kind === 'sign_in_method') await this.assertFreshAuthenticationWith(reads, principal);
+    else await this.assertStepUpWith(reads, principal);
+  }
+
+  /** CONTRACT 6: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
+  assertNotLocked(account: { lockedUntil: number | null }): void {
+    const { lockedUntil } = account;
+    if (lockedUntil !== null && lockedUntil > this.context.clock.now()) throw errors.unauthorized('The account is locked.');
+  }
+
+  /**
+   * Step-up (spec 5): the session's last strong authentication must be recent. A user
+   * without a confirmed factor has nothing to step up with and passes. Pass the unit of
+   * work's repositories when the decision guards a write in that transaction.
+   */
+  async assertStepUp(repos: Repositories, principal: Principal): Promise<void> {
+    await this.assertStepUpWith(uncachedReads(repos), principal);
+  }
+
+  private async assertStepUpWith(reads: GateReads, principal: Principal): Promise<void> {
+    if (this.stepUpFresh(principal)) return;
+    if (!(await reads.hasConfirmedFactor(principal.userId))) return;
+    throw errors.stepUpRequired();
+  }
+
+  /**
+   * Fresh authentication (CONTRACT 9.5): like step-up, but a user without a factor is not
+   * waved through: a sign-in older than `security.stepUp.maxAge` must be repeated.
+   */
+  private async assertFreshAuthenticationWith(reads: GateReads, principal: Principal): Promise<void> {
+    if (this.stepUpFresh(principal)) return;
+    if (await reads.hasConfirmedFactor(principal.userId)) throw errors.stepUpRequired();
+    throw errors.reauthenticationRequired();
+  }
+
+  /** The step-up need, in one place: a strong authentication within `security.stepUp.maxAge`. */
+  stepUpFresh(principal: Pick<Principal, 'authTime'>): boolean {
+    return this.context.clock.now() - principal.authTime <= this.context.config.security.stepUp.maxAge * 1000;
+  }
+
+  /** CONTRACT 5: global enforcement, the per-user flag, or an organization that requires MFA. */
+  async isMfaEnforcedFor(repos: Repositories, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
+    return this.isMfaEnforcedWith(uncachedReads(repos), user);
+  }
+
+  private async isMfaEnforcedWith(reads: GateReads, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
+    if (this.context.config.mfa.enforce || user.mfaEnforced) return true;
+    return reads.belongsToMfaRequiringOrganization(user.id);
+  }
+
+  /** The caller as the host middleware exposes it. */
+  caller(actor: Actor, authority: ResolvedAuthority | undefined): Caller {
+    if (actor.kind === 'api_key') {
+      return { kind: 'api_key', user_id: actor.userId, organization_id: actor.organizationId, api_key_id: actor.apiKeyId, permissions: authority ? [...authority.permissions].sort() : [] };
+    }
+    const principal = actor;
+    return {
+      kind: 'session',
+      user_id: principal.userId,
+      session_id: principal.sessionId,
+      organization_id: principal.organizationId,
+      mfa: principal.mfa,
+      amr: [...principal.amr],
+      auth_time: Math.floor(principal.authTime / 1000),
+      email_verified: principal.user.emailVerified,
+      superadmin: authority?.superadmin ?? false,
+      permissions: authority ? [...authority.permissions].sort() : [],
+    };
+  }
+
+  /** A user's live authority in an organization, through the access cache (every change to it invalidates the cache). */
+  authorityIn(userId: string, organizationId: string | null): Promise<ResolvedAuthority> {
+    return this.reads.authority(this.catalog, userId, organizationId);
+  }
+
+  /** Resolves the caller's authority (for `caller()`) when no permission was asked. */
+  async authorityOf(principal: Principal): Promise<ResolvedAuthority> {
+    return this.reads.authority(this.catalog, principal.userId, principal.organizationId);
+  }
+
+  /**
+   * A key's authority in its organization: the owner must still be an active member (else
+   * the key has stopped: 401), grace enrollment binds the owner's keys as it binds the
+   * owner's sessions, a key never passes step-up, and the permissions are the key's
+   * intersected with the owner's live ones (403 for one it lacks).
+   */
+  private async authorizeApiKey(actor: ApiKeyPrincipal, requirement: AccessRequirement): Promise<ResolvedAuthority> {
+    const owner = await this.reads.authority(this.catalog, actor.userId, actor.organizationId);
+    if (!owner.member) throw apiKeyStopped();
+    const mfaEnforced = this.context.config.mfa.enforce || actor.owner.mfaEnforced || actor.owner.inMfaRequiringOrganization;
+    if (!requirement.allowedDuringEnrollment && mfaEnforced && !actor.owner.hasConfirmedFactor) throw mfaEnrollmentRequired();
+    const now = this.context.clock.now();
+    const lastUsedAt = Math.max(actor.lastUsedAt ?? Number.NEGATIVE_INFINITY, this.apiKeyTouchedAt.get(actor.apiKeyId) ?? Number.NEGATIVE_INFINITY);
+    if (now - lastUsedAt >= API_KEY_LAST_USED_RESOLUTION_MS) {
+      if (this.apiKeyTouchedAt.size >= API_KEY_TOUCHES_REMEMBERED) this.apiKeyTouchedAt.clear();
+      this.apiKeyTouchedAt.set(actor.apiKeyId, now);
+      await this.context.store.repos.apiKeys.touchLastUsed(actor.apiKeyId, now, API_KEY_LAST_USED_RESOLUTION_MS);
+    }
+    if (requirement.stepUp) throw errors.stepUpRequired();
+    const permissions = new Set(actor.keyPermissions.filter((permission) => owner.permissions.has(permission)));
+    if (requirement.permission !== undefined && !permissions.has(requirement.permission)) throw errors.forbidden();
+    return { ...owner, permissions };
+  }
+
+  /** Grace enrollment (CONTRACT 5): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */
+  private async assertEnrollmentNotPending(reads: GateReads, principal: Principal): Promise<void> {
+    if (principal.mfa) return;
+    if (!(await this.isMfaEnforcedWith(reads, principal.user))) return;
+    if (await reads.hasConfirmedFactor(principal.userId)) return;
+    throw mfaEnrollmentRequired();
+  }
+
+  private async authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, requirement: AccessRequirement): Promise<ResolvedAuthority> {
+    const superadmin = await reads.isSuperadmin(principal.userId);
+    if ((requirement.member || !superadmin) && organizationId !== principal.organizationId) throw errors.forbidden('The organization in the path is not your active organization.');
+    // Only a superadmin reaches here with a path value that did not come from our own token.
+    if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
+    const [organization, authority] = await Promise.all([
+      reads.activeOrganization(organizationId),
+      reads.authority(this.catalog, principal.userId, organizationId, superadmin),
+    ]);
+    if (!organization) throw errors.notFound('Organization');
+    if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
+    if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
+    if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
+    return authority;
+  }
+
+  private async assertOrganizationMfa(reads: GateReads, principal: Principal, organizationId: string): Promise<void> {
+    if (principal.mfa) return;
+    const organization = await reads.activeOrganization(organizationId);
+    if (organization?.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
+  }
+
+  /** CONTRACT 5: a session without a second factor cannot act in a `require_mfa` organization. */
+  private async assertSessionMeetsOrganizationMfa(reads: GateReads, principal: Principal): Promise<void> {
+    if (principal.mfa) return;
+    if (await reads.hasConfirmedFactor(principal.userId)) {
+      throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; complete a second-factor check (step-up) first.');
+    }
+    throw mfaEnrollmentRequired();
+  }
+}
+
+export function mfaEnrollmentRequired(): IdentityError {
+  return new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required; enroll and confirm a factor to continue.');
+}

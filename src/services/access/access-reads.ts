@@ -1,0 +1,115 @@
+import type { Clock } from '../../adapters/types.js';
+import type { ApiKeyForUse } from '../../store/api-key-repository.js';
+import type { OrganizationRecord, MembershipAuthorityRow } from '../../store/organization-repository.js';
+import type { SessionRecord } from '../../store/session-repository.js';
+import type { Repositories } from '../../store/store.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import { type AccessCache, dependsOnOrganization, dependsOnSession, dependsOnUser } from '../shared/access-cache.js';
+import { authorityFrom, resolveAuthority, type ResolvedAuthority } from './authority.js';
+import type { PermissionCatalog } from './permission-catalog.js';
+
+/** What the access policy reads to decide; cached for request gates, straight from a transaction's repositories otherwise. */
+export interface GateReads {
+  isSuperadmin(userId: string): Promise<boolean>;
+  activeOrganization(organizationId: string): Promise<OrganizationRecord | undefined>;
+  authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Promise<ResolvedAuthority>;
+  belongsToMfaRequiringOrganization(userId: string): Promise<boolean>;
+  hasConfirmedFactor(userId: string): Promise<boolean>;
+}
+
+/** The same reads without the cache: for decisions that guard a write in the transaction of `repos`. */
+export function uncachedReads(repos: Repositories): GateReads {
+  return {
+    isSuperadmin: (userId) => repos.roles.isSuperadmin(userId),
+    activeOrganization: (organizationId) => repos.organizations.findActive(organizationId),
+    authority: (catalog, userId, organizationId, knownSuperadmin) => resolveAuthority(repos, catalog, userId, organizationId, knownSuperadmin),
+    belongsToMfaRequiringOrganization: (userId) => repos.organizations.userBelongsToMfaRequiringOrganization(userId),
+    hasConfirmedFactor: (userId) => repos.mfaFactors.hasConfirmed(userId),
+  };
+}
+
+/**
+ * The reads that decide whether a request may proceed (authentication and authority), through
+ * the access cache. Only the request gates use these: a service that decides inside a
+ * transaction reads the database itself.
+ */
+export class AccessReads implements GateReads {
+  constructor(
+    private readonly repos: Repositories,
+    private readonly cache: AccessCache,
+    private readonly clock: Clock,
+  ) {}
+
+  /** A session that is neither revoked nor past its lifetime, with its user. */
+  async liveSession(sessionId: string): Promise<{ session: SessionRecord; user: UserRecord } | undefined> {
+    const found = await this.cache.read(
+      `session:${sessionId}`,
+      () => this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()),
+      (value) => (value ? [dependsOnSession(sessionId), dependsOnUser(value.user.id)] : undefined),
+    );
+    // The clock moves on while an entry is kept: its lifetime is checked on every read, and a
+    // refresh may have extended it since (refreshes do not invalidate), so the database decides.
+    if (!found || found.session.expiresAt > this.clock.now()) return found;
+    return this.repos.sessions.findLiveWithUser(sessionId, this.clock.now());
+  }
+
+  /**
+   * An API key by its keyed digest, with its owner's gate facts (CONTRACT 10). Revocation,
+   * the owner's changes and the organization's emit events that drop the entry; expiry is
+   * checked by the caller on every read. Unknown digests are not kept, so guessing fills nothing.
+   */
+  apiKeyForUse(digest: string): Promise<ApiKeyForUse | undefined> {
+    return this.cache.read(
+      `api_key:${digest}`,
+      () => this.repos.apiKeys.findForUse(digest),
+      (value) => (value ? [dependsOnUser(value.key.userId), dependsOnOrganization(value.key.organizationId)] : undefined),
+    );
+  }
+
+  isSuperadmin(userId: string): Promise<boolean> {
+    return this.cache.read(`superadmin:${userId}`, () => this.repos.roles.isSuperadmin(userId), () => [dependsOnUser(userId)]);
+  }
+
+  membershipAuthority(userId: string, organizationId: string): Promise<MembershipAuthorityRow | undefined> {
+    return this.cache.read(
+      `membership:${userId}:${organizationId}`,
+      () => this.repos.roles.resolveMembershipAuthority(userId, organizationId),
+      () => [dependsOnUser(userId), dependsOnOrganization(organizationId)],
+    );
+  }
+
+  /** What the user may do in an organization (`null`: none active), resolved once per request from cached parts. */
+  async authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Promise<ResolvedAuthority> {
+    const [superadmin, membership] = await Promise.all([
+      knownSuperadmin ?? this.isSuperadmin(userId),
+      organizationId ? this.membershipAuthority(userId, organizationId) : Promise.resolve(undefined),
+    ]);
+    return authorityFrom(catalog, superadmin, membership);
+  }
+
+  activeOrganization(organizationId: string): Promise<OrganizationRecord | undefined> {
+    return this.cache.read(`organization:${organizationId}`, () => this.repos.organizations.findActive(organizationId), () => [dependsOnOrganization(organizationId)]);
+  }
+
+  /** Whether an active membership puts the user under an organization's `require_mfa` (an organization change invalidates every entry). */
+  belongsToMfaRequiringOrganization(userId: string): Promise<boolean> {
+    return this.cache.read(`mfa-organization:${userId}`, () => this.repos.organizations.userBelongsToMfaRequiringOrganization(userId), () => [dependsOnUser(userId)]);
+  }
+
+  /** The user's active memberships of active organizations, with role slugs (GET /auth/me, GET /orgs). */
+  activeMemberships(userId: string): Promise<Array<{ organization: OrganizationRecord; roleSlugs: string[] }>> {
+    return this.cache.read(
+      `memberships:${userId}`,
+      () => this.repos.organizations.listActiveMembershipsOfUser(userId),
+      (memberships) => [dependsOnUser(userId), ...memberships.map(({ organization }) => dependsOnOrganization(organization.id))],
+    );
+  }
+
+  recoveryCodesRemaining(userId: string): Promise<number> {
+    return this.cache.read(`recovery-codes:${userId}`, () => this.repos.recoveryCodes.countUnused(userId), () => [dependsOnUser(userId)]);
+  }
+
+  hasConfirmedFactor(userId: string): Promise<boolean> {
+    return this.cache.read(`confirmed-factor:${userId}`, () => this.repos.mfaFactors.hasConfirmed(userId), () => [dependsOnUser(userId)]);
+  }
+}

@@ -1,0 +1,79 @@
+import { IdentityError } from '../../errors.js';
+import type { Repositories } from '../../store/store.js';
+import type { ServiceContext } from '../shared/service-context.js';
+import { normaliseEmail } from '../shared/identity-rules.js';
+
+/** An address whose organization requires single sign-on (CONTRACT 12.6). */
+export interface SsoRequirement {
+  connectionId: string;
+  organizationId: string;
+  organizationSlug: string;
+}
+
+/**
+ * "Require SSO" (CONTRACT 12.6), the one rule every sign-in path asks: password login,
+ * passkey login, passwordless verify, registration, password forgot and reset, social login,
+ * invite acceptance and refresh. The answer comes from the address's domain alone, before
+ * any credential is compared, so it never tells whether an account exists; superadmins pass
+ * only with a right credential, which the caller checks and reports with `credentialRight`.
+ * Without an `sso` config nothing is ever required.
+ */
+export class SignInRules {
+  constructor(private readonly context: ServiceContext) {}
+
+  /** The enforcing connection of the address's verified domain, if any. */
+  async ssoRequirement(email: string, repos: Repositories = this.context.store.repos): Promise<SsoRequirement | undefined> {
+    if (!this.context.config.sso) return undefined;
+    const address = normaliseEmail(email);
+    const domain = address.slice(address.lastIndexOf('@') + 1);
+    if (!domain) return undefined;
+    return repos.ssoConnections.findEnforcingForDomain(domain);
+  }
+
+  /**
+   * 403 `sso_required` for an address at an enforcing organization's domain, unless the
+   * sign-in came through that organization's connection (`viaConnectionId`) or the account is
+   * a superadmin whose credential was right. Answers the requirement for callers that must
+   * finish a credential check first (superadmin exemption).
+   */
+  async assertAllowed(
+    email: string,
+    options: { userId?: string | undefined; credentialRight?: boolean; viaConnectionId?: string | null; repos?: Repositories } = {},
+  ): Promise<void> {
+    const refusal = await this.refusal(email, options);
+    if (refusal) throw refusal;
+  }
+
+  /** The same rule, answered rather than thrown (for a transaction that must commit its own bookkeeping first). */
+  async refusal(
+    email: string,
+    options: { userId?: string | undefined; credentialRight?: boolean; viaConnectionId?: string | null; repos?: Repositories } = {},
+  ): Promise<IdentityError | undefined> {
+    const requirement = await this.ssoRequirement(email, options.repos);
+    if (!requirement) return undefined;
+    if (options.viaConnectionId && options.viaConnectionId === requirement.connectionId) return undefined;
+    if (options.userId && options.credentialRight && (await (options.repos ?? this.context.store.repos).roles.isSuperadmin(options.userId))) return undefined;
+    return ssoRequired(requirement);
+  }
+
+  /**
+   * A session's later uses (refresh 401, invite acceptance 403): allowed when the address is
+   * under no enforcement, the session was opened through the enforcing connection, or the
+   * account is a superadmin (its session was opened with a right credential).
+   */
+  async assertSessionAllowed(user: { id: string; email: string }, sessionId: string, status: 401 | 403): Promise<void> {
+    const requirement = await this.ssoRequirement(user.email);
+    if (!requirement) return;
+    const repos = this.context.store.repos;
+    if ((await repos.ssoIdentities.sessionConnection(sessionId)) === requirement.connectionId) return;
+    if (await repos.roles.isSuperadmin(user.id)) return;
+    throw ssoRequired(requirement, status);
+  }
+}
+
+export function ssoRequired(requirement: Pick<SsoRequirement, 'organizationSlug'>, status: 401 | 403 = 403): IdentityError {
+  return new IdentityError(status, 'sso_required', 'Your organization requires signing in through its single sign-on.', {
+    extra: { organization_slug: requirement.organizationSlug },
+    ...(status === 401 ? { headers: { 'WWW-Authenticate': 'Bearer error="sso_required"' } } : {}),
+  });
+}

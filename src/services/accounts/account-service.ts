@@ -1,0 +1,258 @@
+import { randomUUID } from 'node:crypto';
+import { errors } from '../../errors.js';
+import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
+import type { OneTimeTokenPurpose } from '../../store/session-repository.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import type { MfaService } from '../mfa/mfa-service.js';
+import type { FirstFactor, LoginResult } from '../sessions/sign-in-result.js';
+import { assertPasswordAcceptable } from './password-policy.js';
+import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.js';
+import type { Principal } from '../access/principal.js';
+import type { SessionService } from '../sessions/session-service.js';
+import { FailedAttemptSlot } from '../limits/lockout.js';
+import { mayAuthenticate } from '../access/access-policy.js';
+import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
+import { recordFirstEmailProof } from './credential-lifecycle.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
+
+/** Registration, e-mail verification, password login and password reset / change (spec 4.1). */
+export class AccountService {
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly sessions: SessionService,
+    private readonly mfa: MfaService,
+    private readonly signInRules: SignInRules,
+  ) {}
+
+  /**
+   * Enumeration-safe: the same work (one bcrypt hash) and the same answer whether or not
+   * the address is new; only a new account gets mail.
+   */
+  async register(input: { email: string; password: string; displayName?: string | undefined }, meta: RequestMeta): Promise<void> {
+    const email = normaliseEmail(input.email);
+    // Require SSO (CONTRACT 12.6): nothing is created or sent for an address at an enforcing domain.
+    await this.signInRules.assertAllowed(email);
+    assertPasswordAcceptable(input.password, email, this.context.config.password);
+    const passwordHash = await this.context.hasher.hash(input.password);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const userId = randomUUID();
+      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName: normaliseDisplayName(input.displayName), passwordHash, now: uow.now });
+      if (!created) return;
+      await uow.emit({ type: 'user.registered', actorId: userId, userId });
+      await this.sendOneTimeToken(uow, { id: userId, email }, 'verify_email');
+    });
+  }
+
+  /** Idempotent: the same unexpired token answers again; the event fires on the first verification only. */
+  async verifyEmail(token: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const stored = await uow.repos.oneTimeTokens.findByHash(keyedHash(this.context.keys.tokenHash, token), 'verify_email');
+      if (!stored || stored.expiresAt <= uow.now) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
+      const user = await uow.repos.users.findById(stored.userId);
+      if (!user || user.deletedAt !== null) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
+      await uow.repos.oneTimeTokens.consume(stored.id, uow.now);
+      await recordFirstEmailProof(uow, user, { method: 'link' });
+    });
+  }
+
+  async resendVerification(emailInput: string, meta: RequestMeta): Promise<void> {
+    const email = normaliseEmail(emailInput);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByEmail(email);
+      if (!user || user.emailVerified || !mayAuthenticate(user)) return;
+      await this.sendOneTimeToken(uow, user, 'verify_email');
+    });
+  }
+
+  /**
+   * `abandoned`: the client went away. A login still waiting for a hashing thread then ends
+   * without comparing, recording or answering anything, and gives its failed-attempt slot
+   * back: nothing was compared, so nothing counts against the account.
+   */
+  async login(input: { email: string; password: string }, meta: RequestMeta, abandoned?: AbortSignal): Promise<LoginResult> {
+    const email = normaliseEmail(input.email);
+    const now = this.context.clock.now();
+    const repos = this.context.store.repos;
+    const user = await repos.users.findByEmail(email);
+    // Require SSO (CONTRACT 12.6): decided by the domain before any password check. Only a
+    // superadmin goes on to the comparison, and a wrong password still answers sso_required.
+    const ssoRequirement = await this.signInRules.ssoRequirement(email);
+    if (ssoRequirement && !(user && (await repos.roles.isSuperadmin(user.id)))) {
+      await this.context.hasher.burnVerification(input.password, abandoned);
+      throw ssoRequired(ssoRequirement);
+    }
+    // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared (issue 10).
+    const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined;
+
+    if (!user || user.deletedAt !== null || !user.passwordHash || !slot) {
+      // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.
+      await this.context.hasher.burnVerification(input.password, abandoned);
+      await this.recordLoginFailure(user, user?.passwordHash && user.deletedAt === null ? 'locked' : 'unknown_account', meta);
+      throw errors.invalidCredentials();
+    }
+
+    // Only a wrong password keeps the slot (`fail` settles it); every other way out of this
+    // block gives it back, a comparison that never ran (its client gone) included. A correct
+    // password does not clear earlier failures: those end only when the sign-in completes (a
+    // second factor may still be guessed, CONTRACT 5), which clears them in its own transaction.
+    try {
+      if (!(await this.context.hasher.verify(input.password, user.passwordHash, abandoned))) {
+        await this.recordLoginFailure(user, 'wrong_password', meta, slot);
+        throw ssoRequirement ? ssoRequired(ssoRequirement) : errors.invalidCredentials();
+      }
+      await this.upgradePasswordHash(user, input.password);
+      return await this.signIn(user, { amr: 'pwd', method: 'password' }, slot, meta);
+    } finally {
+      await slot.release();
+    }
+  }
+
+  /**
+   * Everything after a first factor has been checked, the same for every first factor (a
+   * password, a passwordless code or link, CONTRACT 11): the sign-in refusals, the MFA gate
+   * (enforcement, grace and block mode, an organization's require_mfa), the session, the
+   * `user.logged_in` event and the login answer. A session's opening clears earlier failures
+   * with `slot`; the caller gives the slot back otherwise. An account created by this very
+   * sign-in (a passwordless sign-up) has no failures and no slot.
+   */
+  async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta): Promise<LoginResult> {
+    if (user.status === 'disabled') {
+      await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
+      throw errors.accountDisabled();
+    }
+    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
+      throw errors.emailUnverified('Verify your e-mail address before signing in.');
+    }
+    const gate = await this.mfa.loginGate(user, meta, firstFactor.amr, { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method });
+    if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
+
+    const amr = [firstFactor.amr];
+    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
+      await slot?.completeSignIn(uow, user);
+      const opened = await this.sessions.open(uow, user, { mfa: false, amr, authTime: uow.now }, meta);
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } });
+      return opened;
+    });
+    const tokens = await this.sessions.signOpened(opened);
+    return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
+  }
+
+  /**
+   * A hash made with another algorithm or cost than configured is re-made while the
+   * password is at hand: raising `bcryptCost` or moving to argon2id takes effect at each
+   * user's next login. It is not the password changing, so no event and no session ends.
+   */
+  private async upgradePasswordHash(user: UserRecord, password: string): Promise<void> {
+    if (!user.passwordHash || !this.context.hasher.needsRehash(user.passwordHash)) return;
+    const upgraded = await this.context.hasher.hash(password);
+    await this.context.store.repos.users.replacePasswordHash(user.id, user.passwordHash, upgraded);
+  }
+
+  async forgotPassword(emailInput: string, meta: RequestMeta): Promise<void> {
+    const email = normaliseEmail(emailInput);
+    // Require SSO: no reset link is sent to an address at an enforcing domain (superadmins excepted).
+    const exempt = await this.context.store.repos.users.findByEmail(email).then((user) => (user ? this.context.store.repos.roles.isSuperadmin(user.id) : false));
+    if (!exempt) await this.signInRules.assertAllowed(email);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByEmail(email);
+      if (!user || !mayAuthenticate(user)) return;
+      await uow.emit({ type: 'user.password_reset_requested', userId: user.id });
+      await this.sendOneTimeToken(uow, user, 'password_reset');
+    });
+  }
+
+  async resetPassword(input: { token: string; newPassword: string }, meta: RequestMeta): Promise<void> {
+    const tokenHash = keyedHash(this.context.keys.tokenHash, input.token);
+    const invalid = () => errors.invalidToken(401, 'The reset link is invalid, expired or already used.');
+    const stored = await this.context.store.repos.oneTimeTokens.findByHash(tokenHash, 'password_reset');
+    if (!stored || stored.consumedAt !== null || stored.expiresAt <= this.context.clock.now()) throw invalid();
+    const user = await this.context.store.repos.users.findById(stored.userId);
+    if (!user || user.deletedAt !== null) throw invalid();
+    // Require SSO: a token issued before enforcement changes nothing either; a superadmin's valid token is a right credential.
+    await this.signInRules.assertAllowed(user.email, { userId: user.id, credentialRight: true });
+    assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
+    const passwordHash = await this.context.hasher.hash(input.newPassword);
+
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      // The conditional consume makes the token single-use even under concurrent resets.
+      if (!(await uow.repos.oneTimeTokens.consume(stored.id, uow.now))) throw invalid();
+      await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
+      await uow.repos.users.clearFailedLogins(user.id);
+      // The reset link reached the address, which proves it: the first proof clears whatever
+      // was bound to an unverified account before it (the credential lifecycle).
+      if (!user.emailVerified) await recordFirstEmailProof(uow, user, { method: 'password_reset' });
+      await this.endPasswordBoundCredentials(uow, user.id);
+      // Account recovery: keys outlive sessions, so whoever held the account must not keep one (CONTRACT 10).
+      await revokeKeysOfUser(uow, user.id, user.id, 'password_reset');
+      const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
+      await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
+    });
+  }
+
+  async changePassword(principal: Principal, input: { currentPassword: string; newPassword: string }, meta: RequestMeta): Promise<void> {
+    const user = principal.user;
+    // A wrong current password counts toward the lockout like a wrong login (issue 9: no
+    // password oracle behind a stolen access token); a locked account compares nothing.
+    const slot = user.passwordHash ? await FailedAttemptSlot.reserve(this.context.store.repos, this.context.config.auth.lockout, user.id, this.context.clock.now()) : undefined;
+    if (!user.passwordHash || !slot) throw errors.invalidCredentials(403);
+    if (!(await this.context.hasher.verify(input.currentPassword, user.passwordHash))) {
+      await runUnitOfWork(this.context, meta, (uow) => slot.fail(uow, 'password'));
+      throw errors.invalidCredentials(403);
+    }
+    await slot.release();
+    assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
+    const passwordHash = await this.context.hasher.hash(input.newPassword);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
+      await this.endPasswordBoundCredentials(uow, user.id);
+      const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_changed', principal.sessionId);
+      await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'change', sessions_revoked: count } });
+    });
+  }
+
+  /**
+   * A new password ends what the old one (or the mailbox before it) had opened: pending MFA
+   * tickets, whose holder proved the old password, and outstanding reset links.
+   */
+  private async endPasswordBoundCredentials(uow: UnitOfWork, userId: string): Promise<void> {
+    await uow.repos.mfaTickets.endAllForUser(userId, uow.now);
+    await uow.repos.oneTimeTokens.expireOutstanding(userId, 'password_reset', uow.now);
+  }
+
+  /** Only a wrong password counts toward the lockout (its slot stays taken); unknown, locked and disabled accounts are only recorded. */
+  private async recordLoginFailure(
+    user: UserRecord | undefined,
+    reason: 'unknown_account' | 'locked' | 'wrong_password' | 'account_disabled',
+    meta: RequestMeta,
+    slot?: FailedAttemptSlot,
+    firstFactor?: FirstFactor,
+  ): Promise<void> {
+    // A password login's failures carry no method (spec 6); a passwordless one's say which (CONTRACT 11).
+    const data = firstFactor && firstFactor.method !== 'password' ? { method: firstFactor.method, reason } : { reason };
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data });
+      if (slot) await slot.fail(uow, 'password');
+    });
+  }
+
+  private async sendOneTimeToken(uow: UnitOfWork, user: { id: string; email: string }, purpose: OneTimeTokenPurpose): Promise<void> {
+    const token = randomToken();
+    const ttl = purpose === 'verify_email' ? this.context.config.tokens.emailVerifyTtl : this.context.config.tokens.passwordResetTtl;
+    if (purpose === 'password_reset') await uow.repos.oneTimeTokens.expireOutstanding(user.id, purpose, uow.now);
+    await uow.repos.oneTimeTokens.insert({
+      id: randomUUID(),
+      userId: user.id,
+      purpose,
+      tokenHash: keyedHash(this.context.keys.tokenHash, token),
+      now: uow.now,
+      expiresAt: uow.now + ttl * 1000,
+    });
+    const template = purpose === 'verify_email' ? 'verify_email' : 'password_reset';
+    const linkTemplate = purpose === 'verify_email' ? this.context.config.links.verifyEmail : this.context.config.links.resetPassword;
+    const context: Record<string, unknown> = { app_name: this.context.config.appName, token };
+    if (linkTemplate) context.url = linkTemplate.replaceAll('{token}', encodeURIComponent(token));
+    uow.afterCommit(() => this.context.mailer.send({ to: user.email, template, context }));
+  }
+}

@@ -1,0 +1,224 @@
+import { keyedHash } from '../../crypto/keyed-hash.js';
+import { errors } from '../../errors.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import { resolveAuthority } from '../access/authority.js';
+import { normaliseDisplayName } from '../shared/identity-rules.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import { userStatus } from './me-service.js';
+import type { PermissionCatalog } from '../access/permission-catalog.js';
+import type { Principal } from '../access/principal.js';
+import { deleteLinksOfDeletedUser } from './social-links.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+
+/** Spec 4.4: the user body. */
+export interface UserView {
+  id: string;
+  email: string;
+  display_name: string | null;
+  status: 'active' | 'disabled' | 'locked';
+}
+
+export interface UserProfileChanges {
+  /** `null` (or an empty string) clears it. */
+  displayName?: string | null | undefined;
+  /** users.manage only (CONTRACT 5). */
+  mfaEnforced?: boolean | undefined;
+}
+
+/** The reserved domain of tombstone addresses (RFC 2606 `.invalid` never resolves). */
+export const TOMBSTONE_EMAIL_DOMAIN = 'deleted.invalid';
+
+
+type UserPermission = 'users.read' | 'users.manage';
+
+/** Changes made by the host's own code through `identity.service`: no request, no address. */
+const HOST_CODE: RequestMeta = { ip: null, userAgent: null };
+
+/** User administration and the account lifecycle (spec 4.4, spec 3 user status). */
+export class UserAdminService {
+  constructor(
+    protected readonly context: ServiceContext,
+    protected readonly catalog: PermissionCatalog,
+  ) {}
+
+  async read(principal: Principal, userId: string): Promise<UserView> {
+    await this.assertAllowed(principal, userId, 'users.read', { self: true });
+    const user = await this.context.store.repos.users.findById(userId);
+    if (!user) throw errors.notFound('User');
+    return this.view(user, this.context.clock.now());
+  }
+
+  async updateProfile(principal: Principal, userId: string, changes: UserProfileChanges, meta: RequestMeta): Promise<UserView> {
+    // The per-user MFA flag is an administrative control: holding it over yourself would let
+    // a user switch off a policy an administrator set.
+    await this.assertAllowed(principal, userId, 'users.manage', { self: changes.mfaEnforced === undefined });
+    const displayName = changes.displayName === undefined ? undefined : normaliseDisplayName(changes.displayName);
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await this.lockLiveUser(uow, userId);
+      uow.invalidates({ user: user.id });
+      if (displayName !== undefined) await uow.repos.users.setDisplayName(user.id, displayName, uow.now);
+      if (changes.mfaEnforced !== undefined) await this.changeMfaEnforcement(uow, user.id, changes.mfaEnforced, principal.userId);
+      return this.view((await uow.repos.users.findById(user.id))!, uow.now);
+    });
+  }
+
+  // ---------------------------------------------------------------- privilege changes (identity.service)
+
+  /**
+   * Grants the global superadmin role (every permission in every organization). Idempotent;
+   * the grant, like every privilege change, leaves an audit row and an event (`actor_id` null:
+   * it is made by the host's code, never through HTTP).
+   */
+  async grantSuperadmin(userId: string): Promise<void> {
+    await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
+      const user = await uow.repos.users.findById(userId);
+      if (!user || user.deletedAt !== null) throw errors.notFound('User');
+      uow.invalidates({ user: userId });
+      if (await uow.repos.roles.grantSuperadmin(userId, uow.now)) await uow.emit({ type: 'user.superadmin_granted', userId });
+    });
+  }
+
+  /** Revokes the global superadmin role; idempotent (an event only when it was held). */
+  async revokeSuperadmin(userId: string): Promise<void> {
+    await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
+      uow.invalidates({ user: userId });
+      if (await uow.repos.roles.revokeSuperadmin(userId)) await uow.emit({ type: 'user.superadmin_revoked', userId });
+    });
+  }
+
+  /** The per-user MFA enforcement flag (CONTRACT 5: `service.setMfaEnforced`). */
+  async setMfaEnforced(userId: string, on: boolean): Promise<void> {
+    await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
+      const user = await uow.repos.users.findByIdForUpdate(userId);
+      if (!user) throw errors.notFound('User');
+      uow.invalidates({ user: userId });
+      await this.changeMfaEnforcement(uow, userId, on, null);
+    });
+  }
+
+  /** The flag and its trace, wherever it is set (PATCH /users/{id} or the service). */
+  private async changeMfaEnforcement(uow: UnitOfWork, userId: string, on: boolean, actorId: string | null): Promise<void> {
+    if (await uow.repos.users.setMfaEnforced(userId, on, uow.now)) await uow.emit({ type: 'user.mfa_enforcement_changed', actorId, userId, data: { mfa_enforced: on } });
+  }
+
+  /** active (or locked) → disabled: every session ends and login answers account_disabled. */
+  async disable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
+    await this.assertAllowed(principal, userId, 'users.manage', { self: false });
+    // An administrator who locks themselves out leaves nobody to undo it.
+    if (userId === principal.userId) throw errors.conflict('You cannot disable your own account.');
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await this.lockLiveUser(uow, userId);
+      if (user.status !== 'disabled') {
+        await uow.repos.users.setStatus(user.id, 'disabled', uow.now);
+        const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_disabled');
+        await uow.emit({ type: 'user.disabled', actorId: principal.userId, userId: user.id, data: { sessions_revoked: revoked } });
+      }
+      return this.view((await uow.repos.users.findById(user.id))!, uow.now);
+    });
+  }
+
+  /** disabled or locked → active, with the lockout counters cleared; a tombstone stays one (409). */
+  async enable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
+    await this.assertAllowed(principal, userId, 'users.manage', { self: false });
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByIdForUpdate(userId);
+      if (!user) throw errors.notFound('User');
+      if (user.deletedAt !== null) throw errors.conflict('A deleted account cannot be enabled.');
+      const previousStatus = userStatus(user, uow.now);
+      if (user.status !== 'active') await uow.repos.users.setStatus(user.id, 'active', uow.now);
+      await uow.repos.users.clearFailedLogins(user.id);
+      if (previousStatus !== 'active') {
+        await uow.emit({ type: 'user.enabled', actorId: principal.userId, userId: user.id, data: { previous_status: previousStatus } });
+      }
+      return this.view((await uow.repos.users.findById(user.id))!, uow.now);
+    });
+  }
+
+  /**
+   * Any state → disabled tombstone. The row stays (audit events keep resolving to an id) but
+   * nothing in it identifies the person: the address becomes a keyed hash at a reserved
+   * domain, so the address itself is free to register again.
+   */
+  async deleteAccount(principal: Principal, userId: string, meta: RequestMeta): Promise<void> {
+    await this.assertAllowed(principal, userId, 'users.manage', { self: true });
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const user = await uow.repos.users.findByIdForUpdate(userId);
+      if (!user) throw errors.notFound('User');
+      // Already a tombstone: nothing is left to remove.
+      if (user.deletedAt !== null) return;
+      const ownerless = await uow.repos.users.organizationsWhereLastActiveOwner(user.id);
+      if (ownerless.length > 0) {
+        throw errors.conflict('This account is the last active owner of an organization; transfer ownership first.');
+      }
+      const tombstoneEmail = this.tombstoneEmail(user.id);
+      await uow.repos.users.anonymize(user.id, tombstoneEmail, uow.now);
+      await uow.repos.users.deleteSecondFactorData(user.id);
+      await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
+      await deleteLinksOfDeletedUser(uow, user.id, principal.userId);
+      const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
+      // API keys go with the user (CONTRACT 10); the row stays a tombstone, so the cascade would not fire.
+      await uow.repos.apiKeys.deleteAllForUser(user.id);
+      const endedMemberships = await uow.repos.users.endMemberships(user.id);
+      const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
+      const sentInvitesRevoked = await this.revokeInvitesSentBy(uow, user.id);
+      // Each organization's own audit trail learns that the member left.
+      for (const membership of endedMemberships) {
+        await uow.emit({
+          type: 'member.removed',
+          actorId: principal.userId,
+          userId: user.id,
+          organizationId: membership.organizationId,
+          data: { reason: 'user_deleted', previous_status: membership.status },
+        });
+      }
+      await uow.emit({
+        type: 'user.deleted',
+        actorId: principal.userId,
+        userId: user.id,
+        data: { self: principal.userId === user.id, sessions_revoked: revoked, memberships_ended: endedMemberships.length, invites_revoked: invitesRevoked, sent_invites_revoked: sentInvitesRevoked },
+      });
+      // Erasure, after the events above: where the person connected from goes with them (the
+      // audit rows themselves stay).
+      await uow.repos.sessions.eraseClientDetails(user.id);
+      await uow.repos.audit.eraseIpOf(user.id);
+    });
+  }
+
+  /** Invites the deleted user sent stop being acceptable, with the `invited` member rows they made. */
+  private async revokeInvitesSentBy(uow: UnitOfWork, userId: string): Promise<number> {
+    let revoked = 0;
+    for (const invite of await uow.repos.invites.listPendingSentBy(userId)) {
+      if (!(await uow.repos.invites.revoke(invite.organizationId, invite.id, uow.now))) continue;
+      revoked += 1;
+      const invitee = await uow.repos.users.findByEmail(invite.email);
+      if (invitee) await uow.repos.memberships.deleteInvited(invite.organizationId, invitee.id);
+    }
+    return revoked;
+  }
+
+  /**
+   * Self, or the permission resolved from the database. It runs before the target is looked
+   * up, so a caller without the permission learns nothing about which ids exist.
+   */
+  private async assertAllowed(principal: Principal, userId: string, permission: UserPermission, allow: { self: boolean }): Promise<void> {
+    if (allow.self && userId === principal.userId) return;
+    const authority = await resolveAuthority(this.context.store.repos, this.catalog, principal.userId, null);
+    if (!authority.permissions.has(permission)) throw errors.forbidden();
+  }
+
+  /** The target row, locked; a tombstone cannot be changed any more (409). */
+  private async lockLiveUser(uow: UnitOfWork, userId: string): Promise<UserRecord> {
+    const user = await uow.repos.users.findByIdForUpdate(userId);
+    if (!user) throw errors.notFound('User');
+    if (user.deletedAt !== null) throw errors.conflict('The account has been deleted.');
+    return user;
+  }
+
+  private tombstoneEmail(userId: string): string {
+    return `${keyedHash(this.context.keys.identifierHash, userId)}@${TOMBSTONE_EMAIL_DOMAIN}`;
+  }
+
+  private view(user: UserRecord, now: number): UserView {
+    return { id: user.id, email: user.email, display_name: user.displayName, status: userStatus(user, now) };
+  }
+}

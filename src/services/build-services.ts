@@ -1,0 +1,140 @@
+import type { KeyRing } from './shared/key-ring.js';
+import { AccountService } from './accounts/account-service.js';
+import { AccessPolicy } from './access/access-policy.js';
+import type { AccessReads } from './access/access-reads.js';
+import { ApiKeyService } from './api-keys/api-key-service.js';
+import type { ServiceContext } from './shared/service-context.js';
+import { IdentityService } from './accounts/me-service.js';
+import { InviteService } from './orgs/invite-service.js';
+import { MemberService } from './orgs/member-service.js';
+import { MfaService } from './mfa/mfa-service.js';
+import { OrganizationService } from './orgs/organization-service.js';
+import { PasskeyService } from './mfa/passkey-service.js';
+import { PasswordlessService } from './passwordless/passwordless-service.js';
+import { synchronisePermissionCatalog } from './access/permission-catalog-sync.js';
+import { buildPermissionCatalog, type PermissionCatalog } from './access/permission-catalog.js';
+import { RoleService } from './orgs/role-service.js';
+import { SessionService } from './sessions/session-service.js';
+import { SocialService, type SocialExchangeResult } from './social/social-service.js';
+import { FederatedFlows } from './social/federated-flow.js';
+import { SignInRules } from './access/sign-in-rules.js';
+import { SsoService } from './sso/sso-service.js';
+import type { RequestMeta } from './shared/service-context.js';
+import { errors } from '../errors.js';
+import type { DnsResolver } from '../adapters/types.js';
+import { UserAdminService } from './accounts/user-admin-service.js';
+import type { DeliveryTotals } from './shared/outbox.js';
+import { WebhookService } from './webhooks/webhook-service.js';
+
+/**
+ * The core service layer, usable without HTTP (`identity.service`). Every route calls
+ * one method of one of these.
+ */
+export class IdentityServices {
+  readonly catalog: PermissionCatalog;
+  readonly keyRing: KeyRing;
+  readonly sessions: SessionService;
+  readonly mfa: MfaService;
+  readonly passkeys: PasskeyService;
+  readonly accounts: AccountService;
+  /** The one access policy: router routes and host middleware evaluate requirements here. */
+  readonly policy: AccessPolicy;
+  readonly identity: IdentityService;
+  readonly organizations: OrganizationService;
+  readonly members: MemberService;
+  readonly invites: InviteService;
+  readonly roles: RoleService;
+  readonly users: UserAdminService;
+  readonly apiKeys: ApiKeyService;
+  /** Organization webhooks (CONTRACT 13); the routes answer 404 unless `webhooks.enabled`. */
+  readonly webhooks: WebhookService;
+  /** Present only with a `social` config (CONTRACT 9). */
+  readonly social: SocialService | undefined;
+  /** Present only with an `sso` config (CONTRACT 12). */
+  readonly sso: SsoService | undefined;
+  /** "Require SSO" (CONTRACT 12.6): the one rule every sign-in path asks. */
+  readonly signInRules: SignInRules;
+  /** The federated round trip shared by social login and single sign-on. */
+  readonly flows: FederatedFlows;
+  /** Present only with a `passwordless` config (CONTRACT 11). */
+  readonly passwordless: PasswordlessService | undefined;
+
+  constructor(readonly context: ServiceContext, { accessReads, dns }: { accessReads: AccessReads; dns?: DnsResolver | undefined }) {
+    this.catalog = buildPermissionCatalog(context.config.permissions, { sso: context.config.sso !== undefined });
+    this.signInRules = new SignInRules(context);
+    this.keyRing = context.keyRing;
+    this.policy = new AccessPolicy(context, this.catalog, accessReads);
+    this.sessions = new SessionService(context, this.catalog, this.policy, this.signInRules);
+    this.passkeys = new PasskeyService(context, this.sessions, this.policy, this.signInRules);
+    this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys);
+    this.accounts = new AccountService(context, this.sessions, this.mfa, this.signInRules);
+    this.identity = new IdentityService(context);
+    this.organizations = new OrganizationService(context, this.catalog);
+    this.members = new MemberService(context, this.catalog, this.policy);
+    this.invites = new InviteService(context, this.catalog, this.policy, this.signInRules);
+    this.roles = new RoleService(context, this.catalog, this.policy);
+    this.users = new UserAdminService(context, this.catalog);
+    this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
+    this.webhooks = new WebhookService(context, this.catalog);
+    this.flows = new FederatedFlows(context, this.sessions, this.mfa);
+    this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.flows, this.policy, this.signInRules) : undefined;
+    this.sso = context.config.sso ? new SsoService(context, context.config.sso, this.flows, dns) : undefined;
+    this.passwordless = context.config.passwordless ? new PasswordlessService(context, context.config.passwordless, this.accounts, this.signInRules) : undefined;
+  }
+
+  /**
+   * POST /auth/social/exchange (CONTRACT 9.2, 12.5): the code is burned and the handoff
+   * verifier matched once, then the flow's own feature completes it: its organization's
+   * connection for a single sign-on flow, else its social provider.
+   */
+  async exchange(input: { code: string; handoffVerifier: string; bearer: string | undefined }, meta: RequestMeta): Promise<SocialExchangeResult & { organizationId?: string }> {
+    const { flow, claims } = await this.flows.consumeExchange(input);
+    if (flow.connectionId !== null) {
+      if (!this.sso) throw errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
+      const result = await this.sso.completeExchange(flow, claims, meta);
+      return { purpose: 'login', login: result.login, isNewUser: result.isNewUser, organizationId: result.organizationId };
+    }
+    if (!this.social) throw errors.invalidToken(400, 'The sign-in code is invalid, expired or already used.');
+    return this.social.completeExchange(flow, claims, input.bearer, meta);
+  }
+
+  /** Start-up work that needs the schema (called once `ready` has migrated). */
+  async initialise(): Promise<void> {
+    // With `sso`, owners of organizations created before it hold sso.manage too (CONTRACT 12.1).
+    if (this.sso) await this.context.store.repos.ssoConnections.grantToOwnerRoles('sso.manage', this.context.clock.now());
+    // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
+    await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
+    const changes = await synchronisePermissionCatalog(this.context.store, this.catalog, this.context.clock.now());
+    // Worth a line only when existing organizations changed (not on a new database).
+    if (changes.rolesUpdated > 0) this.context.logger.info('identity-router: host permissions synchronised with the organizations\' system roles', changes);
+  }
+
+  /** Grants the global superadmin role (every permission in every organization); idempotent, audited (`user.superadmin_granted`). */
+  grantSuperadmin(userId: string): Promise<void> {
+    return this.users.grantSuperadmin(userId);
+  }
+
+  /** Revokes the global superadmin role; idempotent, audited (`user.superadmin_revoked`). */
+  revokeSuperadmin(userId: string): Promise<void> {
+    return this.users.revokeSuperadmin(userId);
+  }
+
+  /** The per-user MFA enforcement flag (CONTRACT 5); audited (`user.mfa_enforcement_changed`). */
+  setMfaEnforced(userId: string, on: boolean): Promise<void> {
+    return this.users.setMfaEnforced(userId, on);
+  }
+
+  /**
+   * Claims every event delivery due by the injected clock, makes one attempt on each and
+   * resolves once the outcomes are recorded (CONTRACT 13.1). Rows leased by another instance
+   * are skipped. For `events.delivery.worker: false`, cron jobs and tests.
+   */
+  deliverDueEvents(): Promise<DeliveryTotals> {
+    return this.context.delivery.deliverDue();
+  }
+
+  /** The published next key becomes active and a fresh next key is published; the retiring one stays in the JWKS until the last token it signed has expired (CONTRACT 7). */
+  rotateSigningKey(): Promise<{ kid: string }> {
+    return this.keyRing.rotate();
+  }
+}

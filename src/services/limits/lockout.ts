@@ -1,0 +1,126 @@
+import type { ResolvedConfig } from '../../config/types.js';
+import type { Repositories } from '../../store/store.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import type { UnitOfWork } from '../shared/unit-of-work.js';
+import { errors } from '../../errors.js';
+import { iso } from '../shared/iso-time.js';
+
+type LockoutSettings = ResolvedConfig['auth']['lockout'];
+
+/**
+ * How long an attempt waits for a free slot while others are being compared, in real time
+ * (the injected clock drives windows and locks, but a test clock stands still, and a wait is
+ * about the machine's pace, not the account's policy). Past it: 429 with Retry-After.
+ */
+const SLOT_WAIT_LIMIT_MS = 3000;
+/** How often a waiting attempt asks the database again, for slots given back on other instances. */
+const SLOT_POLL_MS = 25;
+const RETRY_AFTER_SECONDS = 1;
+
+/**
+ * Attempts on this process waiting for a slot, by account: a slot given back here wakes them
+ * at once instead of at their next poll. Only a hint to try again; the database decides.
+ */
+const waiting = new Map<string, Set<() => void>>();
+
+function wakeWaiters(userId: string): void {
+  const wakers = waiting.get(userId);
+  if (!wakers) return;
+  waiting.delete(userId);
+  for (const wake of wakers) wake();
+}
+
+function nextTry(userId: string, waitMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    const wakers = waiting.get(userId) ?? new Set<() => void>();
+    waiting.set(userId, wakers);
+    const wake = () => {
+      clearTimeout(timer);
+      wakers.delete(wake);
+      if (wakers.size === 0 && waiting.get(userId) === wakers) waiting.delete(userId);
+      resolve();
+    };
+    const timer = setTimeout(wake, waitMs);
+    wakers.add(wake);
+  });
+}
+
+/**
+ * The account lockout (CONTRACT 2 `auth.lockout`), in one place for every kind of failed
+ * authentication: a wrong password, a wrong current password, a wrong second-factor code
+ * (login gate and step-up) and a failed passkey assertion count alike.
+ *
+ * A slot is reserved BEFORE the secret is compared (issue 10): concurrent guesses cannot
+ * all be evaluated against the same stale count, and no more are compared at once than the
+ * failures left before the lock. An attempt that finds every free slot held by attempts
+ * still being compared waits for one (issue 22): a right password is never refused as a
+ * wrong one because others were in flight. A successful attempt gives its slot back without
+ * clearing earlier failures: a correct password alone does not reset the count; only a
+ * completed sign-in (or a password reset) does. See docs/security.md (lockout).
+ */
+export class FailedAttemptSlot {
+  private settled = false;
+
+  private constructor(
+    private readonly repos: Repositories,
+    private readonly lockout: LockoutSettings,
+    readonly userId: string,
+  ) {}
+
+  /**
+   * A slot for one attempt, or undefined when the account is locked (the caller refuses
+   * without comparing). While the slots are held by attempts being compared, here or on
+   * another instance, it waits for one; past SLOT_WAIT_LIMIT_MS it throws 429 rate_limited.
+   * A request whose client has gone (`abandoned`) stops waiting: nobody is left to answer.
+   */
+  static async reserve(repos: Repositories, lockout: LockoutSettings, userId: string, now: number, abandoned?: AbortSignal): Promise<FailedAttemptSlot | undefined> {
+    const limits = { threshold: lockout.threshold, windowMs: lockout.window * 1000 };
+    const giveUpAt = performance.now() + SLOT_WAIT_LIMIT_MS;
+    for (;;) {
+      if (await repos.users.reserveFailedAttempt(userId, now, limits)) return new FailedAttemptSlot(repos, lockout, userId);
+      if ((await repos.users.attemptState(userId, now, limits)) === 'locked') return undefined;
+      if (abandoned?.aborted) throw errors.requestAbandoned();
+      const left = giveUpAt - performance.now();
+      if (left <= 0) throw errors.rateLimited(RETRY_AFTER_SECONDS);
+      await nextTry(userId, Math.min(left, SLOT_POLL_MS));
+    }
+  }
+
+  /** The attempt did not fail (it succeeded, or nothing was compared): its slot goes back; earlier failures still count. No-op once settled. */
+  async release(): Promise<void> {
+    if (this.settled) return;
+    this.settled = true;
+    await this.repos.users.releaseFailedAttempt(this.userId);
+    wakeWaiters(this.userId);
+  }
+
+  /**
+   * The attempt completed a sign-in in `uow`: the slot goes back in the same transaction, and
+   * earlier failures, if the account had any, end with it. Settled only once that commits; a
+   * sign-in that rolls back still owes its `release()`.
+   */
+  async completeSignIn(uow: UnitOfWork, _user?: Pick<UserRecord, 'failedLoginCount' | 'lockedUntil'>): Promise<void> {
+    await uow.repos.users.completeSignIn(this.userId);
+    uow.afterCommit(() => {
+      this.settled = true;
+      wakeWaiters(this.userId);
+    });
+  }
+
+  /**
+   * The attempt failed: its slot becomes a failure of the window, in `uow`; emits `user.locked`
+   * when this failure reached the threshold. Settled once that commits; a failure that rolls
+   * back still owes its `release()`.
+   */
+  async fail(uow: UnitOfWork, reason: 'password' | 'second_factor' | 'email_code'): Promise<void> {
+    await uow.repos.users.recordFailedAttempt(this.userId);
+    uow.afterCommit(() => {
+      this.settled = true;
+      wakeWaiters(this.userId);
+    });
+    const lockedNow = await uow.repos.users.lockIfThresholdReached(this.userId, uow.now, { threshold: this.lockout.threshold, durationMs: this.lockout.duration * 1000 });
+    if (lockedNow) {
+      await uow.emit({ type: 'user.locked', userId: this.userId, data: { until: iso(uow.now + this.lockout.duration * 1000), reason } });
+    }
+  }
+}

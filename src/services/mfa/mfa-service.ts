@@ -1,0 +1,447 @@
+import { randomUUID } from 'node:crypto';
+import QRCode from 'qrcode';
+import { generateTotpSecret, totpProvisioningUri } from '../../crypto/totp.js';
+import { errors, IdentityError } from '../../errors.js';
+import type { FactorType, MfaFactorRecord } from '../../store/mfa-repository.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import { MfaCodes, maskedDestination } from './mfa-codes.js';
+import type { MfaTicket, TicketFirstFactor } from './mfa-ticket.js';
+import type { LoginFactorView, PasswordlessMethod } from '../sessions/sign-in-result.js';
+import type { PasskeyChallenge, PasskeyService } from './passkey-service.js';
+import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
+import { normaliseEmail } from '../shared/identity-rules.js';
+import type { Principal } from '../access/principal.js';
+import type { AccessTokenResponse, SessionService, TokenResponse } from '../sessions/session-service.js';
+import { FailedAttemptSlot } from '../limits/lockout.js';
+import { mayAuthenticate, type AccessPolicy } from '../access/access-policy.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+
+/** A factor in the management list (spec 2.6): pending ones too. */
+export interface FactorView extends LoginFactorView {
+  confirmed: boolean;
+}
+
+export interface TotpEnrollment {
+  factor_id: string;
+  secret: string;
+  otpauth_uri: string;
+  qr_svg?: string;
+  qr_png_base64?: string;
+}
+
+export interface CodeSent {
+  channel: 'sms' | 'email';
+  destination: string;
+}
+
+/** Spec 2.6: a factor never confirmed is pruned after this long. */
+const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
+const SECOND_FACTOR_AMR = ['pwd', 'otp'];
+/** A passkey after a password (RFC 8176 `hwk`: proof of a hardware-bound key). */
+const PASSKEY_SECOND_FACTOR_AMR = ['pwd', 'hwk'];
+
+type CodeMethod = FactorType | 'recovery';
+
+/** What answers the gate or step-up: a code (TOTP, SMS, e-mail, recovery) or a passkey assertion. */
+export type SecondFactorProof = { code: string; response?: undefined } | { code?: undefined; response: AuthenticationResponseJSON };
+
+/** Multi-factor authentication (spec 4.2): enrollment, the login gate, step-up and factor management. */
+export class MfaService {
+  private readonly codes: MfaCodes;
+
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly sessions: SessionService,
+    private readonly policy: AccessPolicy,
+    private readonly passkeys: PasskeyService,
+  ) {
+    this.codes = new MfaCodes(context);
+  }
+
+  // ---------------------------------------------------------------- login gate
+
+  /**
+   * Decides whether a password login needs a second factor. Answers a ticket and the
+   * factors when it does, nothing when a session may open, and refuses the login in
+   * 'block' mode when MFA is enforced and no factor is confirmed.
+   */
+  async loginGate(
+    user: UserRecord,
+    meta: RequestMeta,
+    firstFactor: TicketFirstFactor = 'pwd',
+    origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined } = {},
+  ): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
+    const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
+    if (confirmed.length === 0) {
+      if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {
+        throw new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required for this account; enroll a factor first.');
+      }
+      return undefined;
+    }
+    const ticketId = randomUUID();
+    const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
+    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, signInMethod: origin.signInMethod });
+    const offered = confirmed.filter((factor) => (factor.type !== 'webauthn' || this.passkeys.enabled) && !provesOnlyTheFirstFactor({ firstFactor }, factor, user.email));
+    return { mfaToken: token, factors: offered.map(loginFactorView) };
+  }
+
+  /**
+   * An MFA ticket presented as a bearer value (spec 2.2); anything else is 401 unauthorized.
+   * An exhausted ticket is still a ticket: its codes answer 422 invalid_code (CONTRACT 5).
+   */
+  async authenticateTicket(token: string): Promise<MfaTicket> {
+    const invalid = () => errors.unauthorized('The MFA ticket is invalid or expired.');
+    const claims = await this.context.jwt.verifyMfaTicket(token);
+    if (!claims) throw invalid();
+    const ticket = await this.context.store.repos.mfaTickets.findById(claims.jti);
+    const now = this.context.clock.now();
+    if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
+    // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, no code is looked at.
+    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, signInMethod: ticket.signInMethod, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
+  }
+
+  /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
+  async sendLoginCode(ticket: MfaTicket, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
+    if (ticket.exhausted) throw errors.invalidCode();
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const factor = await this.confirmedFactor(uow, ticket.userId, factorId);
+      await this.assertSecondFactorAfter(uow, ticket, factor);
+      if (factor.type === 'webauthn') return this.passkeys.assertionOptions(uow, factor, 'login_mfa', ticket.id);
+      assertCodeCanBeSent(factor);
+      return this.codes.sendCode(uow, { factor, purpose: 'login_mfa', boundTo: ticket.id, cooldownCode: 'too_many_requests' });
+    });
+  }
+
+  /**
+   * POST /auth/mfa/verify: a TOTP code, the code of this ticket's live challenge, or a
+   * recovery code. Success consumes the ticket and opens the session; every failure
+   * counts against the challenge, the ticket, the verify window and the lockout.
+   */
+  async verifyLogin(ticket: MfaTicket, input: SecondFactorProof & { factorId?: string; type?: string }, meta: RequestMeta): Promise<TokenResponse> {
+    if (ticket.exhausted) throw errors.invalidCode();
+    const user = await this.context.store.repos.users.findById(ticket.userId);
+    if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
+    const factorId = input.type === 'recovery' ? undefined : input.factorId;
+    if (factorId !== undefined && ticket.firstFactor === 'email') {
+      // Refused before any attempt is taken: no code of it is compared, so nothing counts.
+      const factor = await this.context.store.repos.mfaFactors.findOwned(factorId, user.id);
+      if (factor && factor.confirmedAt !== null) await this.assertSecondFactorAfter(this.context.store, ticket, factor);
+    }
+    // A locked account compares no code and verifies no assertion (the lock holds across passwords and second factors).
+    const opened = await this.withSecondFactorAttempt(user.id, meta, () => errors.unauthorized('The MFA ticket is invalid or expired.'), async (uow, slot) => {
+      const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input, 'login_mfa', ticket.id);
+      if (!accepted) {
+        await uow.repos.mfaTickets.recordFailure(ticket.id);
+        await this.recordSecondFactorFailure(uow, slot, { context: 'login', method, factorId: factor?.id ?? null });
+        return undefined;
+      }
+      // Single use: of concurrent verifies only the one whose update takes the ticket goes on.
+      if (!(await uow.repos.mfaTickets.consume(ticket.id, uow.now, this.context.config.otp.maxAttempts))) {
+        throw errors.unauthorized('The MFA ticket is invalid or expired.');
+      }
+      // The sign-in is complete: only now do earlier failures stop counting.
+      await uow.repos.users.clearFailedLogins(user.id);
+      // CONTRACT 9.6 and 11: after a social or passwordless sign-in the first factor is `fed` or `email`, not `pwd`.
+      const secondFactor = secondFactorAmr(method);
+      const amr = [ticket.firstFactor ?? 'pwd', ...secondFactor.slice(1)];
+      const opened = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
+      // Opened through single sign-on: enforcement lets it refresh and accept invites (CONTRACT 12.6).
+      if (ticket.ssoConnectionId) await uow.repos.ssoIdentities.markSessionOpenedThrough(opened.subject.sid, ticket.ssoConnectionId);
+      await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
+      if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.ssoConnectionId ? { method: 'sso', connection_id: ticket.ssoConnectionId } : { method: signInMethodAfterGate(ticket, method) }) } });
+      return opened;
+    });
+    return this.sessions.signOpened(opened);
+  }
+
+  // ---------------------------------------------------------------- step-up
+
+  async sendStepUpCode(principal: Principal, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const factor = await this.confirmedFactor(uow, principal.userId, factorId);
+      if (factor.type === 'webauthn') return this.passkeys.assertionOptions(uow, factor, 'step_up', principal.sessionId);
+      assertCodeCanBeSent(factor);
+      return this.codes.sendCode(uow, { factor, purpose: 'step_up', boundTo: principal.sessionId, cooldownCode: 'too_many_requests' });
+    });
+  }
+
+  /**
+   * POST /auth/mfa/step-up: re-stamps the session's auth_time; the refresh token is untouched.
+   * A locked account answers like a wrong code, without comparing (issue 9: the lock is
+   * checked on step-up).
+   */
+  async stepUp(principal: Principal, input: SecondFactorProof & { factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
+    const subject = await this.withSecondFactorAttempt(principal.userId, meta, () => errors.invalidCode(), async (uow, slot) => {
+      const { accepted, method, factor } = await this.checkSecondFactor(uow, principal.userId, input.factorId, input, 'step_up', principal.sessionId);
+      if (!accepted) {
+        await this.recordSecondFactorFailure(uow, slot, { context: 'step_up', method, factorId: factor?.id ?? null });
+        return undefined;
+      }
+      const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
+      if (!session) throw errors.sessionEnded();
+      const amr = secondFactorAmr(method);
+      await uow.repos.sessions.recordStrongAuthentication(session.id, uow.now, amr);
+      const refreshed = { ...session, mfa: true, amr, authTime: uow.now };
+      const subject = await this.sessions.accessSubjectFor(uow.repos, refreshed, principal.user);
+      await uow.emit({ type: 'mfa.step_up_completed', actorId: principal.userId, userId: principal.userId, data: { method, factor_id: factor?.id ?? null, session_id: session.id } });
+      if (method === 'recovery') await this.emitRecoveryUsed(uow, principal.userId);
+      return subject;
+    });
+    const { access_token, token_type } = await this.sessions.sign(subject);
+    return { access_token, token_type };
+  }
+
+  /**
+   * One second-factor attempt: a lockout slot is reserved before any code is compared, and
+   * the per-account verify budget is checked and recorded in the same transaction, under
+   * the user's row lock (issue 9). `work` answers undefined for a wrong code: its failure
+   * rows commit and the request answers 422 invalid_code.
+   */
+  private async withSecondFactorAttempt<T>(
+    userId: string,
+    meta: RequestMeta,
+    lockedError: () => Error,
+    work: (uow: UnitOfWork, slot: FailedAttemptSlot) => Promise<T | undefined>,
+  ): Promise<T> {
+    const slot = await FailedAttemptSlot.reserve(this.context.store.repos, this.context.config.auth.lockout, userId, this.context.clock.now());
+    if (!slot) throw lockedError();
+    try {
+      return await runUnitOfWork(this.context, meta, async (uow) => {
+        await uow.repos.users.findByIdForUpdate(userId);
+        await this.codes.assertVerifyBudget(uow.repos, userId, uow.now);
+        const result = await work(uow, slot);
+        return result === undefined ? uow.failAfterCommit(errors.invalidCode()) : result;
+      });
+    } finally {
+      // A success (or a refusal that compared nothing) gives the slot back; a failure keeps it.
+      await slot.release();
+    }
+  }
+
+  // ---------------------------------------------------------------- enrollment
+
+  async enrollTotp(principal: Principal, format: 'svg' | 'png', meta: RequestMeta): Promise<TotpEnrollment> {
+    const factorId = randomUUID();
+    const secret = generateTotpSecret();
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await this.prunePendingFactors(uow, principal.userId);
+      // A new enrollment replaces the caller's pending one instead of piling up secrets.
+      await uow.repos.mfaFactors.deleteUnconfirmed(principal.userId, 'totp');
+      await uow.repos.mfaFactors.insert({ id: factorId, userId: principal.userId, type: 'totp', destination: null, secretSealed: this.codes.sealTotpSecret(factorId, secret), now: uow.now });
+    });
+    const otpauthUri = totpProvisioningUri(this.context.config.otp.totp.issuer, principal.user.email, secret);
+    const enrollment: TotpEnrollment = { factor_id: factorId, secret, otpauth_uri: otpauthUri };
+    if (format === 'png') enrollment.qr_png_base64 = (await QRCode.toBuffer(otpauthUri, { type: 'png', errorCorrectionLevel: 'M' })).toString('base64');
+    else enrollment.qr_svg = await QRCode.toString(otpauthUri, { type: 'svg', errorCorrectionLevel: 'M' });
+    return enrollment;
+  }
+
+  /** sms/enroll and email/enroll: an unconfirmed factor and a code sent to it. */
+  async enrollCodeFactor(principal: Principal, type: 'sms' | 'email', destinationInput: string | undefined, meta: RequestMeta): Promise<{ factor_id: string; destination: string }> {
+    const destination = type === 'email' ? normaliseEmail(destinationInput ?? principal.user.email) : (destinationInput ?? '');
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      await this.prunePendingFactors(uow, principal.userId);
+      const existing = await uow.repos.mfaFactors.findByDestination(principal.userId, type, destination);
+      if (existing.some((factor) => factor.confirmedAt !== null)) throw errors.conflict('This destination is already a confirmed factor.');
+      // Enrolling the same destination again resends to the pending factor, under its cooldown.
+      let factor = existing[0];
+      if (!factor) {
+        const id = randomUUID();
+        await uow.repos.mfaFactors.insert({ id, userId: principal.userId, type, destination, secretSealed: null, now: uow.now });
+        factor = (await uow.repos.mfaFactors.findOwned(id, principal.userId))!;
+      }
+      const sent = await this.codes.sendCode(uow, { factor, purpose: 'enroll', boundTo: null, cooldownCode: 'rate_limited' });
+      return { factor_id: factor.id, destination: sent.destination };
+    });
+  }
+
+  /**
+   * The confirm routes: a valid code confirms the factor. The first confirmed factor becomes the
+   * default, gets a batch of recovery codes and emits mfa.enrolled; every later one emits
+   * mfa.factor_added. The credential gate (a verified e-mail, step-up once a factor exists)
+   * is decided again under the user's row lock (CONTRACT 5).
+   */
+  async confirmFactor(principal: Principal, type: FactorType, factorId: string, code: string, meta: RequestMeta): Promise<{ status: 'confirmed'; recovery_codes?: string[] }> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      // One MFA change per user at a time: "first confirmed factor" must mean exactly one,
+      // and the verify budget is checked and recorded atomically.
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      await this.codes.assertVerifyBudget(uow.repos, principal.userId, uow.now);
+      // The credential gate again, where the factor becomes live (docs/security.md).
+      await this.policy.assertMayAddCredential(uow.repos, principal, 'second_factor');
+      await this.prunePendingFactors(uow, principal.userId);
+      const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
+      if (!factor || factor.type !== type) throw errors.notFound('Factor');
+      if (factor.confirmedAt !== null) throw new IdentityError(422, 'invalid_state', 'This factor is already confirmed.');
+      if (!(await this.codes.checkFactorCode(uow, factor, code, 'enroll', null))) {
+        await this.codes.recordVerifyFailure(uow, principal.userId);
+        return uow.failAfterCommit(errors.invalidCode());
+      }
+      const firstFactor = !(await uow.repos.mfaFactors.hasConfirmed(principal.userId));
+      if (!(await uow.repos.mfaFactors.markConfirmed(factor.id, uow.now))) return uow.failAfterCommit(errors.invalidCode());
+      if (!(await uow.repos.mfaFactors.hasDefault(principal.userId))) await uow.repos.mfaFactors.makeDefault(principal.userId, factor.id);
+      if (!firstFactor) {
+        await uow.emit({ type: 'mfa.factor_added', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type } });
+        return { status: 'confirmed' as const };
+      }
+      const recoveryCodes = await this.codes.issueRecoveryCodes(uow, principal.userId);
+      await uow.emit({ type: 'mfa.enrolled', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type } });
+      return { status: 'confirmed' as const, recovery_codes: recoveryCodes };
+    });
+  }
+
+  // ---------------------------------------------------------------- management
+
+  async listFactors(principal: Principal, meta: RequestMeta): Promise<FactorView[]> {
+    await runUnitOfWork(this.context, meta, (uow) => this.prunePendingFactors(uow, principal.userId));
+    const factors = await this.context.store.repos.mfaFactors.listForUser(principal.userId);
+    return factors.map((factor) => ({ ...loginFactorView(factor), confirmed: factor.confirmedAt !== null }));
+  }
+
+  async updateFactor(principal: Principal, factorId: string, changes: { label?: string | null; default?: boolean }, meta: RequestMeta): Promise<FactorView> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
+      if (!factor) throw errors.notFound('Factor');
+      if (changes.default === true && factor.confirmedAt === null) throw new IdentityError(422, 'invalid_state', 'Only a confirmed factor can be the default.');
+      if (changes.label !== undefined) await uow.repos.mfaFactors.setLabel(factor.id, changes.label === null || changes.label === '' ? null : changes.label);
+      if (changes.default === true) await uow.repos.mfaFactors.makeDefault(principal.userId, factor.id);
+      if (changes.default === false) await uow.repos.mfaFactors.clearDefault(factor.id);
+      const updated = (await uow.repos.mfaFactors.findOwned(factor.id, principal.userId))!;
+      return { ...loginFactorView(updated), confirmed: updated.confirmedAt !== null };
+    });
+  }
+
+  /** Step-up guarded at the route. The last confirmed factor stays while MFA is enforced for the user. */
+  async removeFactor(principal: Principal, factorId: string, meta: RequestMeta): Promise<void> {
+    const enforced = await this.policy.isMfaEnforcedFor(this.context.store.repos, principal.user);
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
+      if (!factor) throw errors.notFound('Factor');
+      const confirmed = await uow.repos.mfaFactors.listConfirmed(principal.userId);
+      const lastConfirmed = factor.confirmedAt !== null && confirmed.length === 1;
+      if (lastConfirmed && enforced) {
+        throw new IdentityError(409, 'last_factor_protected', 'MFA is enforced for this account; the last confirmed factor cannot be removed.');
+      }
+      await uow.repos.mfaFactors.deleteOwned(factor.id, principal.userId);
+      const remaining = confirmed.filter((candidate) => candidate.id !== factor.id);
+      if (factor.isDefault && remaining[0]) await uow.repos.mfaFactors.makeDefault(principal.userId, remaining[0].id);
+      // Without a confirmed factor there is no MFA to recover; a later first factor issues a new batch.
+      if (factor.confirmedAt !== null && remaining.length === 0) await uow.repos.recoveryCodes.retireAll(principal.userId, uow.now);
+      await uow.emit({ type: 'mfa.factor_removed', actorId: principal.userId, userId: principal.userId, data: { factor_id: factor.id, type: factor.type, confirmed: factor.confirmedAt !== null } });
+    });
+  }
+
+  async regenerateRecoveryCodes(principal: Principal, meta: RequestMeta): Promise<string[]> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.users.findByIdForUpdate(principal.userId);
+      if (!(await uow.repos.mfaFactors.hasConfirmed(principal.userId))) {
+        throw new IdentityError(422, 'invalid_state', 'Recovery codes need a confirmed factor first.');
+      }
+      const codes = await this.codes.issueRecoveryCodes(uow, principal.userId);
+      await uow.emit({ type: 'mfa.recovery_regenerated', actorId: principal.userId, userId: principal.userId, data: { count: codes.length } });
+      return codes;
+    });
+  }
+
+  // ---------------------------------------------------------------- queries used elsewhere
+
+  async recoveryCodesRemaining(userId: string): Promise<number> {
+    return this.context.store.repos.recoveryCodes.countUnused(userId);
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  /**
+   * CONTRACT 11: after a passwordless sign-in, an e-mail factor to the address just proven is
+   * no second factor (the same mailbox would pass both): 422 unsupported_factor.
+   */
+  private async assertSecondFactorAfter(uow: { repos: UnitOfWork['repos'] }, ticket: MfaTicket, factor: MfaFactorRecord): Promise<void> {
+    if (ticket.firstFactor !== 'email') return;
+    const user = await uow.repos.users.findById(ticket.userId);
+    if (user && provesOnlyTheFirstFactor(ticket, factor, user.email)) {
+      throw new IdentityError(422, 'unsupported_factor', 'This sign-in already proved this e-mail address; choose another factor or a recovery code.');
+    }
+  }
+
+  /** A confirmed factor of the user; unknown, foreign and pending factors are 404 alike. */
+  private async confirmedFactor(uow: UnitOfWork, userId: string, factorId: string): Promise<MfaFactorRecord> {
+    const factor = await uow.repos.mfaFactors.findOwned(factorId, userId);
+    if (!factor || factor.confirmedAt === null) throw errors.notFound('Factor');
+    // Without `webauthn` config a passkey is not offered (CONTRACT 8).
+    if (factor.type === 'webauthn' && !this.passkeys.enabled) throw errors.notFound('Factor');
+    return factor;
+  }
+
+  /**
+   * A code of the named confirmed factor (bound to the ticket or session), a passkey
+   * assertion for a `webauthn` factor, or, with no factor, a recovery code. A proof of the
+   * wrong kind for the factor is a failed attempt like a wrong code.
+   */
+  private async checkSecondFactor(
+    uow: UnitOfWork,
+    userId: string,
+    factorId: string | undefined,
+    proof: SecondFactorProof,
+    purpose: 'login_mfa' | 'step_up',
+    boundTo: string,
+  ): Promise<{ accepted: boolean; method: CodeMethod; factor: MfaFactorRecord | undefined }> {
+    if (factorId === undefined) {
+      return { accepted: proof.code !== undefined && (await this.codes.spendRecoveryCode(uow, userId, proof.code)), method: 'recovery', factor: undefined };
+    }
+    const factor = await this.confirmedFactor(uow, userId, factorId);
+    if (factor.type === 'webauthn') {
+      return { accepted: proof.response !== undefined && (await this.passkeys.checkFactorAssertion(uow, factor, proof.response, purpose, boundTo)), method: factor.type, factor };
+    }
+    return { accepted: proof.code !== undefined && (await this.codes.checkFactorCode(uow, factor, proof.code, purpose, boundTo)), method: factor.type, factor };
+  }
+
+  /** Pruned opportunistically on this user's own requests, so no scheduler is needed. */
+  private async prunePendingFactors(uow: UnitOfWork, userId: string): Promise<void> {
+    await uow.repos.mfaFactors.pruneUnconfirmed(userId, uow.now - PENDING_FACTOR_LIFETIME_MS);
+  }
+
+  private async recordSecondFactorFailure(uow: UnitOfWork, slot: FailedAttemptSlot, failure: { context: 'login' | 'step_up'; method: CodeMethod; factorId: string | null }): Promise<void> {
+    const userId = slot.userId;
+    await this.codes.recordVerifyFailure(uow, userId);
+    await uow.emit({ type: 'mfa.verify_failed', actorId: userId, userId, data: { context: failure.context, method: failure.method, factor_id: failure.factorId } });
+    await slot.fail(uow, 'second_factor');
+  }
+
+  private async emitRecoveryUsed(uow: UnitOfWork, userId: string): Promise<void> {
+    const remaining = await uow.repos.recoveryCodes.countUnused(userId);
+    await uow.emit({ type: 'mfa.recovery_used', actorId: userId, userId, data: { remaining } });
+  }
+
+}
+
+function loginFactorView(factor: MfaFactorRecord): LoginFactorView {
+  const view: LoginFactorView = { id: factor.id, type: factor.type, default: factor.isDefault };
+  if (factor.label) view.label = factor.label;
+  const destination = maskedDestination(factor);
+  if (destination) view.destination = destination;
+  return view;
+}
+
+/** An e-mail factor whose destination is the address a passwordless first factor just proved (CONTRACT 11). */
+function provesOnlyTheFirstFactor(ticket: { firstFactor?: TicketFirstFactor | undefined }, factor: Pick<MfaFactorRecord, 'type' | 'destination'>, provenAddress: string): boolean {
+  return ticket.firstFactor === 'email' && factor.type === 'email' && factor.destination !== null && normaliseEmail(factor.destination) === normaliseEmail(provenAddress);
+}
+
+/** The `method` of `user.logged_in` after the gate: the first factor's for a social or passwordless sign-in, else the second factor's. */
+function signInMethodAfterGate(ticket: MfaTicket, method: CodeMethod): string {
+  if (ticket.firstFactor === 'fed') return 'social';
+  if (ticket.firstFactor === 'email') return ticket.signInMethod ?? 'email_code';
+  return method;
+}
+
+function secondFactorAmr(method: CodeMethod): string[] {
+  return method === 'webauthn' ? PASSKEY_SECOND_FACTOR_AMR : SECOND_FACTOR_AMR;
+}
+
+function assertCodeCanBeSent(factor: MfaFactorRecord): void {
+  if (factor.type === 'totp') throw new IdentityError(422, 'unsupported_factor', 'TOTP factors need no challenge; submit the code from the authenticator app.');
+}

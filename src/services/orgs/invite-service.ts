@@ -1,0 +1,216 @@
+import { randomUUID } from 'node:crypto';
+import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
+import { errors, IdentityError } from '../../errors.js';
+import { isUniqueViolation } from '../../database-errors.js';
+import type { InviteRecord } from '../../store/organization-repository.js';
+import { isOwnerEquivalent, type AccessPolicy } from '../access/access-policy.js';
+import { assertHolds, assertHoldsEveryKey, resolveAuthority } from '../access/authority.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import { normaliseEmail } from '../shared/identity-rules.js';
+import type { PermissionCatalog } from '../access/permission-catalog.js';
+import type { Principal } from '../access/principal.js';
+import { decodeCursor, keysetPage } from '../shared/pagination.js';
+import type { SignInRules } from '../access/sign-in-rules.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { iso } from '../shared/iso-time.js';
+import { spendSendBudget } from '../limits/send-budget.js';
+
+export interface InviteView {
+  id: string;
+  email: string;
+  role_slugs: string[];
+  expires_at: string;
+}
+
+export interface PendingInviteView extends InviteView {
+  created_at: string;
+  invited_by: string | null;
+}
+
+function pendingInviteView(invite: InviteRecord): PendingInviteView {
+  return { id: invite.id, email: invite.email, role_slugs: invite.roleSlugs, expires_at: iso(invite.expiresAt), created_at: iso(invite.createdAt), invited_by: invite.invitedBy };
+}
+
+/**
+ * E-mail invitations (spec 2.11, 4.3). The token is 256 random bits, stored only as a
+ * keyed hash and handed only to the mailer after commit. States: pending, accepted,
+ * revoked, expired.
+ *
+ * An invite to an address that already has an account also creates an `invited`
+ * membership row (CONTRACT 5: the member list shows it, addressable by user id); the row
+ * turns active on acceptance and is deleted when the invite is revoked.
+ */
+export class InviteService {
+  constructor(
+    protected readonly context: ServiceContext,
+    protected readonly catalog: PermissionCatalog,
+    private readonly policy: AccessPolicy,
+    private readonly signInRules: SignInRules,
+  ) {}
+
+  /** POST /orgs/{id}/invites. Re-inviting a pending address rotates its token and extends the expiry. */
+  async create(principal: Principal, organizationId: string, input: { email: string; roleSlugs: string[] }, meta: RequestMeta): Promise<InviteView> {
+    const email = normaliseEmail(input.email);
+    const roleSlugs = [...new Set(input.roleSlugs)];
+    try {
+      return await this.createOnce(principal, organizationId, email, roleSlugs, meta);
+    } catch (error) {
+      // Two invites to one address at once: the loser of the pending_email slot retries as a rotation.
+      if (!isUniqueViolation(error)) throw error;
+      return this.createOnce(principal, organizationId, email, roleSlugs, meta);
+    }
+  }
+
+  private async createOnce(principal: Principal, organizationId: string, email: string, roleSlugs: string[], meta: RequestMeta): Promise<InviteView> {
+    const token = randomToken();
+    const tokenHash = keyedHash(this.context.keys.tokenHash, token);
+    const result = await runUnitOfWork(this.context, meta, async (uow) => {
+      const organization = await uow.repos.organizations.findActive(organizationId);
+      if (!organization) throw errors.notFound('Organization');
+      const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
+      assertHolds(actor, 'members.invite');
+      const roles = await uow.repos.roles.findBySlugs(organizationId, roleSlugs);
+      const unknown = roleSlugs.filter((slug) => !roles.some((role) => role.slug === slug));
+      if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
+      for (const role of roles) assertHoldsEveryKey(actor, role.permissionKeys);
+      // Inviting with an owner-equivalent role is an ownership transfer (CONTRACT 5): step-up, like PATCH roles.
+      if (roles.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
+
+      const invitee = await uow.repos.users.findByEmail(email);
+      const membership = invitee ? await uow.repos.memberships.find(organizationId, invitee.id) : undefined;
+      if (membership?.status === 'active') throw errors.conflict('That address already belongs to an active member.');
+      if (membership?.status === 'suspended') {
+        throw new IdentityError(422, 'invalid_state', 'That address belongs to a suspended member; reactivate the member instead of inviting.');
+      }
+
+      await this.spendSendBudget(uow, organizationId, email);
+      const expiresAt = uow.now + this.context.config.tokens.inviteTtl * 1000;
+      const existing = await uow.repos.invites.findPendingForEmail(organizationId, email);
+      let inviteId: string;
+      let createdAt: number;
+      if (existing && (await uow.repos.invites.rotate(existing.id, { tokenHash, roleSlugs, invitedBy: principal.userId, now: uow.now, expiresAt }))) {
+        inviteId = existing.id;
+        createdAt = existing.createdAt;
+      } else {
+        inviteId = randomUUID();
+        createdAt = uow.now;
+        await uow.repos.invites.insert({ id: inviteId, organizationId, email, roleSlugs, tokenHash, invitedBy: principal.userId, now: uow.now, expiresAt });
+      }
+      if (invitee) {
+        let membershipId = membership?.id;
+        if (!membershipId) {
+          membershipId = randomUUID();
+          await uow.repos.memberships.insert({ id: membershipId, organizationId, userId: invitee.id, status: 'invited', now: uow.now });
+        }
+        // The invited row shows the roles the member will get on acceptance.
+        await uow.repos.memberships.replaceRoles(membershipId, roles.map((role) => role.id));
+      }
+      await uow.emit({
+        type: 'member.invited',
+        actorId: principal.userId,
+        userId: invitee?.id ?? null,
+        organizationId,
+        // Event data never holds an address (CONTRACT 4): audit rows outlive the account.
+        data: { invite_id: inviteId, role_slugs: roleSlugs, reinvite: existing !== undefined },
+      });
+      const acceptInvite = this.context.config.links.acceptInvite;
+      uow.afterCommit(() =>
+        this.context.mailer.send({
+          to: email,
+          template: 'invite',
+          context: {
+            app_name: this.context.config.appName,
+            token,
+            ...(acceptInvite ? { url: acceptInvite.replaceAll('{token}', encodeURIComponent(token)) } : {}),
+            organization_name: organization.name,
+            inviter_email: principal.user.email,
+            expires_at: iso(expiresAt),
+          },
+        }),
+      );
+      return { id: inviteId, email, role_slugs: roleSlugs, expires_at: iso(expiresAt), createdAt };
+    });
+    const { createdAt: _createdAt, ...view } = result;
+    return view;
+  }
+
+  /**
+   * Invite mail is budgeted per organization and per address (`invites.sendBudget`), so an
+   * inviter can neither mail-bomb an address nor probe many addresses. Over either budget:
+   * 429 rate_limited. Bucket names are keyed hashes, so no address sits in the table.
+   */
+  private async spendSendBudget(uow: UnitOfWork, organizationId: string, email: string): Promise<void> {
+    const { perOrganization, perAddress } = this.context.config.invites.sendBudget;
+    await spendSendBudget(uow, this.context.keys.identifierHash, [
+      { name: `invite-send:organization:${organizationId}`, budget: perOrganization },
+      { name: `invite-send:address:${email}`, budget: perAddress },
+    ]);
+  }
+
+  /** GET /orgs/{id}/invites: pending and unexpired only, keyset by id. */
+  async listPending(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ invites: PendingInviteView[]; nextCursor: string | null }> {
+    const after = decodeCursor(page.cursor, ['id']);
+    const rows = await this.context.store.repos.invites.listPending(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(after ? { afterId: after[0] } : {}) });
+    const { items, nextCursor } = keysetPage(rows, page.limit, (invite) => [invite.id]);
+    return { invites: items.map(pendingInviteView), nextCursor };
+  }
+
+  /** DELETE /orgs/{id}/invites/{inviteId}: 404 unless it is pending in this organization. */
+  async revoke(organizationId: string, inviteId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const invite = await uow.repos.invites.findInOrganization(organizationId, inviteId);
+      if (!invite || !(await uow.repos.invites.revoke(organizationId, inviteId, uow.now))) throw errors.notFound('Invite');
+      const invitee = await uow.repos.users.findByEmail(invite.email);
+      if (invitee) await uow.repos.memberships.deleteInvited(organizationId, invitee.id);
+    });
+  }
+
+  /**
+   * POST /auth/invites/accept. The e-mail must be the caller's (403, checked before the
+   * token is spent so a wrong account cannot burn it); the token is consumed by one
+   * conditional update, so concurrent accepts yield one membership.
+   */
+  async accept(principal: Principal, token: string, meta: RequestMeta): Promise<{ organization_id: string }> {
+    const tokenHash = keyedHash(this.context.keys.tokenHash, token);
+    // Require SSO (CONTRACT 12.6): only a session opened through the enforcing connection joins; the invite stays pending.
+    await this.signInRules.assertSessionAllowed(principal.user, principal.sessionId, 403);
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const refused = () => uow.failAfterCommit(errors.invalidToken(400));
+      const invite = await uow.repos.invites.findByTokenHash(tokenHash);
+      if (!invite) return refused();
+      // Pre-hijack (issue 9): an account nobody has proven to own the address of cannot join.
+      if (!principal.user.emailVerified) throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before accepting an invitation.', { extra: { resend: '/auth/email/verify/resend' } });
+      if (invite.email !== normaliseEmail(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
+      if (invite.status === 'pending' && invite.expiresAt <= uow.now) {
+        await uow.repos.invites.markExpired(invite.id, uow.now);
+        await uow.repos.memberships.deleteInvited(invite.organizationId, principal.userId);
+        return refused();
+      }
+      const organization = await uow.repos.organizations.findActive(invite.organizationId);
+      if (!organization || !(await uow.repos.invites.consume(invite.id, uow.now))) return refused();
+
+      const membership = await uow.repos.memberships.find(invite.organizationId, principal.userId);
+      let membershipId: string;
+      if (!membership) {
+        membershipId = randomUUID();
+        await uow.repos.memberships.insert({ id: membershipId, organizationId: invite.organizationId, userId: principal.userId, status: 'active', now: uow.now });
+      } else if (membership.status === 'suspended') {
+        throw errors.conflict('Your membership of this organization is suspended.');
+      } else {
+        membershipId = membership.id;
+        if (membership.status !== 'active') await uow.repos.memberships.setStatus(membershipId, 'active', uow.now);
+      }
+      // Exactly the invited roles (a role deleted since the invitation is simply gone).
+      const roles = await uow.repos.roles.findBySlugs(invite.organizationId, invite.roleSlugs);
+      await uow.repos.memberships.replaceRoles(membershipId, roles.map((role) => role.id));
+      await uow.emit({
+        type: 'member.joined',
+        actorId: principal.userId,
+        userId: principal.userId,
+        organizationId: invite.organizationId,
+        data: { invite_id: invite.id, role_slugs: roles.map((role) => role.slug).sort() },
+      });
+      return { organization_id: invite.organizationId };
+    });
+  }
+}

@@ -1,0 +1,149 @@
+import { errors } from '../../errors.js';
+import type { MemberRow, MembershipRecord, RoleRecord } from '../../store/organization-repository.js';
+import { isOwnerEquivalent, isOwnerRole, mayActOnOwner, type AccessPolicy } from '../access/access-policy.js';
+import { revokeKeysOfMember } from '../api-keys/api-key-service.js';
+import { assertHolds, assertHoldsEveryKey, resolveAuthority, type ResolvedAuthority } from '../access/authority.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import type { PermissionCatalog } from '../access/permission-catalog.js';
+import type { Principal } from '../access/principal.js';
+import { decodeCursor, keysetPage } from '../shared/pagination.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+
+/** Spec 2.10. */
+export interface MemberView {
+  user_id: string;
+  email: string | null;
+  display_name: string | null;
+  status: 'active' | 'invited' | 'suspended';
+  roles: string[];
+}
+
+/** Spec 2.10: invited and suspended members' e-mails only for holders of members.invite. */
+export function memberView(member: MemberRow, viewer: ResolvedAuthority): MemberView {
+  const showEmail = member.status === 'active' || viewer.permissions.has('members.invite');
+  // An invited entry says only that an address was invited: its account's display name would tell
+  // an inviter which addresses have accounts (issue 10).
+  const displayName = member.status === 'invited' ? null : member.displayName;
+  return { user_id: member.userId, email: showEmail ? member.email : null, display_name: displayName, status: member.status, roles: member.roleSlugs };
+}
+
+interface MemberMutationTarget {
+  actor: ResolvedAuthority;
+  membership: MembershipRecord;
+  roles: RoleRecord[];
+  isOwner: boolean;
+}
+
+/** Members of an organization (spec 4.3) and the owner invariants. */
+export class MemberService {
+  constructor(
+    protected readonly context: ServiceContext,
+    protected readonly catalog: PermissionCatalog,
+    private readonly policy: AccessPolicy,
+  ) {}
+
+  /** One page, keyset by user id; `nextCursor` goes to the X-Next-Cursor header. */
+  async list(principal: Principal, organizationId: string, page: { limit: number; cursor?: string }): Promise<{ members: MemberView[]; nextCursor: string | null }> {
+    const repos = this.context.store.repos;
+    const after = decodeCursor(page.cursor, ['id']);
+    const viewer = await this.policy.authorityIn(principal.userId, organizationId);
+    const rows = await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(after ? { afterUserId: after[0] } : {}) });
+    const { items, nextCursor } = keysetPage(rows, page.limit, (row) => [row.userId]);
+    return { members: items.map((row) => memberView(row, viewer)), nextCursor };
+  }
+
+  /**
+   * PATCH members/{userId}/roles: replaces the member's roles. Granting an owner-equivalent
+   * role needs step-up (CONTRACT 5: ownership transfer), decided inside the transaction;
+   * added roles must be within the actor's own permissions; the last active owner keeps
+   * the owner role.
+   */
+  async changeRoles(principal: Principal, organizationId: string, userId: string, roleSlugs: string[], meta: RequestMeta): Promise<MemberView> {
+    const wantedSlugs = [...new Set(roleSlugs)];
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.update');
+      if (target.membership.status === 'invited') throw errors.conflict('The member has not accepted the invitation yet; re-invite with the roles instead.');
+      const wanted = await uow.repos.roles.findBySlugs(organizationId, wantedSlugs);
+      const unknown = wantedSlugs.filter((slug) => !wanted.some((role) => role.slug === slug));
+      if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
+      const currentIds = new Set(target.roles.map((role) => role.id));
+      const added = wanted.filter((role) => !currentIds.has(role.id));
+      for (const role of added) assertHoldsEveryKey(target.actor, role.permissionKeys);
+      if (added.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
+      if (target.isOwner && !wanted.some(isOwnerRole)) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
+      await uow.repos.memberships.replaceRoles(target.membership.id, wanted.map((role) => role.id));
+      await uow.emit({
+        type: 'member.roles_changed',
+        actorId: principal.userId,
+        userId,
+        organizationId,
+        data: { from: target.roles.map((role) => role.slug).sort(), to: wanted.map((role) => role.slug).sort() },
+      });
+      return this.view(uow, organizationId, userId, target.actor);
+    });
+  }
+
+  /** PATCH members/{userId}: suspend or reactivate (spec 3, member status). */
+  async changeStatus(principal: Principal, organizationId: string, userId: string, status: 'active' | 'suspended', meta: RequestMeta): Promise<MemberView> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.update');
+      const from = target.membership.status;
+      if (from === 'invited') throw errors.conflict('An invited member cannot be suspended or activated; revoke the invitation instead.');
+      if (from !== status) {
+        if (status === 'suspended') {
+          if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
+          await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_suspended', userId);
+        }
+        await uow.repos.memberships.setStatus(target.membership.id, status, uow.now);
+        await uow.emit({ type: 'member.status_changed', actorId: principal.userId, userId, organizationId, data: { from, to: status } });
+      }
+      return this.view(uow, organizationId, userId, target.actor);
+    });
+  }
+
+  /** DELETE members/{userId}: the membership row goes; an invited member's pending invite is revoked with it. */
+  async remove(principal: Principal, organizationId: string, userId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.remove');
+      if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
+      await uow.repos.memberships.delete(target.membership.id);
+      const user = await uow.repos.users.findById(userId);
+      if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
+      await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_removed', userId);
+      await revokeKeysOfMember(uow, organizationId, userId, principal.userId, 'member_removed');
+      await uow.emit({ type: 'member.removed', actorId: principal.userId, userId, organizationId, data: { from: target.membership.status, roles: target.roles.map((role) => role.slug).sort() } });
+    });
+  }
+
+  /**
+   * Locks the organization row first, so owner counts read afterwards in this transaction
+   * cannot be invalidated by a concurrent demotion (two owners demoting each other), then
+   * re-resolves the actor's authority from the database under that lock.
+   */
+  private async lockTarget(uow: UnitOfWork, principal: Principal, organizationId: string, userId: string, permission: string): Promise<MemberMutationTarget> {
+    const organization = await uow.repos.organizations.lockActive(organizationId);
+    if (!organization) throw errors.notFound('Organization');
+    const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
+    assertHolds(actor, permission);
+    const membership = await uow.repos.memberships.find(organizationId, userId);
+    if (!membership) throw errors.notFound('Member');
+    const roles = await uow.repos.memberships.rolesOf(membership.id);
+    const isOwner = roles.some(isOwnerRole);
+    if (isOwner && !mayActOnOwner(actor)) throw errors.forbidden('Only an owner can change, suspend or remove an owner.');
+    return { actor, membership, roles, isOwner };
+  }
+
+  /** Last-owner protection (spec 4.3 invariant 3), even for a superadmin. `roles` are the member's, the owner role among them. */
+  private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord, roles: RoleRecord[]): Promise<void> {
+    if (membership.status !== 'active') return;
+    const ownerRole = roles.find(isOwnerRole);
+    if (!ownerRole) return;
+    if ((await uow.repos.memberships.countActiveHolders(organizationId, ownerRole.id)) <= 1) throw errors.conflict('The last active owner cannot be demoted, suspended or removed.');
+  }
+
+  private async view(uow: UnitOfWork, organizationId: string, userId: string, viewer: ResolvedAuthority): Promise<MemberView> {
+    const member = await uow.repos.memberships.findMember(organizationId, userId);
+    if (!member) throw errors.notFound('Member');
+    return memberView(member, viewer);
+  }
+}

@@ -1,0 +1,130 @@
+import { randomUUID } from 'node:crypto';
+import { errors } from '../../errors.js';
+import { isUniqueViolation } from '../../database-errors.js';
+import type { RoleRecord } from '../../store/organization-repository.js';
+import { isOwnerEquivalent, isOwnerRole, type AccessPolicy } from '../access/access-policy.js';
+import { assertHolds, assertHoldsEveryKey, resolveAuthority } from '../access/authority.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import { GLOBAL_ONLY_PERMISSIONS, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from '../access/permission-catalog.js';
+import type { Principal } from '../access/principal.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+
+/** Spec 2.12. */
+export interface RoleView {
+  id: string;
+  slug: string;
+  name: string;
+  description: string | null;
+  is_system: boolean;
+  permission_keys: string[];
+}
+
+export function roleView(role: RoleRecord): RoleView {
+  return { id: role.id, slug: role.slug, name: role.name, description: role.description, is_system: role.isSystem, permission_keys: [...role.permissionKeys].sort() };
+}
+
+/**
+ * Organization roles (spec 4.3). Decisions where the spec is open: editing the cloned
+ * owner role and deleting any system role answer 409 conflict; unknown keys and keys that
+ * exist only globally (users.read, users.manage) are 422 validation failures; keys the
+ * actor does not hold are 403 (no escalation).
+ */
+export class RoleService {
+  constructor(
+    protected readonly context: ServiceContext,
+    protected readonly catalog: PermissionCatalog,
+    private readonly policy: AccessPolicy,
+  ) {}
+
+  /** The global superadmin role has no organization and so never appears here. */
+  async list(organizationId: string): Promise<RoleView[]> {
+    return (await this.context.store.repos.roles.listForOrganization(organizationId)).map(roleView);
+  }
+
+  async create(principal: Principal, organizationId: string, input: { name: string; slug: string; description?: string | null; permissionKeys: string[] }, meta: RequestMeta): Promise<RoleView> {
+    if (input.slug === SUPERADMIN_ROLE_SLUG) throw errors.validation([`"slug" "${SUPERADMIN_ROLE_SLUG}" is reserved`]);
+    const permissionKeys = this.checkedKeys(input.permissionKeys);
+    try {
+      return await runUnitOfWork(this.context, meta, async (uow) => {
+        const actor = await this.actor(uow, principal, organizationId);
+        assertHoldsEveryKey(actor, permissionKeys);
+        // A role holding org.delete or roles.manage is owner-equivalent (CONTRACT 5): step-up.
+        if (isOwnerEquivalent({ slug: input.slug, isSystem: false, permissionKeys })) await this.policy.assertStepUp(uow.repos, principal);
+        if ((await uow.repos.roles.findBySlugs(organizationId, [input.slug])).length > 0) throw errors.conflict('A role with that slug already exists in this organization.');
+        const role: RoleRecord = {
+          id: randomUUID(),
+          organizationId,
+          slug: input.slug,
+          name: input.name,
+          description: input.description ?? null,
+          isSystem: false,
+          permissionKeys,
+          createdAt: uow.now,
+          updatedAt: uow.now,
+        };
+        await uow.repos.roles.insert({ ...role, now: uow.now });
+        await uow.emit({ type: 'role.created', actorId: principal.userId, organizationId, data: { role_id: role.id, slug: role.slug, permission_keys: permissionKeys } });
+        return roleView(role);
+      });
+    } catch (error) {
+      if (isUniqueViolation(error)) throw errors.conflict('A role with that slug already exists in this organization.');
+      throw error;
+    }
+  }
+
+  /** The slug is immutable; only keys the actor holds may be added. */
+  async update(principal: Principal, organizationId: string, roleId: string, changes: { name?: string; description?: string | null; permissionKeys?: string[] }, meta: RequestMeta): Promise<RoleView> {
+    const permissionKeys = changes.permissionKeys === undefined ? undefined : this.checkedKeys(changes.permissionKeys);
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const actor = await this.actor(uow, principal, organizationId);
+      const role = await uow.repos.roles.findInOrganization(organizationId, roleId);
+      if (!role) throw errors.notFound('Role');
+      if (isOwnerRole(role)) throw errors.conflict('The owner role cannot be edited.');
+      if (permissionKeys) assertHoldsEveryKey(actor, permissionKeys.filter((key) => !role.permissionKeys.includes(key)));
+      // Editing a role that is, or becomes, owner-equivalent (CONTRACT 5): step-up.
+      if (isOwnerEquivalent(role) || (permissionKeys && isOwnerEquivalent({ ...role, permissionKeys }))) await this.policy.assertStepUp(uow.repos, principal);
+      const update = {
+        ...(changes.name !== undefined ? { name: changes.name } : {}),
+        ...(changes.description !== undefined ? { description: changes.description } : {}),
+        ...(permissionKeys !== undefined ? { permissionKeys } : {}),
+      };
+      await uow.repos.roles.update(role.id, update, uow.now);
+      const updated: RoleRecord = { ...role, ...update, updatedAt: uow.now };
+      await uow.emit({
+        type: 'role.updated',
+        actorId: principal.userId,
+        organizationId,
+        data: { role_id: role.id, slug: role.slug, changes: Object.keys(update).map((key) => (key === 'permissionKeys' ? 'permission_keys' : key)) },
+      });
+      return roleView(updated);
+    });
+  }
+
+  /** Custom roles only; the members holding it lose it. */
+  async delete(principal: Principal, organizationId: string, roleId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await this.actor(uow, principal, organizationId);
+      const role = await uow.repos.roles.findInOrganization(organizationId, roleId);
+      if (!role) throw errors.notFound('Role');
+      if (role.isSystem) throw errors.conflict('System roles (owner, admin, member) cannot be deleted.');
+      const detached = await uow.repos.roles.deleteDetaching(role.id);
+      await uow.emit({ type: 'role.deleted', actorId: principal.userId, organizationId, data: { role_id: role.id, slug: role.slug, members_detached: detached } });
+    });
+  }
+
+  private async actor(uow: UnitOfWork, principal: Principal, organizationId: string) {
+    const organization = await uow.repos.organizations.lockActive(organizationId);
+    if (!organization) throw errors.notFound('Organization');
+    const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
+    assertHolds(actor, 'roles.manage');
+    return actor;
+  }
+
+  /** Every key must be in the catalog and organization-scoped (422 otherwise). */
+  private checkedKeys(keys: string[]): string[] {
+    const unique = [...new Set(keys)];
+    const invalid = unique.filter((key) => !this.catalog.has(key) || GLOBAL_ONLY_PERMISSIONS.has(key));
+    if (invalid.length > 0) throw errors.validation(invalid.map((key) => `"permission_keys" contains "${key}", which is not an organization permission in the catalog`));
+    return unique.sort();
+  }
+}

@@ -1,0 +1,261 @@
+import type { SignInRules } from '../access/sign-in-rules.js';
+import { randomUUID } from 'node:crypto';
+import type { ResolvedConfig } from '../../config/types.js';
+import { decrypt, encrypt } from '../../crypto/aead.js';
+import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
+import { generateOtpCode, hashOtpCode, otpCodeMatches } from '../../crypto/otp-code.js';
+import { errors, IdentityError } from '../../errors.js';
+import type { PasswordlessChallengeRecord } from '../../store/passwordless-repository.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import { mayAuthenticate } from '../access/access-policy.js';
+import type { AccountService } from '../accounts/account-service.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import { recordFirstEmailProof } from '../accounts/credential-lifecycle.js';
+import { normaliseEmail } from '../shared/identity-rules.js';
+import { FailedAttemptSlot } from '../limits/lockout.js';
+import type { LoginResult, PasswordlessMethod } from '../sessions/sign-in-result.js';
+import { MfaCodes } from '../mfa/mfa-codes.js';
+import { assertWithinBudget, type BudgetBucket, recordInBudget, spendSendBudget } from '../limits/send-budget.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+
+type PasswordlessSettings = NonNullable<ResolvedConfig['passwordless']>;
+
+/** What `POST /auth/passwordless/start` answers, the same for every well-formed address. */
+export interface PasswordlessStarted {
+  challenge_id: string;
+  expires_in: number;
+}
+
+/** The proof a verify carries: the code of one challenge, or a link's token. */
+export type PasswordlessProof = { challengeId: string; code: string; token?: undefined } | { token: string; challengeId?: undefined; code?: undefined };
+
+export interface PasswordlessSignIn {
+  login: LoginResult;
+  /** An answer with tokens says it (CONTRACT 11): the host's page may greet a new account. */
+  isNewUser: boolean;
+  method: PasswordlessMethod;
+}
+
+/** AAD of a sealed sign-up address: a ciphertext copied onto another challenge does not open. */
+const sealedAddressContext = (challengeId: string) => `passwordless-challenge:${challengeId}:address`;
+
+/** Challenges that ended this long ago are pruned on the address's own starts. */
+const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Passwordless sign-in by e-mail (CONTRACT 11; docs/passwordless.md): a one-time code and,
+ * when the host turns it on, a one-time link, mailed to the address. It is one more first
+ * factor, not a second login path: once the code or link is checked, `AccountService.signIn`
+ * runs exactly what a password login runs (the refusals, the MFA gate, the session, the events).
+ *
+ * Start answers the same for every address; only an eligible one is mailed. Every failed
+ * verify counts toward its challenge, the account's verify budget (an address's, with no
+ * account) and the account's lockout, like a wrong password; a new start resets none of them.
+ */
+export class PasswordlessService {
+  private readonly codes: MfaCodes;
+
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly settings: PasswordlessSettings,
+    private readonly accounts: AccountService,
+    private readonly signInRules: SignInRules,
+  ) {
+    this.codes = new MfaCodes(context);
+  }
+
+  /**
+   * POST /auth/passwordless/start. Throttled by the address alone (cooldown and per-destination
+   * budget, 429), whether or not it has an account; a refused start rolls back and counts toward
+   * nothing. An ineligible address (unknown with sign-up off, disabled, locked) gets a challenge
+   * no code opens, and no mail; an account over its per-account send budget too.
+   */
+  async start(emailInput: string, meta: RequestMeta): Promise<PasswordlessStarted> {
+    const address = normaliseEmail(emailInput);
+    const addressHash = this.addressHash(address);
+    const challengeId = randomUUID();
+    const { otp } = this.context.config;
+    const ttl = this.settings.ttl;
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      // Spending the address's budget takes its lock for the rest of the transaction, so the
+      // cooldown below is read by one start of this address at a time.
+      await spendSendBudget(uow, this.context.keys.identifierHash, [{ name: `passwordless-start:address:${addressHash}`, budget: otp.sendBudget.perDestination }]);
+      const lastStarted = await uow.repos.passwordlessChallenges.lastStartedAt(addressHash);
+      if (lastStarted !== undefined && uow.now - lastStarted < otp.resendCooldown * 1000) {
+        throw errors.rateLimited((lastStarted + otp.resendCooldown * 1000 - uow.now) / 1000, 'rate_limited');
+      }
+      await uow.repos.passwordlessChallenges.pruneEnded(addressHash, uow.now - ENDED_CHALLENGE_RETENTION_MS);
+
+      const user = await uow.repos.users.findByEmail(address);
+      const eligible = user ? mayAuthenticate(user) && !isLocked(user, uow.now) : this.settings.allowSignup;
+      const mails = eligible && (!user || (await this.spendAccountSendBudget(uow, user.id)));
+      const challenge = { id: challengeId, userId: user?.id ?? null, addressHash, now: uow.now, expiresAt: uow.now + ttl * 1000 };
+      if (!mails) {
+        await uow.repos.passwordlessChallenges.insert({ ...challenge, addressSealed: null, codeHash: null, linkHash: null });
+        return;
+      }
+
+      const code = generateOtpCode(otp.length);
+      const token = this.settings.link ? randomToken() : undefined;
+      await uow.repos.passwordlessChallenges.expireOutstanding(addressHash, uow.now);
+      await uow.repos.passwordlessChallenges.insert({
+        ...challenge,
+        // Only a sign-up needs the address back at verify; sealed, so no row holds it in plain text.
+        addressSealed: user ? null : encrypt(this.context.keys.passwordlessAddressEncryption, address, sealedAddressContext(challengeId)),
+        codeHash: hashOtpCode(this.context.keys.otpCodeHash, challengeId, code),
+        linkHash: token === undefined ? null : this.linkHash(token),
+      });
+      const mailContext: Record<string, unknown> = { app_name: this.context.config.appName, code, ttl };
+      const linkTemplate = this.context.config.links.passwordlessLogin;
+      if (token !== undefined && linkTemplate !== undefined) {
+        mailContext.token = token;
+        mailContext.url = linkTemplate.replaceAll('{token}', encodeURIComponent(token));
+      }
+      // The mail goes to the stored address (CONTRACT 11), which the typed one matched case-insensitively.
+      const to = user?.email ?? address;
+      uow.afterCommit(() => this.context.mailer.send({ to, template: 'login_code', context: mailContext }));
+    });
+    return { challenge_id: challengeId, expires_in: ttl };
+  }
+
+  /**
+   * POST /auth/passwordless/verify. Every refusal is 422 invalid_code; a locked account
+   * compares nothing. Success consumes the challenge (code and link together) in one
+   * conditional update, proves the address (the first proof removes a password set before
+   * it, CONTRACT 11), creates the account of a sign-up, and hands over to the sign-in every
+   * first factor shares.
+   */
+  async verify(proof: PasswordlessProof, meta: RequestMeta): Promise<PasswordlessSignIn> {
+    const method: PasswordlessMethod = proof.token !== undefined ? 'email_link' : 'email_code';
+    const repos = this.context.store.repos;
+    const challenge = proof.token !== undefined ? await repos.passwordlessChallenges.findByLinkHash(this.linkHash(proof.token)) : await repos.passwordlessChallenges.findById(proof.challengeId);
+    // Neither an account nor an address is known: nothing to count toward.
+    if (!challenge) throw errors.invalidCode();
+    const stored = challenge.userId === null ? undefined : await repos.users.findById(challenge.userId);
+    const account = stored && stored.deletedAt === null ? stored : undefined;
+
+    // The slot is taken before anything is compared, as for a password (lockout.ts).
+    const slot = account ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, account.id, this.context.clock.now()) : undefined;
+    if (account && !slot) {
+      await runUnitOfWork(this.context, meta, (uow) => emitRefusal(uow, account.id, method));
+      throw errors.invalidCode();
+    }
+    try {
+      const proven = await runUnitOfWork(this.context, meta, async (uow) => {
+        // One verify of an account at a time: its budget and its failures are counted in order.
+        const locked = account ? await uow.repos.users.findByIdForUpdate(account.id) : undefined;
+        await this.assertVerifyBudget(uow, challenge, account);
+        if (!(await this.spend(uow, challenge, proof))) {
+          await this.recordFailure(uow, challenge, account, slot, method);
+          return uow.failAfterCommit(errors.invalidCode());
+        }
+        return this.proveAddress(uow, challenge, locked, method);
+      });
+      const login = await this.accounts.signIn(proven.user, { amr: 'email', method }, slot, meta);
+      return { login, isNewUser: proven.isNewUser, method };
+    } finally {
+      await slot?.release();
+    }
+  }
+
+  /** A code is checked only against its own challenge; a link's challenge was found by its token. */
+  private async spend(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, proof: PasswordlessProof): Promise<boolean> {
+    // A link of a challenge whose attempts failed codes have spent is burned like its code.
+    const { otp } = this.context.config;
+    const repo = uow.repos.passwordlessChallenges;
+    if (proof.token !== undefined) return repo.consume(challenge.id, uow.now, otp.maxAttempts - 1);
+    // The attempt is taken before comparing; a caller without one never compares.
+    if (challenge.codeHash === null || !(await repo.claimAttempt(challenge.id, otp.maxAttempts, uow.now))) return false;
+    if (!otpCodeMatches(this.context.keys.otpCodeHash, challenge.id, proof.code, otp.length, challenge.codeHash)) return false;
+    return repo.consume(challenge.id, uow.now, otp.maxAttempts);
+  }
+
+  /**
+   * The code or link reached the address: the first proof runs (CONTRACT 5 and 11), or, for an
+   * address with no account, the account is created verified and without a password. A
+   * disabled account proves nothing; the sign-in refuses it.
+   */
+  private async proveAddress(
+    uow: UnitOfWork,
+    challenge: PasswordlessChallengeRecord,
+    account: UserRecord | undefined,
+    method: PasswordlessMethod,
+  ): Promise<{ user: UserRecord; isNewUser: boolean }> {
+    let user = account;
+    let isNewUser = false;
+    if (!user) {
+      // Sign-up happens here, at the first successful verify, never at start.
+      if (challenge.addressSealed === null || !this.settings.allowSignup) throw errors.invalidCode();
+      const address = decrypt(this.context.keys.passwordlessAddressEncryption, challenge.addressSealed, sealedAddressContext(challenge.id)).toString('utf8');
+      await this.signInRules.assertAllowed(address, { credentialRight: true, repos: uow.repos });
+      const id = randomUUID();
+      isNewUser = await uow.repos.users.insertIfEmailFree({ id, email: address, displayName: null, passwordHash: null, emailVerified: true, now: uow.now });
+      if (isNewUser) await uow.emit({ type: 'user.registered', actorId: id, userId: id, data: { method } });
+      // Registered meanwhile by someone else: this code proves the address for that account.
+      user = await uow.repos.users.findByEmail(address);
+      if (!user || !mayAuthenticate(user)) throw errors.invalidCode();
+    } else {
+      await this.signInRules.assertAllowed(user.email, { userId: user.id, credentialRight: true, repos: uow.repos });
+    }
+    if (user.status === 'active' && !user.emailVerified) await recordFirstEmailProof(uow, user, { method, passwordless: true });
+    const current = (await uow.repos.users.findById(user.id)) ?? user;
+    return { user: current, isNewUser };
+  }
+
+  /** Over the verify budget no code is even looked at: 429 whatever the code (CONTRACT 11). */
+  private async assertVerifyBudget(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, account: UserRecord | undefined): Promise<void> {
+    if (account) await this.codes.assertVerifyBudget(uow.repos, account.id, uow.now);
+    else await assertWithinBudget(uow.repos, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash), uow.now);
+  }
+
+  /**
+   * One failure, counted once: toward the challenge (its attempt, taken before comparing),
+   * the verify budget of the account (or the address) and the lockout like a wrong password.
+   */
+  private async recordFailure(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, account: UserRecord | undefined, slot: FailedAttemptSlot | undefined, method: PasswordlessMethod): Promise<void> {
+    if (!account || !slot) {
+      await recordInBudget(uow, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash));
+      return;
+    }
+    await this.codes.recordVerifyFailure(uow, account.id);
+    await emitRefusal(uow, account.id, method);
+    await slot.fail(uow, 'email_code');
+  }
+
+  /**
+   * The mail counts toward the account's OTP send budget (the bucket its factor codes spend);
+   * over it the start still answers 202 but sends nothing.
+   */
+  private async spendAccountSendBudget(uow: UnitOfWork, userId: string): Promise<boolean> {
+    const bucket: BudgetBucket = { name: `otp-send:account:${userId}`, budget: this.context.config.otp.sendBudget.perAccount };
+    try {
+      await spendSendBudget(uow, this.context.keys.identifierHash, [bucket]);
+      return true;
+    } catch (error) {
+      if (error instanceof IdentityError && error.status === 429) return false;
+      throw error;
+    }
+  }
+
+  private addressVerifyBucket(addressHash: string): BudgetBucket {
+    return { name: `otp-verify-failed:address:${addressHash}`, budget: this.context.config.otp.verifyBudget };
+  }
+
+  /** The throttling and supersede key of an address: a keyed hash, never the address itself. */
+  private addressHash(address: string): string {
+    return keyedHash(this.context.keys.passwordlessHash, `address:${address}`);
+  }
+
+  private linkHash(token: string): string {
+    return keyedHash(this.context.keys.passwordlessHash, `link:${token}`);
+  }
+}
+
+function isLocked(user: Pick<UserRecord, 'lockedUntil'>, now: number): boolean {
+  return user.lockedUntil !== null && user.lockedUntil > now;
+}
+
+/** A refused verify on an account's challenge (CONTRACT 11): `reason` is the error code answered. */
+async function emitRefusal(uow: UnitOfWork, userId: string, method: PasswordlessMethod): Promise<void> {
+  await uow.emit({ type: 'user.login_failed', userId, data: { method, reason: 'invalid_code' } });
+}

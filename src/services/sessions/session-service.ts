@@ -1,0 +1,262 @@
+import type { SignInRules } from '../access/sign-in-rules.js';
+import { randomUUID } from 'node:crypto';
+import { errors, IdentityError } from '../../errors.js';
+import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
+import type { AccessTokenSubject } from '../../crypto/jwt.js';
+import type { SessionRecord } from '../../store/session-repository.js';
+import type { Repositories } from '../../store/store.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import { type AccessPolicy, mayAuthenticate } from '../access/access-policy.js';
+import { resolveAuthority, type ResolvedAuthority } from '../access/authority.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import type { PermissionCatalog } from '../access/permission-catalog.js';
+import type { Principal } from '../access/principal.js';
+import { decodeCursor, keysetPage } from '../shared/pagination.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { iso } from '../shared/iso-time.js';
+
+export interface TokenResponse {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+  refresh_token: string;
+}
+
+export interface AccessTokenResponse {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+}
+
+export interface SessionView {
+  id: string;
+  current: boolean;
+  ip: string | null;
+  user_agent: string | null;
+  created_at: string;
+  last_used_at: string;
+}
+
+/** A session opened or rotated inside a transaction, its access token not yet signed. */
+export interface OpenedSession {
+  subject: AccessTokenSubject;
+  refreshToken: string;
+}
+
+export interface StrongAuthentication {
+  mfa: boolean;
+  amr: string[];
+  /** epoch ms */
+  authTime: number;
+}
+
+const USER_AGENT_MAX = 512;
+
+/** Sessions are refresh-token families: opening, rotating, re-scoping and revoking them. */
+export class SessionService {
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly catalog: PermissionCatalog,
+    private readonly policy: AccessPolicy,
+    private readonly signInRules: SignInRules,
+  ) {}
+
+  /**
+   * Opens a session (one refresh-token family) inside the caller's unit of work. The access
+   * token is signed only after commit (`signOpened`): no token exists for a session that
+   * rolled back, and no transaction waits on an RSA signature.
+   */
+  async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
+    const sessionId = randomUUID();
+    const expiresAt = this.slidingExpiry({ createdAt: uow.now }, uow.now);
+    const session: SessionRecord = {
+      id: sessionId,
+      userId: user.id,
+      organizationId: null,
+      mfa: authentication.mfa,
+      amr: authentication.amr,
+      authTime: authentication.authTime,
+      ip: meta.ip,
+      userAgent: meta.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
+      createdAt: uow.now,
+      lastUsedAt: uow.now,
+      expiresAt,
+      revokedAt: null,
+    };
+    await uow.repos.sessions.insert({ ...session, now: uow.now });
+    const refreshToken = randomToken();
+    await this.storeRefreshToken(uow.repos, sessionId, refreshToken, uow.now, expiresAt);
+    return { subject: await this.accessSubjectFor(uow.repos, session, user), refreshToken };
+  }
+
+  /** After commit: the tokens of an opened (or rotated) session. */
+  async signOpened(opened: OpenedSession): Promise<TokenResponse> {
+    return { ...(await this.sign(opened.subject)), refresh_token: opened.refreshToken };
+  }
+
+  /** After commit: an access token for claims resolved inside the transaction. */
+  async sign(subject: AccessTokenSubject): Promise<AccessTokenResponse> {
+    const { token } = await this.context.jwt.signAccessToken(subject);
+    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl };
+  }
+
+  /** The claims of a new access token for a session, with roles and scope re-resolved from the database. */
+  async accessSubjectFor(repos: Repositories, session: SessionRecord, user: UserRecord): Promise<AccessTokenSubject> {
+    return this.subjectOf(session, user, await resolveAuthority(repos, this.catalog, user.id, session.organizationId));
+  }
+
+  private subjectOf(session: SessionRecord, user: UserRecord, authority: ResolvedAuthority): AccessTokenSubject {
+    const organizationId = authority.member || authority.superadmin ? session.organizationId : null;
+    return {
+      sub: user.id,
+      sid: session.id,
+      org: organizationId,
+      roles: authority.roles,
+      scope: [...authority.permissions].sort(),
+      email_verified: user.emailVerified,
+      mfa: session.mfa,
+      amr: session.amr,
+      auth_time: Math.floor(session.authTime / 1000),
+    };
+  }
+
+  /**
+   * Rotation: the presented token is consumed by one conditional update. Presenting a
+   * consumed token again (a replay, or the loser of a concurrent race) revokes the family.
+   *
+   * One read finds the token, its session and user; one transaction of the fewest writes
+   * (consume, extend the session if still live, the next token, the audit event) commits;
+   * the access token is signed after commit, so the write lock is never held while signing.
+   * Nothing written is read back: what the response needs is known before the writes.
+   */
+  async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
+    const found = await this.context.store.repos.refreshTokens.findForRefresh(keyedHash(this.context.keys.tokenHash, refreshToken));
+    const now = this.context.clock.now();
+    if (!found || found.session.revokedAt !== null || found.session.expiresAt <= now) throw errors.invalidGrant();
+    const { token: stored, session, user } = found;
+    const rotation = this.context.config.tokens.refreshRotation;
+    if (stored.consumedAt !== null) {
+      await runUnitOfWork(this.context, meta, async (uow) => {
+        await this.recordReuse(uow, session);
+        return uow.failAfterCommit(errors.invalidGrant());
+      });
+    }
+    if (stored.expiresAt <= now || !mayAuthenticate(user)) throw errors.invalidGrant();
+    // Require SSO (CONTRACT 12.6): sessions from before enforcement end at their next refresh.
+    await this.signInRules.assertSessionAllowed(user, session.id, 401);
+
+    const nextRefreshToken = rotation ? randomToken() : refreshToken;
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      if (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now))) {
+        // Lost a race for this token (or it expired just now): a second use revokes the family.
+        if (stored.expiresAt > uow.now) await this.recordReuse(uow, session);
+        return uow.failAfterCommit(errors.invalidGrant());
+      }
+      const expiresAt = rotation ? this.slidingExpiry(session, uow.now) : Math.min(Math.max(session.expiresAt, stored.expiresAt), this.absoluteExpiry(session));
+      // Revoked since it was read: nothing of this refresh may commit.
+      if (!(await uow.repos.sessions.touchLive(session.id, uow.now, expiresAt))) throw errors.invalidGrant();
+      if (rotation) await this.storeRefreshToken(uow.repos, session.id, nextRefreshToken, uow.now, expiresAt);
+      await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
+    });
+    // Live authority through the access cache: as current as the database, since every change to it invalidates the cache.
+    const authority = await this.policy.authorityIn(user.id, session.organizationId);
+    return { ...(await this.sign(this.subjectOf(session, user, authority))), refresh_token: nextRefreshToken };
+  }
+
+  /** A session's refresh lifetime slides with each rotation but never past its absolute end (`tokens.sessionMaxAge`). */
+  private slidingExpiry(session: Pick<SessionRecord, 'createdAt'>, now: number): number {
+    return Math.min(now + this.context.config.tokens.refreshTtl * 1000, this.absoluteExpiry(session));
+  }
+
+  private absoluteExpiry(session: Pick<SessionRecord, 'createdAt'>): number {
+    return session.createdAt + this.context.config.tokens.sessionMaxAge * 1000;
+  }
+
+  private async recordReuse(uow: UnitOfWork, session: SessionRecord): Promise<void> {
+    await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
+    await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
+  }
+
+  async logout(principal: Principal, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await uow.repos.sessions.revoke(principal.sessionId, uow.now, 'logout');
+      uow.invalidates({ session: principal.sessionId });
+    });
+  }
+
+  async logoutAll(principal: Principal, meta: RequestMeta): Promise<number> {
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const count = await uow.repos.sessions.revokeAllForUser(principal.userId, uow.now, 'logout_all');
+      await uow.emit({ type: 'auth.sessions_revoked', actorId: principal.userId, userId: principal.userId, data: { count, reason: 'logout_all' } });
+      return count;
+    });
+  }
+
+  async list(principal: Principal, page: { limit: number; cursor?: string }): Promise<{ sessions: SessionView[]; nextCursor: string | null }> {
+    const after = decodeCursor(page.cursor, ['integer', 'id']);
+    const rows = await this.context.store.repos.sessions.listLiveForUser(principal.userId, this.context.clock.now(), {
+      limit: page.limit + 1,
+      ...(after ? { afterCreatedAt: after[0], afterId: after[1] } : {}),
+    });
+    const { items, nextCursor } = keysetPage(rows, page.limit, (session) => [session.createdAt, session.id]);
+    return {
+      sessions: items.map((session) => ({
+        id: session.id,
+        current: session.id === principal.sessionId,
+        ip: session.ip,
+        user_agent: session.userAgent,
+        created_at: iso(session.createdAt),
+        last_used_at: iso(session.lastUsedAt),
+      })),
+      nextCursor,
+    };
+  }
+
+  async revokeOwned(principal: Principal, sessionId: string, meta: RequestMeta): Promise<void> {
+    const revoked = await runUnitOfWork(this.context, meta, (uow) => {
+      uow.invalidates({ session: sessionId });
+      return uow.repos.sessions.revokeOwned(sessionId, principal.userId, uow.now, 'revoked_by_user');
+    });
+    if (!revoked) throw errors.notFound('Session');
+  }
+
+  /** Whether a token is genuine but its session has ended (revoked or expired): spec 7's `session_ended`. */
+  async isEndedSession(token: string): Promise<boolean> {
+    const claims = await this.context.jwt.verifyAccessToken(token);
+    if (!claims) return false;
+    const session = await this.context.store.repos.sessions.findById(claims.sid);
+    if (!session || session.userId !== claims.sub) return false;
+    return (await this.context.store.repos.sessions.findLive(session.id, this.context.clock.now())) === undefined;
+  }
+
+  /** Re-points the live session at another organization and mints a token scoped to it. */
+  async switchOrganization(principal: Principal, organizationId: string, meta: RequestMeta): Promise<AccessTokenResponse> {
+    const subject = await runUnitOfWork(this.context, meta, async (uow) => {
+      const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
+      if (!session) throw errors.sessionEnded();
+      const organization = await uow.repos.organizations.findActive(organizationId);
+      if (!organization) throw errors.notFound('Organization');
+      const authority = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
+      if (!authority.member && !authority.superadmin) throw errors.forbidden('You are not an active member of this organization.');
+      if (organization.requireMfa && !session.mfa) {
+        throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; sign in with a second factor first.');
+      }
+      if (!(await uow.repos.sessions.setOrganization(session.id, organizationId))) throw errors.sessionEnded();
+      const user = await uow.repos.users.findById(principal.userId);
+      const subject = await this.accessSubjectFor(uow.repos, { ...session, organizationId }, user!);
+      await uow.emit({
+        type: 'auth.org_switched',
+        actorId: principal.userId,
+        userId: principal.userId,
+        organizationId,
+        data: { session_id: session.id, from_organization_id: session.organizationId },
+      });
+      return subject;
+    });
+    return this.sign(subject);
+  }
+
+  private async storeRefreshToken(repos: Repositories, sessionId: string, refreshToken: string, now: number, expiresAt: number): Promise<void> {
+    await repos.refreshTokens.insert({ id: randomUUID(), sessionId, tokenHash: keyedHash(this.context.keys.tokenHash, refreshToken), now, expiresAt });
+  }
+}

@@ -1,0 +1,28 @@
+import type { FactorType } from '../../store/mfa-repository.js';
+import type { TokenResponse } from './session-service.js';
+
+/** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
+export interface LoginFactorView {
+  id: string;
+  type: FactorType;
+  default: boolean;
+  label?: string;
+  destination?: string;
+}
+
+/**
+ * What every way of signing in answers (CONTRACT 8 and 9.2: exactly the answer of
+ * POST /auth/login): a session, or the MFA gate's ticket and factors.
+ */
+export type LoginResult =
+  | { kind: 'session'; tokens: TokenResponse; user: { id: string; email: string; email_verified: boolean } }
+  | { kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] };
+
+/**
+ * How a sign-in's first factor was passed (CONTRACT 11: a passwordless code or link is one more
+ * first factor): the `amr` mark its session carries and the `method` its events carry.
+ */
+export type FirstFactor = { amr: 'pwd'; method: 'password' } | { amr: 'email'; method: PasswordlessMethod };
+
+/** A passwordless sign-in's proof of the address: its code or its link (CONTRACT 11). */
+export type PasswordlessMethod = 'email_code' | 'email_link';

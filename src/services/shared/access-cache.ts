@@ -1,0 +1,190 @@
+import type { IdentityEvent, IdentityEventType } from '../../events.js';
+
+/**
+ * What an invalidation names: one session, everything about one user, everything about one
+ * organization, or everything.
+ */
+export type AccessScope = { session: string } | { user: string } | { organization: string } | 'all';
+
+/** Carries invalidations to the other instances on the same database (PostgreSQL LISTEN/NOTIFY). */
+export interface InvalidationCarrier {
+  /** Sends scopes to the other instances; failures are the carrier's to log. */
+  publish(scopes: AccessScope[]): void;
+  /** False while the carrier cannot hear other instances: the cache then serves nothing. */
+  readonly listening: boolean;
+  close(): Promise<void>;
+}
+
+interface Entry {
+  value: unknown;
+  /** The invalidation counter when the load started: an invalidation after it makes the entry stale. */
+  stamp: number;
+  /** performance.now() after which the entry is not served whatever was heard. */
+  expiresAt: number;
+  dependsOn: string[];
+}
+
+export interface AccessCacheOptions {
+  /**
+   * The backstop: how long an entry may be served, in milliseconds, if an invalidation from
+   * another instance was lost on the way.
+   */
+  ttlMs: number;
+  maxEntries: number;
+}
+
+/**
+ * One second: the bound of CONTRACT 7 holds even for a lost notification, or for processes
+ * on one SQLite file, which have no carrier. At any real request rate a hot session is still
+ * read from the database about once a second per instance.
+ */
+export const DEFAULT_ACCESS_CACHE: AccessCacheOptions = { ttlMs: 1_000, maxEntries: 20_000 };
+
+/**
+ * Events that change nothing a cached session or authority holds. Every other committed
+ * event invalidates its user, its organization and its session (STYLE 18: the cache names
+ * the events that end it, and errs on the side of forgetting).
+ */
+const EVENTS_THAT_KEEP_ACCESS: ReadonlySet<IdentityEventType> = new Set<IdentityEventType>([
+  'auth.token_refreshed',
+  'user.logged_in',
+  'user.login_failed',
+  'user.password_reset_requested',
+  'mfa.verify_failed',
+  'mfa.verified',
+  'member.invited',
+]);
+
+/** Organization-wide changes that reach members through other organizations' rules (require_mfa) or end the organization. */
+const EVENTS_THAT_CHANGE_EVERYONE: ReadonlySet<IdentityEventType> = new Set<IdentityEventType>(['org.updated', 'org.deleted']);
+
+export function scopesOfEvent(event: IdentityEvent): AccessScope[] {
+  if (EVENTS_THAT_KEEP_ACCESS.has(event.type)) return [];
+  if (EVENTS_THAT_CHANGE_EVERYONE.has(event.type)) return ['all'];
+  const scopes: AccessScope[] = [];
+  if (event.user_id) scopes.push({ user: event.user_id });
+  if (event.organization_id) scopes.push({ organization: event.organization_id });
+  const sessionId = (event.data as { session_id?: unknown }).session_id;
+  if (typeof sessionId === 'string') scopes.push({ session: sessionId });
+  return scopes;
+}
+
+/** The wire and index form of a scope (`s:`, `u:`, `o:` and the id); `invalidation-carrier.ts` decodes it. */
+export const keyOfScope = (scope: Exclude<AccessScope, 'all'>): string =>
+  'session' in scope ? `s:${scope.session}` : 'user' in scope ? `u:${scope.user}` : `o:${scope.organization}`;
+
+export const dependsOnSession = (id: string) => `s:${id}`;
+export const dependsOnUser = (id: string) => `u:${id}`;
+export const dependsOnOrganization = (id: string) => `o:${id}`;
+
+/**
+ * In-process cache of the reads every authenticated request makes (the session and its
+ * user, the superadmin flag, authority in an organization, the organization, the MFA
+ * enforcement inputs), with the revocation guarantees of CONTRACT 7:
+ *
+ * - on this instance an invalidation is in force at once: it is applied after the commit
+ *   of the change and before the response that reports it;
+ * - other instances hear of it through the carrier (PostgreSQL LISTEN/NOTIFY) within
+ *   milliseconds; while the carrier is not listening nothing is served from the cache, and
+ *   an entry is never served past `ttlMs`, which bounds the damage of a lost notification.
+ *
+ * Invalidation is by stamps, not by deleting entries: an entry records the counter value
+ * when its load began, and is stale if any scope it depends on was invalidated since. A
+ * load that raced with a change therefore never outlives it.
+ */
+export class AccessCache {
+  private readonly entries = new Map<string, Entry>();
+  private readonly invalidated = new Map<string, { stamp: number; at: number }>();
+  private everythingInvalidatedAt = 0;
+  private counter = 0;
+  private carrier: InvalidationCarrier | undefined;
+  private peers = new Set<AccessCache>([this]);
+
+  constructor(private readonly options: AccessCacheOptions = DEFAULT_ACCESS_CACHE) {}
+
+  /** Other instances on the same database. */
+  attachCarrier(carrier: InvalidationCarrier): void {
+    this.carrier = carrier;
+  }
+
+  /** Caches of routers in this process that share one database handle hear each other at once. */
+  joinPeers(peers: Set<AccessCache>): void {
+    peers.add(this);
+    this.peers = peers;
+  }
+
+  leavePeers(): void {
+    this.peers.delete(this);
+  }
+
+  /**
+   * The cached value of `key`, or `load()`'s, kept when `dependsOn(value)` names its scopes.
+   * `undefined` from `dependsOn` means "do not keep" (a miss such as an ended session).
+   */
+  async read<T>(key: string, load: () => Promise<T>, dependsOn: (value: T) => string[] | undefined): Promise<T> {
+    if (this.carrier && !this.carrier.listening) return load();
+    const now = performance.now();
+    const entry = this.entries.get(key);
+    if (entry && this.isFresh(entry, now)) return entry.value as T;
+    const stamp = this.counter;
+    const value = await load();
+    const scopes = dependsOn(value);
+    if (scopes) {
+      if (this.entries.size >= this.options.maxEntries) this.evictOldest();
+      this.entries.set(key, { value, stamp, expiresAt: now + this.options.ttlMs, dependsOn: scopes });
+    }
+    return value;
+  }
+
+  /** Applies here and in this process's peers at once, and tells other instances. */
+  invalidate(scopes: AccessScope[]): void {
+    if (scopes.length === 0) return;
+    for (const peer of this.peers) peer.apply(scopes);
+    this.carrier?.publish(scopes);
+  }
+
+  invalidateForEvents(events: IdentityEvent[]): void {
+    this.invalidate(events.flatMap(scopesOfEvent));
+  }
+
+  /** What the carrier heard from another instance (or: everything, after it was deaf for a while). */
+  apply(scopes: AccessScope[]): void {
+    const stamp = ++this.counter;
+    const at = performance.now();
+    for (const scope of scopes) {
+      if (scope === 'all') {
+        this.everythingInvalidatedAt = stamp;
+        this.entries.clear();
+        this.invalidated.clear();
+        return;
+      }
+      this.invalidated.set(keyOfScope(scope), { stamp, at });
+    }
+    if (this.invalidated.size > this.options.maxEntries) this.forgetOldInvalidations(at);
+  }
+
+  clear(): void {
+    this.apply(['all']);
+  }
+
+  private isFresh(entry: Entry, now: number): boolean {
+    if (now >= entry.expiresAt || entry.stamp < this.everythingInvalidatedAt) return false;
+    for (const scope of entry.dependsOn) {
+      const invalidation = this.invalidated.get(scope);
+      if (invalidation && invalidation.stamp > entry.stamp) return false;
+    }
+    return true;
+  }
+
+  private evictOldest(): void {
+    const oldest = this.entries.keys().next();
+    if (!oldest.done) this.entries.delete(oldest.value);
+  }
+
+  // An invalidation older than the TTL can no longer make any entry stale: every entry loaded before it has expired.
+  private forgetOldInvalidations(now: number): void {
+    for (const [scope, { at }] of this.invalidated) {
+      if (now - at > this.options.ttlMs) this.invalidated.delete(scope);
+    }
+  }
+}

@@ -1,0 +1,627 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { resolveTxt as systemResolveTxt } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { domainToASCII } from 'node:url';
+import type * as OpenIdClient from 'openid-client';
+import { getPublicSuffix } from 'tldts';
+import type { DnsResolver } from '../../adapters/types.js';
+import type { ResolvedSsoConfig } from '../../config/sso.js';
+import { decrypt, encrypt } from '../../crypto/aead.js';
+import { errors, IdentityError } from '../../errors.js';
+import { guardedFetch } from '../../outbound/guarded-fetch.js';
+import { OutboundGuard, OutboundRefusal } from '../../outbound/outbound-guard.js';
+import type { SocialFlowRecord } from '../../store/social-repository.js';
+import type { OrgDomainRecord, SsoConnectionRecord, TokenEndpointAuthMethod } from '../../store/sso-repository.js';
+import type { Repositories } from '../../store/store.js';
+import type { UserRecord } from '../../store/user-repository.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import {
+  type AuthorizationStart,
+  type CallbackParameters,
+  exchangeError,
+  type FederatedFlows,
+  FederatedRefusal,
+  type FlowTarget,
+  invalidExchangeCode,
+  type ProviderClaims,
+  RESOLUTION_ATTEMPTS,
+  ResolutionConflict,
+} from '../social/federated-flow.js';
+import { userStatus } from '../accounts/me-service.js';
+import { normaliseEmail } from '../shared/identity-rules.js';
+import { iso } from '../shared/iso-time.js';
+import type { LoginResult } from '../sessions/sign-in-result.js';
+import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from '../social/social-provider-client.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { TOMBSTONE_EMAIL_DOMAIN } from '../accounts/user-admin-service.js';
+
+/** The flow key of every single sign-on flow; never a social provider id (those match `[a-z0-9-]`). */
+export const SSO_FLOW_KEY = '@sso';
+const HTTP_TIMEOUT_MS = 10_000;
+const CLOCK_TOLERANCE_SECONDS = 30;
+const DISCOVERY_CACHE_MS = 60 * 60 * 1000;
+const DISPLAY_NAME_MAX = 120;
+const DEFAULT_SCOPES = ['openid', 'email', 'profile'];
+/** Permissions a JIT default role may not hold: whoever controls the IdP would mint owners. */
+const FORBIDDEN_DEFAULT_ROLE_KEYS = ['org.delete', 'roles.manage', 'sso.manage'];
+
+/** Bundled consumer-mail domains (CONTRACT 12.4): no organization owns its users' addresses there. */
+export const CONSUMER_MAIL_DOMAINS: ReadonlySet<string> = new Set([
+  'gmail.com', 'googlemail.com', 'outlook.com', 'hotmail.com', 'live.com', 'msn.com', 'yahoo.com', 'ymail.com',
+  'icloud.com', 'me.com', 'mac.com', 'aol.com', 'proton.me', 'protonmail.com', 'pm.me', 'gmx.com', 'gmx.de', 'gmx.net',
+  'web.de', 'mail.com', 'yandex.com', 'yandex.ru', 'mail.ru', 'zoho.com', 'fastmail.com', 'hey.com', 'tutanota.com',
+  'qq.com', '163.com', '126.com', 'naver.com', 'hotmail.co.uk', 'yahoo.co.uk', 'yahoo.fr', 'orange.fr', 'free.fr',
+  't-online.de', 'libero.it', 'comcast.net', 'verizon.net', 'att.net',
+]);
+
+/** `domain` of CONTRACT 12.3. */
+export interface DomainView {
+  id: string;
+  domain: string;
+  status: 'pending' | 'verified';
+  txt_name: string;
+  txt_value: string;
+  verified_at: string | null;
+  created_at: string;
+}
+
+/** `connection` of CONTRACT 12.3; the client secret is never part of it. */
+export interface ConnectionView {
+  id: string;
+  issuer: string;
+  client_id: string;
+  scopes: string[];
+  token_endpoint_auth_method: TokenEndpointAuthMethod;
+  redirect_uri: string;
+  enabled: boolean;
+  status: 'active' | 'inactive';
+  jit: boolean;
+  default_role: string;
+  enforce: boolean;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ConnectionInput {
+  issuer?: string | undefined;
+  client_id?: string | undefined;
+  client_secret?: string | undefined;
+  scopes?: string[] | undefined;
+  token_endpoint_auth_method?: TokenEndpointAuthMethod | undefined;
+  enabled?: boolean | undefined;
+  jit?: boolean | undefined;
+  default_role?: string | undefined;
+  enforce?: boolean | undefined;
+}
+
+export interface SsoLoginResult {
+  login: LoginResult;
+  isNewUser: boolean;
+  organizationId: string;
+}
+
+type IssuerRefusalReason = 'insecure_scheme' | 'private_address' | 'discovery_failed' | 'issuer_mismatch';
+
+function invalidIssuer(reason: IssuerRefusalReason, message: string): IdentityError {
+  return new IdentityError(422, 'invalid_issuer', message, { extra: { reason } });
+}
+
+function invalidDomain(message: string): IdentityError {
+  return new IdentityError(422, 'invalid_domain', message);
+}
+
+function ssoNotConfigured(): IdentityError {
+  return new IdentityError(404, 'sso_not_configured', 'Single sign-on is not configured for this address or organization.');
+}
+
+/**
+ * Single sign-on per organization (CONTRACT 12): verified domains, the organization's own
+ * OpenID provider behind the outbound guard, identifier-first sign-in through the federated
+ * flows of section 9, and JIT membership. Enforcement lives in SignInRules.
+ */
+export class SsoService {
+  private readonly guard: OutboundGuard;
+  private readonly resolveTxt: (name: string) => Promise<string[][]>;
+  private readonly configurations = new Map<string, { version: number; configuration: ProviderConfiguration; expiresAt: number }>();
+
+  constructor(
+    private readonly context: ServiceContext,
+    private readonly sso: ResolvedSsoConfig,
+    private readonly flows: FederatedFlows,
+    dns: DnsResolver | undefined,
+  ) {
+    this.guard = new OutboundGuard({ allowHttp: false, allowPrivateNetworks: sso.allowPrivateNetworks }, dns);
+    this.resolveTxt = dns?.resolveTxt ? (name) => dns.resolveTxt!(name) : systemResolveTxt;
+  }
+
+  // ---------------------------------------------------------------- domains
+
+  async addDomain(organizationId: string, input: string, actorId: string, meta: RequestMeta): Promise<DomainView> {
+    const domain = this.normaliseDomain(input);
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      if (await uow.repos.orgDomains.findVerified(domain).then((found) => found && found.organizationId !== organizationId)) throw domainTaken();
+      const id = randomUUID();
+      // ≥ 128 bits, unique per row (a unique index backs it).
+      const txtValue = `identity-router-verification=${randomBytes(24).toString('base64url')}`;
+      if (!(await uow.repos.orgDomains.insertIfAbsent({ id, organizationId, domain, txtValue, now: uow.now }))) throw errors.conflict('The organization already holds this domain.');
+      await uow.emit({ type: 'org.domain_added', actorId, organizationId, data: { domain_id: id, domain } });
+      const added = await uow.repos.orgDomains.findInOrganization(organizationId, id);
+      return this.domainView(added!);
+    });
+  }
+
+  async listDomains(organizationId: string): Promise<DomainView[]> {
+    return (await this.context.store.repos.orgDomains.listForOrganization(organizationId)).map((domain) => this.domainView(domain));
+  }
+
+  /** On demand only; a verified domain answers without asking DNS again (CONTRACT 12.4). */
+  async verifyDomain(organizationId: string, domainId: string, actorId: string, meta: RequestMeta): Promise<DomainView> {
+    const repos = this.context.store.repos;
+    const domain = await repos.orgDomains.findInOrganization(organizationId, domainId);
+    if (!domain) throw errors.notFound('Domain');
+    if (domain.status === 'verified') return this.domainView(domain);
+    const taken = await repos.orgDomains.findVerified(domain.domain);
+    if (taken && taken.organizationId !== organizationId) throw domainTaken();
+    let records: string[][];
+    try {
+      records = await this.resolveTxt(this.txtName(domain.domain));
+    } catch {
+      records = [];
+    }
+    // A TXT record may arrive in several chunks of at most 255 octets; they are one value.
+    if (!Array.isArray(records) || !records.some((chunks) => Array.isArray(chunks) && chunks.join('') === domain.txtValue)) {
+      throw new IdentityError(422, 'domain_not_verified', `No TXT record at ${this.txtName(domain.domain)} holds this domain's verification value yet.`);
+    }
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      if (!(await uow.repos.orgDomains.markVerified(domain.id, domain.domain, uow.now))) throw domainTaken();
+      await uow.emit({ type: 'org.domain_verified', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
+      return this.domainView((await uow.repos.orgDomains.findInOrganization(organizationId, domain.id))!);
+    });
+  }
+
+  async deleteDomain(organizationId: string, domainId: string, actorId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const domain = await uow.repos.orgDomains.findInOrganization(organizationId, domainId);
+      if (!domain || !(await uow.repos.orgDomains.delete(organizationId, domainId))) throw errors.notFound('Domain');
+      await uow.emit({ type: 'org.domain_removed', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
+    });
+  }
+
+  /**
+   * Trim, lower-case, one trailing dot dropped, IDNA A-label; refused (422 `invalid_domain`):
+   * not a hostname, a single label, an IP literal, a public suffix (private section
+   * included), a consumer-mail or blocked domain, the tombstone domain.
+   */
+  normaliseDomain(input: string): string {
+    let raw = input.trim().toLowerCase();
+    if (raw.endsWith('.')) raw = raw.slice(0, -1);
+    if (raw.startsWith('[') || isIP(raw) !== 0 || /^[0-9.]+$/.test(raw) || /^0x/i.test(raw)) throw invalidDomain('An IP address is not a domain.');
+    const domain = domainToASCII(raw);
+    if (!domain || isIP(domain) !== 0) throw invalidDomain('The domain is not a valid host name.');
+    const labels = domain.split('.');
+    if (domain.length > 253 || labels.some((label) => !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(label))) throw invalidDomain('The domain is not a valid host name.');
+    if (labels.length < 2) throw invalidDomain('A single-label name is not a domain an organization can own.');
+    if (getPublicSuffix(domain, { allowPrivateDomains: true }) === domain) throw invalidDomain('A public suffix is not a domain an organization can own.');
+    if (CONSUMER_MAIL_DOMAINS.has(domain) || this.sso.blockedDomains.includes(domain) || domain === TOMBSTONE_EMAIL_DOMAIN) {
+      throw invalidDomain('Consumer e-mail domains cannot be claimed by an organization.');
+    }
+    return domain;
+  }
+
+  private txtName(domain: string): string {
+    return `${this.sso.txtPrefix}.${domain}`;
+  }
+
+  private domainView(domain: OrgDomainRecord): DomainView {
+    return {
+      id: domain.id,
+      domain: domain.domain,
+      status: domain.status,
+      txt_name: this.txtName(domain.domain),
+      txt_value: domain.txtValue,
+      verified_at: domain.verifiedAt === null ? null : iso(domain.verifiedAt),
+      created_at: iso(domain.createdAt),
+    };
+  }
+
+  // ---------------------------------------------------------------- connection
+
+  async getConnection(organizationId: string): Promise<ConnectionView> {
+    const connection = await this.context.store.repos.ssoConnections.findForOrganization(organizationId);
+    if (!connection) throw errors.notFound('Connection');
+    return this.connectionView(connection, await this.context.store.repos.orgDomains.hasVerified(organizationId));
+  }
+
+  async createConnection(organizationId: string, input: ConnectionInput & { issuer: string; client_id: string; client_secret: string }, actorId: string, meta: RequestMeta): Promise<ConnectionView> {
+    if (await this.context.store.repos.ssoConnections.findForOrganization(organizationId)) throw errors.conflict('The organization already has a single sign-on connection.');
+    const issuer = await this.checkIssuer(input.issuer, input.client_id, input.client_secret, input.token_endpoint_auth_method ?? 'client_secret_basic');
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const defaultRole = await this.checkDefaultRole(uow.repos, organizationId, input.default_role ?? 'member');
+      const id = randomUUID();
+      const connection: SsoConnectionRecord = {
+        id,
+        organizationId,
+        issuer,
+        clientId: input.client_id,
+        clientSecretEnc: encrypt(this.context.keys.socialFlowEncryption, input.client_secret, secretAad(id)),
+        scopes: checkScopes(input.scopes ?? DEFAULT_SCOPES),
+        tokenEndpointAuthMethod: input.token_endpoint_auth_method ?? 'client_secret_basic',
+        enabled: input.enabled ?? true,
+        jit: input.jit ?? false,
+        defaultRole,
+        enforce: input.enforce ?? false,
+        createdAt: uow.now,
+        updatedAt: uow.now,
+      };
+      if (!(await uow.repos.ssoConnections.insertIfAbsent(connection))) throw errors.conflict('The organization already has a single sign-on connection.');
+      await uow.emit({ type: 'sso.connection_created', actorId, organizationId, data: { connection_id: id } });
+      return this.connectionView(connection, await uow.repos.orgDomains.hasVerified(organizationId));
+    });
+  }
+
+  async updateConnection(organizationId: string, input: ConnectionInput, actorId: string, meta: RequestMeta): Promise<ConnectionView> {
+    const current = await this.context.store.repos.ssoConnections.findForOrganization(organizationId);
+    if (!current) throw errors.notFound('Connection');
+    const secret = input.client_secret ?? decrypt(this.context.keys.socialFlowEncryption, current.clientSecretEnc, secretAad(current.id)).toString('utf8');
+    const clientId = input.client_id ?? current.clientId;
+    const method = input.token_endpoint_auth_method ?? current.tokenEndpointAuthMethod;
+    // A new issuer, client or secret is discovered again through the guard before anything is stored.
+    const issuer = input.issuer !== undefined || input.client_id !== undefined || input.client_secret !== undefined ? await this.checkIssuer(input.issuer ?? current.issuer, clientId, secret, method) : current.issuer;
+    return runUnitOfWork(this.context, meta, async (uow) => {
+      const next: SsoConnectionRecord = {
+        ...current,
+        issuer,
+        clientId,
+        clientSecretEnc: input.client_secret !== undefined ? encrypt(this.context.keys.socialFlowEncryption, input.client_secret, secretAad(current.id)) : current.clientSecretEnc,
+        scopes: input.scopes !== undefined ? checkScopes(input.scopes) : current.scopes,
+        tokenEndpointAuthMethod: method,
+        enabled: input.enabled ?? current.enabled,
+        jit: input.jit ?? current.jit,
+        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role) : current.defaultRole,
+        enforce: input.enforce ?? current.enforce,
+        updatedAt: uow.now,
+      };
+      await uow.repos.ssoConnections.update(next);
+      const changed = Object.keys(input).filter((key) => input[key as keyof ConnectionInput] !== undefined).sort();
+      await uow.emit({ type: 'sso.connection_updated', actorId, organizationId, data: { connection_id: current.id, changed } });
+      this.configurations.delete(current.id);
+      return this.connectionView(next, await uow.repos.orgDomains.hasVerified(organizationId));
+    });
+  }
+
+  async deleteConnection(organizationId: string, actorId: string, meta: RequestMeta): Promise<void> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const removed = await uow.repos.ssoConnections.delete(organizationId);
+      if (!removed) throw errors.notFound('Connection');
+      this.configurations.delete(removed.id);
+      await uow.emit({ type: 'sso.connection_deleted', actorId, organizationId, data: { connection_id: removed.id } });
+    });
+  }
+
+  private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string): Promise<string> {
+    const [role] = await repos.roles.findBySlugs(organizationId, [slug]);
+    if (!role) throw errors.validation([`default_role "${slug}" is not a role of this organization`]);
+    if (role.permissionKeys.some((key) => FORBIDDEN_DEFAULT_ROLE_KEYS.includes(key))) {
+      throw errors.validation(['default_role must not hold org.delete, roles.manage or sso.manage']);
+    }
+    return role.slug;
+  }
+
+  /**
+   * CONTRACT 12.2 at create and update: the issuer's form, then discovery through the guard,
+   * the discovered `issuer` equal to the configured one, and every server-side endpoint the
+   * document names checked by the guard on its own. Nothing is stored on a refusal.
+   */
+  private async checkIssuer(raw: string, clientId: string, clientSecret: string, method: TokenEndpointAuthMethod): Promise<string> {
+    let url: URL;
+    try {
+      url = new URL(raw);
+    } catch {
+      throw invalidIssuer('discovery_failed', 'The issuer must be an absolute URL.');
+    }
+    if (url.username || url.password || url.search || url.hash || raw.includes('#') || raw.includes('?')) throw invalidIssuer('discovery_failed', 'The issuer must carry no user name, query or fragment.');
+    try {
+      this.guard.parse(raw);
+    } catch (error) {
+      if (error instanceof OutboundRefusal && error.reason === 'scheme') throw invalidIssuer('insecure_scheme', 'The issuer must be an https: URL.');
+      throw invalidIssuer('discovery_failed', 'The issuer is not a URL the router may request.');
+    }
+    const configuration = await this.discover(raw, clientId, clientSecret, method).catch((error: unknown) => {
+      throw issuerFailure(error);
+    });
+    const metadata = configuration.serverMetadata();
+    for (const endpoint of [metadata.token_endpoint, metadata.jwks_uri, metadata.userinfo_endpoint]) {
+      if (endpoint === undefined) continue;
+      await this.guard.check(endpoint).catch((error: unknown) => {
+        throw issuerFailure(error);
+      });
+    }
+    return raw;
+  }
+
+  /** openid-client with the guard as its fetch: discovery, token, JWKS and UserInfo all go through it. */
+  private async discover(issuer: string, clientId: string, clientSecret: string, method: TokenEndpointAuthMethod): Promise<ProviderConfiguration> {
+    const client = await loadOpenIdClient();
+    const fetch = guardedFetch(this.guard, HTTP_TIMEOUT_MS) as unknown as NonNullable<OpenIdClient.DiscoveryRequestOptions[typeof client.customFetch]>;
+    const authentication = method === 'client_secret_post' ? client.ClientSecretPost(clientSecret) : client.ClientSecretBasic(clientSecret);
+    const insecure = new URL(issuer).protocol === 'http:';
+    const configuration = await client.discovery(new URL(issuer), clientId, { [client.clockTolerance]: CLOCK_TOLERANCE_SECONDS }, authentication, {
+      [client.customFetch]: fetch,
+      timeout: HTTP_TIMEOUT_MS / 1000,
+      ...(insecure ? { execute: [client.allowInsecureRequests] } : {}),
+    });
+    configuration[client.customFetch] = fetch;
+    configuration.timeout = HTTP_TIMEOUT_MS / 1000;
+    return configuration;
+  }
+
+  private connectionView(connection: SsoConnectionRecord, hasVerifiedDomain: boolean): ConnectionView {
+    return {
+      id: connection.id,
+      issuer: connection.issuer,
+      client_id: connection.clientId,
+      scopes: connection.scopes,
+      token_endpoint_auth_method: connection.tokenEndpointAuthMethod,
+      redirect_uri: this.redirectUri(connection.id),
+      enabled: connection.enabled,
+      status: connection.enabled && hasVerifiedDomain ? 'active' : 'inactive',
+      jit: connection.jit,
+      default_role: connection.defaultRole,
+      enforce: connection.enforce,
+      created_at: iso(connection.createdAt),
+      updated_at: iso(connection.updatedAt),
+    };
+  }
+
+  /** Never derived from Host or X-Forwarded-*: administrators register exactly this URL. */
+  private redirectUri(connectionId: string): string {
+    return `${this.sso.redirectBase}/auth/sso/${connectionId}/callback`;
+  }
+
+  // ---------------------------------------------------------------- sign-in
+
+  /**
+   * POST /auth/sso/authorize, identifier-first. Routed by the verified domain of the address
+   * or by the organization's slug; with no active connection the answer is 404
+   * `sso_not_configured`, the same for every address at a domain, account or not.
+   */
+  async authorize(
+    input: { email?: string | undefined; organizationSlug?: string | undefined; returnTo?: string | undefined; handoffChallenge: string },
+    meta: RequestMeta,
+  ): Promise<AuthorizationStart> {
+    const repos = this.context.store.repos;
+    let organizationId: string | undefined;
+    let loginHint: string | undefined;
+    if (input.email !== undefined) {
+      const email = normaliseEmail(input.email);
+      const domain = this.domainOfAddress(email);
+      organizationId = domain ? (await repos.orgDomains.findVerified(domain))?.organizationId : undefined;
+      loginHint = email;
+    } else if (input.organizationSlug !== undefined) {
+      organizationId = await repos.ssoConnections.organizationIdForSlug(input.organizationSlug);
+    }
+    const connection = organizationId ? await this.activeConnection(organizationId) : undefined;
+    if (!connection) throw ssoNotConfigured();
+    return this.flows.start(this.target(connection), this.sso, 'login', { returnTo: input.returnTo, handoffChallenge: input.handoffChallenge }, null, meta, loginHint ? { login_hint: loginHint } : {});
+  }
+
+  /** GET /auth/sso/{connectionId}/callback: 9.2's callback against the connection; steps 1 to 5 of 12.5 decided here, read-only. */
+  async callback(connectionId: string, parameters: CallbackParameters): Promise<string> {
+    return this.flows.callback(
+      SSO_FLOW_KEY,
+      this.sso,
+      parameters,
+      async (flow) => {
+        // A state issued for another connection counts as unknown (and is burned).
+        if (flow.connectionId !== connectionId) return undefined;
+        const connection = await this.activeConnection(undefined, connectionId);
+        return connection ? this.target(connection) : undefined;
+      },
+      async (flow, claims) => {
+        const connection = await this.activeConnection(undefined, flow.connectionId!);
+        if (!connection) throw new FederatedRefusal('provider_unavailable');
+        const decided = await this.decide(this.context.store.repos, connection, claims, this.context.clock.now());
+        if ('refusal' in decided) throw decided.refusal;
+      },
+    );
+  }
+
+  /** The SSO half of POST /auth/social/exchange: steps 3 and 4 written, 4 and 5 checked again, then the session (CONTRACT 12.5). */
+  async completeExchange(flow: SocialFlowRecord, claims: ProviderClaims, meta: RequestMeta): Promise<SsoLoginResult> {
+    const connection = await this.activeConnection(undefined, flow.connectionId!);
+    if (!connection || flow.purpose !== 'login') throw invalidExchangeCode();
+    let outcome: { userId: string; isNewUser: boolean };
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        const result = await runUnitOfWork(this.context, meta, (uow) => this.resolveOnce(uow, connection, claims));
+        if ('refusal' in result) throw exchangeError(result.refusal.code);
+        outcome = result;
+        break;
+      } catch (error) {
+        if (error instanceof ResolutionConflict && attempt < RESOLUTION_ATTEMPTS) continue;
+        throw error;
+      }
+    }
+    const user = await this.context.store.repos.users.findById(outcome.userId);
+    if (!user) throw invalidExchangeCode();
+    const login = await this.flows.openSession(user, meta, { method: 'sso', connection_id: connection.id }, async (uow, sessionId) => {
+      // Enforcement lets this session refresh and accept invites: it was opened through the connection.
+      await uow.repos.ssoIdentities.markSessionOpenedThrough(sessionId, connection.id);
+    }, connection.id);
+    return { login, isNewUser: outcome.isNewUser, organizationId: connection.organizationId };
+  }
+
+  private async resolveOnce(uow: UnitOfWork, connection: SsoConnectionRecord, claims: ProviderClaims): Promise<{ userId: string; isNewUser: boolean } | { refusal: FederatedRefusal }> {
+    const decided = await this.decide(uow.repos, connection, claims, uow.now, true);
+    if ('refusal' in decided) {
+      if (decided.userId) await uow.emit({ type: 'user.login_failed', userId: decided.userId, organizationId: connection.organizationId, data: { method: 'sso', connection_id: connection.id, reason: decided.refusal.code } });
+      else this.context.logger.warn('single sign-on refused', { connection_id: connection.id, reason: decided.refusal.code });
+      return decided;
+    }
+    const { plan } = decided;
+    const email = claims.email!;
+    let userId = plan.user?.id;
+    let isNewUser = false;
+    if (!userId) {
+      userId = randomUUID();
+      const displayName = claims.name ? [...claims.name.trim()].slice(0, DISPLAY_NAME_MAX).join('') || null : null;
+      if (!(await uow.repos.users.insertIfEmailFree({ id: userId, email, emailVerified: true, displayName, passwordHash: null, now: uow.now }))) throw new ResolutionConflict();
+      isNewUser = true;
+      await uow.emit({ type: 'user.registered', actorId: userId, userId, data: { method: 'sso', connection_id: connection.id } });
+    }
+    if (plan.identity) {
+      await uow.repos.ssoIdentities.recordLogin(plan.identity.id, email, uow.now);
+    } else {
+      const identityId = randomUUID();
+      if (!(await uow.repos.ssoIdentities.insertIfFree({ id: identityId, connectionId: connection.id, userId, issuer: connection.issuer, subject: claims.subject, email, createdAt: uow.now, lastLoginAt: uow.now }))) {
+        throw new ResolutionConflict();
+      }
+      await uow.emit({ type: 'user.sso_linked', actorId: userId, userId, organizationId: connection.organizationId, data: { identity_id: identityId, connection_id: connection.id, method: isNewUser ? 'signup' : 'email_domain' } });
+    }
+    if (plan.join) {
+      // A membership left `invited` by a pending invite becomes active; otherwise one is made (once, under a race).
+      const pending = await uow.repos.memberships.find(connection.organizationId, userId);
+      const membershipId = pending?.id ?? randomUUID();
+      if (pending) await uow.repos.memberships.setStatus(pending.id, 'active', uow.now);
+      else if (!(await uow.repos.ssoIdentities.insertMembershipIfAbsent({ id: membershipId, organizationId: connection.organizationId, userId, now: uow.now }))) throw new ResolutionConflict();
+      const [role] = await uow.repos.roles.findBySlugs(connection.organizationId, [connection.defaultRole]);
+      if (role) await uow.repos.memberships.replaceRoles(membershipId, [role.id]);
+      await uow.emit({ type: 'member.joined', actorId: userId, userId, organizationId: connection.organizationId, data: { via: 'sso_jit', role_slugs: role ? [role.slug] : [] } });
+      uow.invalidates({ user: userId });
+    }
+    return { userId, isNewUser };
+  }
+
+  /**
+   * CONTRACT 12.5 steps 1 to 5, in order, without writing: at the callback (a refusal becomes
+   * `social_error`) and again at the exchange, inside its transaction. Answers what the
+   * exchange must write, or the refusal (with the user it can be tied to).
+   */
+  private async decide(
+    repos: Repositories,
+    connection: SsoConnectionRecord,
+    claims: ProviderClaims,
+    now: number,
+    forUpdate = false,
+  ): Promise<{ plan: { user: UserRecord | undefined; identity: { id: string } | undefined; join: boolean } } | { refusal: FederatedRefusal; userId?: string }> {
+    const refuse = (code: FederatedRefusal['code'], userId?: string) => ({ refusal: new FederatedRefusal(code), ...(userId ? { userId } : {}) });
+    // 1. The verified domain makes the connection authoritative there, and only there.
+    if (!claims.email) return refuse('social_email_required');
+    const domain = this.domainOfAddress(claims.email);
+    const verified = await repos.orgDomains.listVerifiedDomains(connection.organizationId);
+    if (!domain || !verified.includes(domain)) return refuse('sso_email_outside_domain');
+    // 2. Looked up by (connection, sub) only, under the issuer it was made with.
+    const linked = await repos.ssoIdentities.findByConnectionSubject(connection.id, claims.subject);
+    let user: UserRecord | undefined;
+    let identity: { id: string } | undefined;
+    if (linked && linked.issuer !== connection.issuer) {
+      this.context.logger.warn('sso identity ignored: stored issuer differs from the connection', { connection_id: connection.id, identity_id: linked.id });
+      return refuse('account_link_required');
+    }
+    if (linked) {
+      user = forUpdate ? await repos.users.findByIdForUpdate(linked.userId) : await repos.users.findById(linked.userId);
+      if (!user) return refuse('account_disabled');
+      identity = { id: linked.id };
+    } else {
+      // 3. An account with that address is linked only if proven and not a superadmin.
+      user = await repos.users.findByEmail(claims.email);
+      if (user) {
+        if (!user.emailVerified || user.deletedAt !== null || (await repos.roles.isSuperadmin(user.id))) return refuse('account_link_required', user.id);
+        if (await repos.ssoIdentities.findForUser(connection.id, user.id)) return refuse('account_link_required', user.id);
+      } else if (!connection.jit) {
+        return refuse('sso_not_member');
+      }
+    }
+    // 4. Membership.
+    let join = false;
+    if (user) {
+      const membership = await repos.memberships.find(connection.organizationId, user.id);
+      if (membership?.status === 'suspended') return refuse('sso_member_suspended', user.id);
+      if (membership?.status !== 'active') {
+        if (!connection.jit) return refuse('sso_not_member', user.id);
+        join = true;
+      }
+      // 5. 9.4 rule 1: disabled, lockout.
+      if (user.deletedAt !== null || user.status === 'disabled') return refuse('account_disabled', user.id);
+      if (userStatus(user, now) === 'locked') return refuse('invalid_credentials', user.id);
+    } else {
+      join = true;
+    }
+    return { plan: { user, identity, join } };
+  }
+
+  /** The organization's connection when it is active: enabled, and the organization holds a verified domain. */
+  private async activeConnection(organizationId: string | undefined, connectionId?: string): Promise<SsoConnectionRecord | undefined> {
+    const repos = this.context.store.repos;
+    const connection = connectionId ? await repos.ssoConnections.findById(connectionId) : await repos.ssoConnections.findForOrganization(organizationId!);
+    if (!connection?.enabled) return undefined;
+    if (!(await repos.organizations.findActive(connection.organizationId))) return undefined;
+    if (!(await repos.orgDomains.hasVerified(connection.organizationId))) return undefined;
+    return connection;
+  }
+
+  private domainOfAddress(email: string): string | undefined {
+    const at = email.lastIndexOf('@');
+    if (at < 1) return undefined;
+    try {
+      return domainToASCII(email.slice(at + 1).replace(/\.$/, '')) || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private target(connection: SsoConnectionRecord): FlowTarget {
+    return {
+      key: SSO_FLOW_KEY,
+      connectionId: connection.id,
+      redirectUri: this.redirectUri(connection.id),
+      scopes: connection.scopes,
+      authorizationParams: {},
+      configuration: async () => ({ client: await loadOpenIdClient(), configuration: await this.configuration(connection) }),
+    };
+  }
+
+  /** Discovery through the guard, cached for an hour per connection version; a refusal at sign-in is `provider_unavailable`. */
+  private async configuration(connection: SsoConnectionRecord): Promise<ProviderConfiguration> {
+    const cached = this.configurations.get(connection.id);
+    if (cached && cached.version === connection.updatedAt && cached.expiresAt > this.context.clock.now()) return cached.configuration;
+    const secret = decrypt(this.context.keys.socialFlowEncryption, connection.clientSecretEnc, secretAad(connection.id)).toString('utf8');
+    try {
+      const configuration = await this.discover(connection.issuer, connection.clientId, secret, connection.tokenEndpointAuthMethod);
+      this.configurations.set(connection.id, { version: connection.updatedAt, configuration, expiresAt: this.context.clock.now() + DISCOVERY_CACHE_MS });
+      return configuration;
+    } catch (error) {
+      this.context.logger.warn('sso discovery failed', { connection_id: connection.id, reason: error instanceof OutboundRefusal ? error.reason : 'discovery_failed' });
+      // 502 at authorize; the callback turns it into social_error=provider_unavailable.
+      throw providerUnavailable();
+    }
+  }
+}
+
+function domainTaken(): IdentityError {
+  return new IdentityError(409, 'domain_taken', 'Another organization has verified this domain.');
+}
+
+function secretAad(connectionId: string): string {
+  return `sso-client-secret:${connectionId}`;
+}
+
+function checkScopes(scopes: string[]): string[] {
+  if (!scopes.includes('openid') || !scopes.includes('email')) throw errors.validation(['scopes must include "openid" and "email"']);
+  return [...new Set(scopes)];
+}
+
+/** A discovery or endpoint refusal as CONTRACT 12.2's `reason`; no provider text is quoted. */
+function issuerFailure(error: unknown): IdentityError {
+  for (let current: unknown = error, depth = 0; current && depth < 6; depth += 1) {
+    if (current instanceof OutboundRefusal) {
+      if (current.reason === 'private_address') return invalidIssuer('private_address', 'The issuer or one of its endpoints resolves to a private, loopback or link-local address.');
+      if (current.reason === 'scheme') return invalidIssuer('insecure_scheme', 'The issuer and its endpoints must use https:.');
+      return invalidIssuer('discovery_failed', 'The issuer could not be discovered.');
+    }
+    const candidate = current as { code?: string; cause?: unknown };
+    if (typeof candidate.code === 'string' && /COMPARISON|ISSUER/i.test(candidate.code)) return invalidIssuer('issuer_mismatch', 'The discovery document names another issuer.');
+    current = candidate.cause;
+  }
+  return invalidIssuer('discovery_failed', 'The issuer could not be discovered.');
+}

@@ -1,0 +1,101 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createIdentityRouter, IdentityConfigError, type IdentityConfig } from '../../src/index.js';
+import { resolveConfig } from '../../src/config/schema.js';
+
+// CONTRACT 2: the config is checked at construction and every problem is listed at once (STYLE 8).
+
+const database = { client: 'better-sqlite3', connection: { filename: ':memory:' }, useNullAsDefault: true };
+const valid: IdentityConfig = { database, secret: 's'.repeat(32), issuer: 'https://id.example.test' };
+const quiet = { logger: { info() {}, warn() {}, error() {} } };
+
+function problemsOf(config: unknown): string[] {
+  try {
+    createIdentityRouter(config as IdentityConfig, quiet);
+  } catch (error) {
+    assert.ok(error instanceof IdentityConfigError, String(error));
+    assert.equal(error.name, 'IdentityConfigError');
+    for (const problem of error.problems) assert.ok(error.message.includes(problem), 'the message lists every problem');
+    return error.problems;
+  }
+  assert.fail('createIdentityRouter accepted an invalid config');
+}
+
+test('a bad config throws IdentityConfigError listing every problem', () => {
+  const problems = problemsOf({ database, issuer: '' });
+  assert.equal(problems.length, 2, problems.join('; '));
+  assert.ok(problems.some((problem) => /"secret" is required/.test(problem)), problems.join('; '));
+  assert.ok(problems.some((problem) => /"issuer"/.test(problem)), problems.join('; '));
+});
+
+test('each rule of the config schema is enforced', () => {
+  const cases: Array<[Record<string, unknown>, RegExp]> = [
+    [{ secret: 'too short' }, /"secret" length must be at least 32/],
+    [{ database: undefined }, /"database" is required/],
+    [{ database: 'sqlite://file' }, /"database"/],
+    [{ tokens: { accessTtl: 0 } }, /"tokens.accessTtl"/],
+    [{ tokens: { refreshRotation: 'yes' } }, /"tokens.refreshRotation"/],
+    [{ password: { bcryptCost: 3 } }, /"password.bcryptCost"/],
+    [{ password: { minLength: 20, maxLength: 10 } }, /minLength" must not exceed/],
+    [{ auth: { lockout: { threshold: 0 } } }, /"auth.lockout.threshold"/],
+    [{ auth: { rateLimits: { login: { limit: 0, windowSec: 60 } } } }, /auth.rateLimits.login/],
+    [{ links: { verifyEmail: 'https://app.example/verify' } }, /"links.verifyEmail"/],
+    [{ tablePrefix: 'Bad-Prefix' }, /"tablePrefix"/],
+    [{ unknownOption: true }, /"unknownOption" is not allowed/],
+  ];
+  for (const [override, expected] of cases) {
+    const problems = problemsOf({ ...valid, ...override });
+    assert.ok(problems.some((problem) => expected.test(problem)), `${JSON.stringify(override)} → ${problems.join('; ')}`);
+  }
+});
+
+test('a missing config object is a config error, not a TypeError', () => {
+  assert.ok(problemsOf(undefined).some((problem) => /config object is required/.test(problem)));
+});
+
+test('an unknown rate-limit group is a config error', () => {
+  const problems = problemsOf({ ...valid, auth: { rateLimits: { login: { limit: 1, windowSec: 1 }, logins: { limit: 1, windowSec: 1 } } } });
+  assert.ok(problems.some((problem) => /logins/.test(problem)), problems.join('; '));
+});
+
+test('defaults follow CONTRACT 2 and a partial rate-limit object merges with them', () => {
+  const resolved = resolveConfig({ ...valid, auth: { rateLimits: { login: { limit: 3, windowSec: 30 }, mfa_send: false } } });
+  assert.equal(resolved.tablePrefix, 'identity_');
+  assert.equal(resolved.migrate, true);
+  assert.equal(resolved.appName, valid.issuer);
+  assert.deepEqual(resolved.tokens, { accessTtl: 900, refreshTtl: 30 * 86400, refreshRotation: true, mfaTicketTtl: 300, emailVerifyTtl: 86400, passwordResetTtl: 3600, inviteTtl: 7 * 86400, sessionMaxAge: 90 * 86400 });
+  assert.deepEqual(resolved.password, {
+    minLength: 8,
+    maxLength: 128,
+    bcryptCost: 12,
+    algorithm: 'bcrypt',
+    argon2: { memoryCost: 19456, timeCost: 2, parallelism: 1 },
+    workers: undefined,
+  });
+  assert.equal(resolved.auth.requireVerifiedEmail, false);
+  assert.deepEqual(resolved.auth.lockout, { threshold: 5, window: 900, duration: 900 });
+  assert.deepEqual(resolved.auth.rateLimits, {
+    login: { limit: 3, windowSec: 30 },
+    register: { limit: 5, windowSec: 3600 },
+    password_forgot: { limit: 5, windowSec: 3600 },
+    token_refresh: { limit: 60, windowSec: 60 },
+    token_consume: { limit: 10, windowSec: 300 },
+    mfa_send: false,
+    mfa_confirm: { limit: 10, windowSec: 300 },
+    mfa_enroll: { limit: 5, windowSec: 3600 },
+    social: { limit: 20, windowSec: 300 },
+    authenticated: { limit: 600, windowSec: 60 },
+  });
+  assert.equal(resolved.security.stepUp.maxAge, 300);
+  assert.equal(resolved.otp.totp.issuer, 'id.example.test', 'CONTRACT 2: the host of issuer, so the label has no colon');
+  const allOff = resolveConfig({ ...valid, auth: { rateLimits: false } });
+  assert.ok(Object.values(allOff.auth.rateLimits).every((rule) => rule === false));
+  assert.equal(resolveConfig({ ...valid, database: { ...database, tablePrefix: 'acme_' } }).tablePrefix, 'acme_');
+});
+
+test('a valid config builds a router synchronously', async () => {
+  const router = createIdentityRouter({ ...valid, password: { bcryptCost: 4 } }, quiet);
+  assert.equal(typeof router, 'function');
+  await router.ready;
+  await router.close();
+});
