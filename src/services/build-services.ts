@@ -4,7 +4,7 @@ import { AccessPolicy } from './access/access-policy.js';
 import type { AccessReads } from './access/access-reads.js';
 import { ApiKeyService } from './api-keys/api-key-service.js';
 import type { ServiceContext } from './shared/service-context.js';
-import { IdentityService } from './accounts/me-service.js';
+import { MeService } from './accounts/me-service.js';
 import { InviteService } from './orgs/invite-service.js';
 import { MemberService } from './orgs/member-service.js';
 import { MfaService } from './mfa/mfa-service.js';
@@ -39,7 +39,7 @@ export class IdentityServices {
   readonly accounts: AccountService;
   /** The one access policy: router routes and host middleware evaluate requirements here. */
   readonly policy: AccessPolicy;
-  readonly identity: IdentityService;
+  readonly me: MeService;
   readonly organizations: OrganizationService;
   readonly members: MemberService;
   readonly invites: InviteService;
@@ -68,7 +68,7 @@ export class IdentityServices {
     this.passkeys = new PasskeyService(context, this.sessions, this.policy, this.signInRules);
     this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys);
     this.accounts = new AccountService(context, this.sessions, this.mfa, this.signInRules);
-    this.identity = new IdentityService(context);
+    this.me = new MeService(context);
     this.organizations = new OrganizationService(context, this.catalog);
     this.members = new MemberService(context, this.catalog, this.policy);
     this.invites = new InviteService(context, this.catalog, this.policy, this.signInRules);

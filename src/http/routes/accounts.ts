@@ -86,7 +86,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/me',
       auth: 'bearer',
       allowedDuringEnrollment: true,
-      handler: async ({ principal }) => ok(await services.identity.me(principal)),
+      handler: async ({ principal }) => ok(await services.me.me(principal)),
     },
     // Spec 4.4. Permission checks live in the service: they must run before the target is looked up.
     {

@@ -15,7 +15,7 @@ export interface MeView {
 }
 
 /** GET /auth/me (spec 4.1, CONTRACT 5). */
-export class IdentityService {
+export class MeService {
   constructor(private readonly context: ServiceContext) {}
 
   async me(principal: Principal): Promise<MeView> {
