@@ -2,12 +2,12 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup } from '../config/types.js';
 import { errors, IdentityError } from '../errors.js';
-import { apiKeyNotAccepted } from '../services/access/access-policy.js';
 import type { IdentityServices } from '../services/build-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
 import { bearerValue, presentedCredential } from './credentials.js';
-import { abandonmentOf, principalOf, requestMeta, setPrincipal, setTicket, ticketOf } from './request-state.js';
+import { abandonmentOf, grantOf, principalOf, requestMeta, setGrant, setPrincipal, setTicket, ticketOf } from './request-state.js';
+import type { Principal } from '../services/access/principal.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { sendJson } from './send-json.js';
 import { validateInput } from './validate.js';
@@ -50,8 +50,7 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     // Only routes that take a body read one; elsewhere a body (and its encoding) is ignored.
     if (route.body) chain.push(requireJsonBody, json);
     if (route.auth === 'bearer') {
-      chain.push(authenticateBearer(services, route.answersSessionEnded === true), limiters.authenticated);
-      chain.push(asyncStep((req, res) => authorize(services, route, req, res)));
+      chain.push(admit(services, route, limiters.authenticated));
     } else if (route.auth === 'ticket') {
       chain.push(authenticateTicket(services));
     }
@@ -108,24 +107,35 @@ function readinessGate(readiness: Readiness): RequestHandler {
   };
 }
 
-function authenticateBearer(services: IdentityServices, answersSessionEnded: boolean): RequestHandler {
+/**
+ * The route's declared requirement, through the policy's one sequence (the host middleware
+ * uses the same): authentication, the caller's `authenticated` budget, then the requirement,
+ * evaluated against the path's organization or user. The grant travels to the service.
+ */
+function admit(services: IdentityServices, route: RouteDefinition, authenticatedLimiter: RequestHandler): RequestHandler {
+  const countRequest = (req: Request, res: Response) =>
+    new Promise<void>((resolve, reject) => {
+      authenticatedLimiter(req, res, (error?: unknown) => (error ? reject(error) : resolve()));
+    });
   return asyncStep(async (req, res) => {
     const credential = presentedCredential(req);
-    // The router's own routes never accept an API key (CONTRACT 10): keys are for the host's routes.
-    if (credential.kind === 'api_key') throw apiKeyNotAccepted();
     if (credential.kind === 'none') throw errors.unauthorized();
+    const target = {
+      organizationId: req.params.orgId === undefined ? undefined : String(req.params.orgId),
+      userId: req.params.userId === undefined ? undefined : String(req.params.userId),
+      body: req.body,
+    };
     try {
-      setPrincipal(res, await services.policy.authenticate(credential.token));
+      const grant = await services.policy.admit(credential, route, target, async (actor) => {
+        setPrincipal(res, actor as Principal);
+        await countRequest(req, res);
+      });
+      setGrant(res, grant);
     } catch (error) {
-      if (answersSessionEnded && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(credential.token))) throw errors.sessionEnded();
+      if (route.answersSessionEnded && credential.kind === 'access_token' && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(credential.token))) throw errors.sessionEnded();
       throw error;
     }
   });
-}
-
-/** The route's declared requirement, evaluated by the one access policy (organization from the path, when it names one). */
-async function authorize(services: IdentityServices, route: RouteDefinition, req: Request, res: Response): Promise<void> {
-  await services.policy.authorize(principalOf(res), route, req.params.orgId === undefined ? undefined : String(req.params.orgId));
 }
 
 function authenticateTicket(services: IdentityServices): RequestHandler {
@@ -147,6 +157,9 @@ function handle(route: RouteDefinition): RequestHandler {
         meta: requestMeta(req),
         get principal() {
           return principalOf(res);
+        },
+        get grant() {
+          return grantOf(res);
         },
         get ticket() {
           return ticketOf(res);

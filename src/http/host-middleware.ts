@@ -1,7 +1,7 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
-import type { AccessRequirement, Actor, Caller } from '../services/access/access-policy.js';
+import type { AccessRequirement, Caller } from '../services/access/access-policy.js';
 import type { IdentityServices } from '../services/build-services.js';
 import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
@@ -49,6 +49,7 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     auth: 'bearer',
     ...(permission === undefined ? { actsInActiveOrganization: true } : { permission }),
     ...(options.apiKeys ? { acceptsApiKeys: true } : {}),
+    refusesLockedAccount: true,
   };
   const answerError = errorHandler(logger);
   // Each key has its own budget in the `authenticated` group (CONTRACT 10), counted before
@@ -66,20 +67,13 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     }
     const credential = presentedCredential(req);
     if (credential.kind === 'none') throw errors.unauthorized();
-    let actor: Actor;
-    if (credential.kind === 'api_key') {
-      const keyPrincipal = await services.policy.authenticateApiKey(credential.key, requirement);
-      setApiKeyPrincipal(res, keyPrincipal);
+    const grant = await services.policy.admit(credential, requirement, { organizationFromCaller: true }, async (actor) => {
+      if (actor.kind === 'session') return setPrincipal(res, actor);
+      setApiKeyPrincipal(res, actor);
       await countKeyRequest(req, res);
-      actor = keyPrincipal;
-    } else {
-      const principal = await services.policy.authenticate(credential.token);
-      services.policy.assertNotLocked(principal.user);
-      setPrincipal(res, principal);
-      actor = principal;
-    }
-    const organizationId = actor.organizationId ?? undefined;
-    const authority = (await services.policy.authorize(actor, requirement, organizationId)) ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);
+    });
+    const { actor } = grant;
+    const authority = grant.authority ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);
     callers.set(req, services.policy.caller(actor, authority));
   };
   return (req, res, next) => {

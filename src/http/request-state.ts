@@ -1,5 +1,5 @@
 import type { Response } from 'express';
-import type { ApiKeyPrincipal } from '../services/access/access-policy.js';
+import type { AccessGrant, ApiKeyPrincipal } from '../services/access/access-policy.js';
 import type { RequestMeta } from '../services/shared/service-context.js';
 import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
 import type { Principal } from '../services/access/principal.js';
@@ -17,6 +17,8 @@ interface RequestState {
   ticket?: MfaTicket;
   /** Set instead of `principal` when the host middleware accepted an API key (CONTRACT 10). */
   apiKeyPrincipal?: ApiKeyPrincipal;
+  /** What the access policy admitted on a bearer route. */
+  grant?: AccessGrant;
 }
 
 function stateOf(res: Response): RequestState {
@@ -33,6 +35,16 @@ export function principalOf(res: Response): Principal {
   const principal = stateOf(res).principal;
   if (!principal) throw new Error('principalOf called before authentication');
   return principal;
+}
+
+export function setGrant(res: Response, grant: AccessGrant): void {
+  stateOf(res).grant = grant;
+}
+
+export function grantOf(res: Response): AccessGrant {
+  const grant = stateOf(res).grant;
+  if (!grant) throw new Error('grantOf called before admission');
+  return grant;
 }
 
 export function setApiKeyPrincipal(res: Response, principal: ApiKeyPrincipal): void {

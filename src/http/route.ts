@@ -4,7 +4,7 @@ import type { RateLimitGroup } from '../config/types.js';
 import type { RequestMeta } from '../services/shared/service-context.js';
 import type { Principal } from '../services/access/principal.js';
 import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
-import type { AccessRequirement } from '../services/access/access-policy.js';
+import type { AccessGrant, AccessRequirement } from '../services/access/access-policy.js';
 
 
 export interface RouteRequest<Body = Record<string, unknown>, Query = Record<string, unknown>, Params = Record<string, string>> {
@@ -14,6 +14,8 @@ export interface RouteRequest<Body = Record<string, unknown>, Query = Record<str
   meta: RequestMeta;
   /** Present on bearer routes. */
   principal: Principal;
+  /** Present on bearer routes: what the access policy admitted, for the service to re-check in its transaction. */
+  grant: AccessGrant;
   /** Present on ticket routes. */
   ticket: MfaTicket;
   /** The raw `Authorization: Bearer` value on a public route that takes one optionally (the social exchange of a link). */

@@ -56,6 +56,51 @@ export interface AccessRequirement {
    * never set it: they refuse every key.
    */
   acceptsApiKeys?: boolean;
+  /**
+   * A user named in the path (`/users/:userId`): the caller themself, or a caller holding
+   * `permission` globally (docs/users.md). `self: false` admits no one on their own account's
+   * behalf; `exceptFields` lists body fields that only the permission may send, even to oneself.
+   */
+  user?: { permission: 'users.read' | 'users.manage'; self: boolean; exceptFields?: readonly string[] };
+  /**
+   * The organization named in the body's `organization_id` (switch-org): the caller must be
+   * an active member of it (a superadmin may enter any), it must exist, and its `require_mfa`
+   * is met as on every route scoped to it, grace enrollment included.
+   */
+  entersOrganization?: boolean;
+  /** The account must not be locked (host middleware: a lockout refuses every credential, CONTRACT 6). */
+  refusesLockedAccount?: boolean;
+}
+
+/** What a request names that a requirement is evaluated against. */
+export interface AccessTarget {
+  /** The path's `:orgId` (router routes), or the token's active organization (host middleware). */
+  organizationId?: string | undefined;
+  /** The path's `:userId`. */
+  userId?: string | undefined;
+  /** The request body as parsed, before the route's schema; only fields a requirement names are read. */
+  body?: unknown;
+  /** Host middleware: the organization is the caller's own, from its token or its API key. */
+  organizationFromCaller?: boolean;
+}
+
+/**
+ * What the policy admitted, carried with the call: the caller, the organization, the
+ * authority resolved for this request and the declared requirement. A service that writes
+ * calls `recheck` inside its transaction, after taking its row locks, and the same declared
+ * rule is evaluated again against the database; no service holds a copy of a permission key.
+ */
+export interface AccessGrant {
+  readonly actor: Actor;
+  readonly requirement: AccessRequirement;
+  /** The organization the requirement was evaluated in, if it names one. */
+  readonly organizationId: string | undefined;
+  /** The caller's authority in that organization, resolved once for this request. */
+  readonly authority: ResolvedAuthority | undefined;
+  /** The session caller; router routes admit only sessions. */
+  readonly principal: Principal;
+  /** The declared rule again, against `repos` (the caller's transaction): answers the fresh authority, or throws as admission would. */
+  recheck(repos: Repositories): Promise<ResolvedAuthority>;
 }
 
 /**
@@ -236,13 +281,24 @@ export class AccessPolicy {
    * organization scope (active organization, existence, `require_mfa`, permission), step-up.
    * Superadmin is resolved once. Answers the caller's authority in the organization.
    */
-  async authorize(actor: Actor, requirement: AccessRequirement, organizationId?: string): Promise<ResolvedAuthority | undefined> {
-    if (actor.kind === 'api_key') return this.authorizeApiKey(actor, requirement);
+  private async authorize(actor: Actor, requirement: AccessRequirement, target: AccessTarget): Promise<{ authority: ResolvedAuthority | undefined; organizationId: string | undefined }> {
+    const organizationId = target.organizationFromCaller ? (actor.organizationId ?? undefined) : target.organizationId;
+    if (actor.kind === 'api_key') return { authority: await this.authorizeApiKey(actor, requirement), organizationId: actor.organizationId };
     const principal = actor;
     const repos = this.reads;
+    if (requirement.refusesLockedAccount) this.assertNotLocked(principal.user);
     if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
     let authority: ResolvedAuthority | undefined;
-    if (requirement.permission !== undefined || requirement.member) {
+    if (requirement.entersOrganization) {
+      const entered = enteredOrganization(target.body);
+      // A malformed value is the route schema's to refuse (422); nothing is entered with it.
+      if (entered === undefined) return { authority: undefined, organizationId: undefined };
+      authority = await this.authorizeEntry(repos, principal, entered);
+      return { authority, organizationId: entered };
+    }
+    if (requirement.user) {
+      authority = await this.authorizeOnUser(repos, principal, requirement.user, target);
+    } else if (requirement.permission !== undefined || requirement.member) {
       if (organizationId === undefined) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
       authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
@@ -255,6 +311,58 @@ export class AccessPolicy {
     }
     if (requirement.stepUp) await this.assertStepUpWith(repos, principal);
     if (requirement.addsCredential) await this.assertMayAddCredentialWith(repos, principal, principal.user.emailVerified, requirement.addsCredential);
+    return { authority, organizationId: requirement.permission !== undefined || requirement.member ? organizationId : (principal.organizationId ?? undefined) };
+  }
+
+  /**
+   * The one sequence of checks, for the router's routes and the host middleware alike:
+   * authenticate the presented credential (a session's access token, or an API key where the
+   * requirement accepts one), run `afterAuthentication` (the per-caller rate limit, so a probe
+   * spends its budget before it learns anything), then evaluate the requirement. Answers the
+   * grant the route hands to its service.
+   */
+  async admit(
+    credential: { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string },
+    requirement: AccessRequirement,
+    target: AccessTarget,
+    afterAuthentication?: (actor: Actor) => Promise<void>,
+  ): Promise<AccessGrant> {
+    const actor: Actor = credential.kind === 'api_key' ? await this.authenticateApiKey(credential.key, requirement) : await this.authenticate(credential.token);
+    if (afterAuthentication) await afterAuthentication(actor);
+    const { authority, organizationId } = await this.authorize(actor, requirement, target);
+    return this.grant(actor, requirement, organizationId, authority, target);
+  }
+
+  private grant(actor: Actor, requirement: AccessRequirement, organizationId: string | undefined, authority: ResolvedAuthority | undefined, target: AccessTarget): AccessGrant {
+    return {
+      actor,
+      requirement,
+      organizationId,
+      authority,
+      get principal(): Principal {
+        if (actor.kind !== 'session') throw new Error('an API key reached a route that admits sessions only');
+        return actor;
+      },
+      recheck: (repos) => this.recheck(actor, requirement, organizationId, target, repos),
+    };
+  }
+
+  /**
+   * The declared rule of an admitted request, evaluated again inside the caller's
+   * transaction: authority is read from `repos`, so a role or membership changed since
+   * admission (and committed before the caller's row locks) is seen.
+   */
+  private async recheck(actor: Actor, requirement: AccessRequirement, organizationId: string | undefined, target: AccessTarget, repos: Repositories): Promise<ResolvedAuthority> {
+    const reads = uncachedReads(repos);
+    if (requirement.user) return this.authorizeOnUser(reads, actor as Principal, requirement.user, target);
+    const authority = await reads.authority(this.catalog, actor.userId, organizationId ?? null);
+    if (requirement.entersOrganization) {
+      if (!authority.member && !authority.superadmin) throw notMemberOf();
+      if (organizationId !== undefined) await this.assertOrganizationMfa(reads, actor as Principal, organizationId);
+      return authority;
+    }
+    if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
+    if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
     return authority;
   }
 
@@ -346,9 +454,32 @@ export class AccessPolicy {
     return this.reads.authority(this.catalog, userId, organizationId);
   }
 
-  /** Resolves the caller's authority (for `caller()`) when no permission was asked. */
+  /** Resolves the caller's authority (for `caller()`) when the requirement did not. */
   async authorityOf(principal: Principal): Promise<ResolvedAuthority> {
     return this.reads.authority(this.catalog, principal.userId, principal.organizationId);
+  }
+
+  /**
+   * Self, or the permission held globally (no organization: only a superadmin's authority has
+   * it). Decided before the target is looked up, so a caller without the permission learns
+   * nothing about which ids exist.
+   */
+  private async authorizeOnUser(reads: GateReads, principal: Principal, rule: NonNullable<AccessRequirement['user']>, target: AccessTarget): Promise<ResolvedAuthority> {
+    const authority = await reads.authority(this.catalog, principal.userId, null);
+    const sendsRestrictedField = rule.exceptFields?.some((field) => bodyHas(target.body, field)) ?? false;
+    if (rule.self && !sendsRestrictedField && target.userId === principal.userId) return authority;
+    if (!authority.permissions.has(rule.permission)) throw errors.forbidden();
+    return authority;
+  }
+
+  /** Entering an organization (switch-org): it exists, the caller belongs to it, and its MFA policy is met. */
+  private async authorizeEntry(reads: GateReads, principal: Principal, organizationId: string): Promise<ResolvedAuthority> {
+    const organization = await reads.activeOrganization(organizationId);
+    if (!organization) throw errors.notFound('Organization');
+    const authority = await reads.authority(this.catalog, principal.userId, organizationId);
+    if (!authority.member && !authority.superadmin) throw notMemberOf();
+    if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
+    return authority;
   }
 
   /**
@@ -413,6 +544,18 @@ export class AccessPolicy {
     }
     throw mfaEnrollmentRequired();
   }
+}
+
+const notMemberOf = () => errors.forbidden('You are not an active member of this organization.');
+
+function bodyHas(body: unknown, field: string): boolean {
+  return typeof body === 'object' && body !== null && (body as Record<string, unknown>)[field] !== undefined;
+}
+
+/** The body's `organization_id` when it is well formed; anything else is left to the route's schema. */
+function enteredOrganization(body: unknown): string | undefined {
+  const value = typeof body === 'object' && body !== null ? (body as Record<string, unknown>).organization_id : undefined;
+  return typeof value === 'string' && isWellFormedId(value) ? value : undefined;
 }
 
 export function mfaEnrollmentRequired(): IdentityError {
