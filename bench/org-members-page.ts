@@ -17,6 +17,8 @@ import { performance } from 'node:perf_hooks';
 import knexFactory, { type Knex } from 'knex';
 import { createIdentityRouter } from '../src/index.js';
 import type { Principal } from '../src/services/access/principal.js';
+import type { AccessGrant } from '../src/services/access/access-policy.js';
+import { CORE_PERMISSIONS } from '../src/services/access/permission-catalog.js';
 import { encodeCursor } from '../src/services/shared/pagination.js';
 
 const SIZES = [100, 10_000];
@@ -71,15 +73,18 @@ async function main(): Promise<void> {
     const results: Array<{ size: number; medianMs: number; p90Ms: number }> = [];
     for (const size of SIZES) {
       const { organizationId, ownerId, userIds } = await seedOrganization(knex, size);
-      const principal = { userId: ownerId, organizationId } as Principal;
+      const principal = { kind: 'session', userId: ownerId, organizationId } as Principal;
+      // What the route's admission hands the service: an owner's authority, resolved once.
+      const authority = { superadmin: false, member: true, roles: ['owner'], permissions: new Set(CORE_PERMISSIONS.map((entry) => entry.key)) };
+      const grant: AccessGrant = { actor: principal, principal, requirement: { auth: 'bearer', permission: 'members.read' }, organizationId, authority, recheck: async () => authority };
       // Warm-up, then sample pages at random depths (the cursor is the last user id of the previous page).
-      for (let i = 0; i < 20; i += 1) await identity.service.members.list(principal, organizationId, { limit: PAGE_SIZE });
+      for (let i = 0; i < 20; i += 1) await identity.service.members.list(grant, { limit: PAGE_SIZE });
       const timings: number[] = [];
       for (let i = 0; i < SAMPLES; i += 1) {
         const depth = Math.floor(Math.random() * Math.max(1, userIds.length - PAGE_SIZE));
         const cursor = depth === 0 ? undefined : encodeCursor([userIds[depth - 1]!]);
         const started = performance.now();
-        const page = await identity.service.members.list(principal, organizationId, { limit: PAGE_SIZE, ...(cursor ? { cursor } : {}) });
+        const page = await identity.service.members.list(grant, { limit: PAGE_SIZE, ...(cursor ? { cursor } : {}) });
         timings.push(performance.now() - started);
         if (page.members.length === 0) throw new Error('empty page');
       }

@@ -21,7 +21,7 @@ import { AccessCache } from './services/shared/access-cache.js';
 import type { Caller } from './services/access/access-policy.js';
 import { AccessReads } from './services/access/access-reads.js';
 import type { ServiceContext } from './services/shared/service-context.js';
-import { IdentityServices } from './services/build-services.js';
+import { type IdentityService, IdentityServices, publicServiceOf } from './services/build-services.js';
 import { openDatabase } from './store/database.js';
 import { NotificationInvalidationCarrier } from './services/shared/invalidation-carrier.js';
 import { openInstanceNotifications } from './store/instance-notifications.js';
@@ -53,8 +53,8 @@ export interface IdentityAdapters {
 export interface IdentityRouter extends Router {
   /** Resolves when migrations are applied and a signing key exists; rejects if start-up failed. */
   ready: Promise<void>;
-  /** The core service layer, usable without HTTP. */
-  service: IdentityServices;
+  /** The core service layer, usable without HTTP: the documented operations only. */
+  service: IdentityService;
   /**
    * Middleware for the host's own routes: an access token of a live session, under every
    * gate the router's own routes apply (CONTRACT 6). Read the caller with `caller(req)`.
@@ -169,7 +169,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const router = buildRouter({ services, routes: allRoutes(services), limiters, readiness, logger }) as IdentityRouter;
   const host = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
   router.ready = ready;
-  router.service = services;
+  internals.set(router, services);
   router.authenticate = (options) => hostMiddleware(host, undefined, options);
   router.requirePermission = (permission, options) => hostMiddleware(host, permission, options);
   // `caller` is a restricted property of functions (Function.prototype.caller throws on
@@ -185,7 +185,17 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     await notifications.close();
     if (database.owned) await database.knex.destroy();
   };
+  router.service = publicServiceOf(services, router.close);
   return router;
+}
+
+const internals = new WeakMap<IdentityRouter, IdentityServices>();
+
+/** The whole service layer behind a router, for this package's own tests and benchmarks; not exported from the package. */
+export function servicesOf(router: IdentityRouter): IdentityServices {
+  const services = internals.get(router);
+  if (!services) throw new TypeError('not a router made by createIdentityRouter');
+  return services;
 }
 
 const peersByDatabase = new WeakMap<object, Map<string, Set<AccessCache>>>();

@@ -28,6 +28,6 @@ export type { SocialConfig, SocialProviderConfig } from './config/social.js';
 export { IdentityConfigError } from './config/schema.js';
 export { IdentityError, type IdentityErrorCode, type SocialErrorCode, type WebhookErrorCode } from './errors.js';
 export { EVENT_TYPES, type IdentityEvent, type IdentityEventType, type IdentityEventListener } from './events.js';
-export type { IdentityServices } from './services/build-services.js';
+export type { IdentityService } from './services/build-services.js';
 export { CORE_PERMISSIONS } from './services/access/permission-catalog.js';
 export type { ApiKeyCaller, Caller, SessionCaller } from './services/access/access-policy.js';

@@ -123,7 +123,7 @@ function admit(services: IdentityServices, route: RouteDefinition, authenticated
     const target = {
       organizationId: req.params.orgId === undefined ? undefined : String(req.params.orgId),
       userId: req.params.userId === undefined ? undefined : String(req.params.userId),
-      body: req.body,
+      body: () => validateInput(route.body, bodyOf(req), { convert: false }),
     };
     try {
       const grant = await services.policy.admit(credential, route, target, async (actor) => {

@@ -27,8 +27,80 @@ import type { DeliveryTotals } from './shared/outbox.js';
 import { WebhookService } from './webhooks/webhook-service.js';
 
 /**
- * The core service layer, usable without HTTP (`identity.service`). Every route calls
- * one method of one of these.
+ * `identity.service`: what a host may call without HTTP, and nothing else (docs/getting-started.md).
+ * The spec's domain operations, the privilege changes, key rotation, event delivery and
+ * `close`. The store, keys, hasher, policy and key ring stay inside, so they can change
+ * without breaking a host.
+ */
+export interface IdentityService {
+  readonly accounts: AccountService;
+  readonly sessions: SessionService;
+  readonly me: MeService;
+  readonly mfa: MfaService;
+  readonly passkeys: PasskeyService;
+  readonly organizations: OrganizationService;
+  readonly members: MemberService;
+  readonly invites: InviteService;
+  readonly roles: RoleService;
+  readonly users: UserAdminService;
+  readonly apiKeys: ApiKeyService;
+  readonly webhooks: WebhookService;
+  /** Present only with a `social` config. */
+  readonly social: SocialService | undefined;
+  /** Present only with an `sso` config. */
+  readonly sso: SsoService | undefined;
+  /** Present only with a `passwordless` config. */
+  readonly passwordless: PasswordlessService | undefined;
+  grantSuperadmin(userId: string): Promise<void>;
+  revokeSuperadmin(userId: string): Promise<void>;
+  setMfaEnforced(userId: string, on: boolean): Promise<void>;
+  rotateSigningKey(): Promise<{ kid: string }>;
+  deliverDueEvents(): Promise<DeliveryTotals>;
+  /** The router's `close()`: stops the delivery worker and the password workers, and the pool it created. */
+  close(): Promise<void>;
+}
+
+/** The names `identity.service` carries; a packaging test holds the public surface to this list. */
+export const PUBLIC_SERVICE_MEMBERS = [
+  'accounts',
+  'sessions',
+  'me',
+  'mfa',
+  'passkeys',
+  'organizations',
+  'members',
+  'invites',
+  'roles',
+  'users',
+  'apiKeys',
+  'webhooks',
+  'social',
+  'sso',
+  'passwordless',
+  'grantSuperadmin',
+  'revokeSuperadmin',
+  'setMfaEnforced',
+  'rotateSigningKey',
+  'deliverDueEvents',
+  'close',
+] as const satisfies ReadonlyArray<keyof IdentityService>;
+
+/** The public face of the services: a frozen object with exactly the members above. */
+export function publicServiceOf(services: IdentityServices, close: () => Promise<void>): IdentityService {
+  const face: Record<string, unknown> = {};
+  for (const name of PUBLIC_SERVICE_MEMBERS) {
+    if (name === 'close') face.close = close;
+    else {
+      const member = (services as unknown as Record<string, unknown>)[name];
+      face[name] = typeof member === 'function' ? member.bind(services) : member;
+    }
+  }
+  return Object.freeze(face) as unknown as IdentityService;
+}
+
+/**
+ * The whole service layer, inside the package: every route calls one method of one of
+ * these. Hosts see `IdentityService`.
  */
 export class IdentityServices {
   readonly catalog: PermissionCatalog;
@@ -75,7 +147,7 @@ export class IdentityServices {
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
     this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
-    this.webhooks = new WebhookService(context, this.catalog);
+    this.webhooks = new WebhookService(context);
     this.flows = new FederatedFlows(context, this.sessions, this.mfa);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.flows, this.policy, this.signInRules) : undefined;
     this.sso = context.config.sso ? new SsoService(context, context.config.sso, this.flows, dns) : undefined;

@@ -4,6 +4,7 @@ import { after, before, test } from 'node:test';
 import jwt from 'jsonwebtoken';
 import { Harness, STRONG_PASSWORD, decodeJwt, decodeJwtHeader, uniqueEmail, type SignedUpUser } from '../helpers/harness.js';
 import { assertError, assertNoInternals, assertUnauthorized, assertValidationErrors } from '../helpers/account.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 // Spec 5 bearer rules and CONTRACT 1 input handling (invalid_json, payload_too_large, no 500s).
 
@@ -21,7 +22,7 @@ const base64url = (value: unknown) => Buffer.from(JSON.stringify(value), 'utf8')
 
 /** Signs claims with the router's own active key, so only the property under test is wrong. */
 async function signWithRouterKey(claims: Record<string, unknown>, header: Record<string, unknown> = {}): Promise<string> {
-  const { kid, privateKey } = await h.identity.service.keyRing.signingKey();
+  const { kid, privateKey } = await servicesOf(h.identity).keyRing.signingKey();
   return jwt.sign(claims, privateKey, { algorithm: 'RS256', header: { alg: 'RS256', typ: 'at+jwt', kid, ...header } as jwt.JwtHeader });
 }
 
@@ -162,7 +163,7 @@ test('fuzzed bodies never produce a 500 or leak internals', async () => {
   assertNoInternals(await h.request('POST', '/auth/login', { rawBody: '{"email":"a@b.io"', headers: { 'content-type': 'application/json; charset=utf-16' } }), 'charset');
   assert.equal((await h.get('/auth/me', { token: fresh.accessToken })).status, 200, 'the account still works');
   // The odd current_password values above count toward the lockout (issue 9); lift it to log in again.
-  await h.identity.service.context.store.repos.users.clearFailedLogins(fresh.userId);
+  await servicesOf(h.identity).context.store.repos.users.clearFailedLogins(fresh.userId);
   for (const value of odd) assertNoInternals(await h.post('/auth/logout-all', value, { token: (await h.post('/auth/login', { email: fresh.email, password: fresh.password })).body.data.access_token }), `logout-all ${JSON.stringify(value)?.slice(0, 40)}`);
   assert.equal(h.logs.filter((line) => line.msg === 'unexpected error').length, 0, JSON.stringify(h.logs.filter((line) => line.msg === 'unexpected error')));
 });

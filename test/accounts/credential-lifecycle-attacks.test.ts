@@ -8,6 +8,7 @@ import { enrollTotp, uniquePhone } from '../helpers/mfa.js';
 import { newSubject, PROVIDER_ID, RETURN_URL, handoffPair, socialLogin, socialRoundTrip, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
 import { createOrg, switchOrg, addMember } from '../helpers/orgs.js';
 import { fixtures, fixtureWebauthnConfig, passwordlessLogin, registerRecorded } from '../helpers/passkeys.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 /*
  * Issue 21, one credential lifecycle: the seven findings of the review, each as the attacker
@@ -41,7 +42,7 @@ async function squat(h: Harness, email: string): Promise<SignedUpUser> {
  */
 async function bindAsBeforeTheGate(h: Harness, userId: string, bind: () => Promise<void>): Promise<void> {
   const users = `${h.tablePrefix}users`;
-  const cache = h.identity.service.context.accessCache;
+  const cache = servicesOf(h.identity).context.accessCache;
   await h.knex(users).where({ id: userId }).update({ email_verified: true });
   cache.invalidate([{ user: userId }]);
   try {
@@ -276,7 +277,7 @@ describe(`findings 3 and 4: a stale token mints no passkey and no API key; recov
     const org = await createOrg(h);
     const member = await addMember(h, org, org.owner.token, ['member']);
     await h.knex(`${h.tablePrefix}users`).where({ id: member.userId }).update({ email_verified: false });
-    h.identity.service.context.accessCache.invalidate([{ user: member.userId }]);
+    servicesOf(h.identity).context.accessCache.invalidate([{ user: member.userId }]);
     assertError(await h.post(`/orgs/${org.id}/api-keys`, { name: 'x', permission_keys: [] }, { token: member.token }), 403, 'email_unverified', 'unverified member');
   });
 });

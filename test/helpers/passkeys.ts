@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { keyedHash } from '../../src/crypto/keyed-hash.js';
 import type { Harness, TestResponse } from './harness.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 export interface RecordedAssertion {
   challenge: string;
@@ -40,7 +41,7 @@ export const fixtureWebauthnConfig = { rpId: fixtures.rpId, origins: [fixtures.o
  * that challenge; the counter-regression test uses it as a cloned key would.)
  */
 export async function swapChallenge(h: Harness, issued: string, recorded: string, userHandle?: string): Promise<void> {
-  const key = h.identity.service.context.keys.passkeyChallengeHash;
+  const key = servicesOf(h.identity).context.keys.passkeyChallengeHash;
   const table = `${h.tablePrefix}webauthn_challenges`;
   // A recording is reused across tests; the row it was planted in before (consumed or stale) gives way.
   await h.knex(table).where({ challenge_hash: keyedHash(key, recorded) }).delete();

@@ -14,6 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import { Harness, STRONG_PASSWORD, TEST_DB } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 import { loginForTicket, nextTotpCode, signUpWithTotp } from '../helpers/mfa.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 const LOGIN_LIMIT = 10;
 const THRESHOLD = 5;
@@ -111,7 +112,7 @@ describe('right passwords in parallel', () => {
 describe('wrong passwords in parallel', () => {
   test(`20 concurrent wrong passwords at threshold ${THRESHOLD}: exactly ${THRESHOLD} are compared, the rest refused as locked`, async () => {
     const user = await h.signUp();
-    const hasher = h.identity.service.context.hasher;
+    const hasher = servicesOf(h.identity).context.hasher;
     const verify = hasher.verify.bind(hasher);
     const row = await users().where({ id: user.userId }).first('password_hash');
     // Only comparisons against the account's real hash count (a locked login burns a dummy hash).

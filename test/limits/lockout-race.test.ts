@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { Harness, STRONG_PASSWORD, TEST_DB } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 import { enrollSms, lastSmsCode, loginForTicket, signUpWithTotp, uniquePhone } from '../helpers/mfa.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 let h: Harness;
 before(async () => {
@@ -22,7 +23,7 @@ describe('parallel password guesses', () => {
     // Threat (Zitadel GHSA-7h8m): the cap was checked after the comparison, so 20 parallel
     // guesses were all compared and the right one won every time.
     const user = await h.signUp();
-    const hasher = h.identity.service.context.hasher;
+    const hasher = servicesOf(h.identity).context.hasher;
     const verify = hasher.verify.bind(hasher);
     const row = await h.knex(`${h.tablePrefix}users`).where({ id: user.userId }).first('password_hash');
     // Only comparisons against the account's real hash count (a locked login burns a dummy hash).
@@ -50,7 +51,7 @@ describe('exhausted second-factor state answers 422 invalid_code', () => {
       assertError(await h.post('/auth/mfa/verify', { type: 'recovery', code: `WRONG-${attempt}` }, { token: ticket }), 422, 'invalid_code');
     }
     // Unlock (a password reset clears the count) so only the ticket's exhaustion decides.
-    await h.identity.service.context.store.repos.users.clearFailedLogins(user.userId);
+    await servicesOf(h.identity).context.store.repos.users.clearFailedLogins(user.userId);
     assertError(await h.post('/auth/mfa/verify', { type: 'recovery', code: user.recoveryCodes[0] }, { token: ticket }), 422, 'invalid_code', 'exhausted ticket');
   });
 
@@ -66,7 +67,7 @@ describe('exhausted second-factor state answers 422 invalid_code', () => {
     for (let attempt = 0; attempt < 5; attempt += 1) {
       assertError(await h.post('/auth/mfa/verify', { factor_id: sms.factorId, code: wrong }, { token: ticket }), 422, 'invalid_code');
     }
-    await h.identity.service.context.store.repos.users.clearFailedLogins(user.userId);
+    await servicesOf(h.identity).context.store.repos.users.clearFailedLogins(user.userId);
     assertError(await h.post('/auth/mfa/verify', { factor_id: sms.factorId, code }, { token: ticket }), 422, 'invalid_code', 'burned challenge');
   });
 });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Harness, decodeJwt, uniqueEmail } from '../helpers/harness.js';
+import { enrollTotp } from '../helpers/mfa.js';
 import { addMember, createOrg, superadmin, switchOrg } from '../helpers/orgs.js';
 
 let h: Harness;
@@ -250,7 +251,24 @@ test('switch-org into a require_mfa organization with an mfa=false session answe
   assert.equal((await h.patch(`/orgs/${org.id}`, { settings: { require_mfa: true } }, { token: org.owner.token })).status, 200);
   // A superadmin is not a member (so no enrollment hold) but still needs MFA to enter.
   const root = await superadmin(h);
+  await enrollTotp(h, root.accessToken);
   const refused = await h.post('/auth/switch-org', { organization_id: org.id }, { token: root.accessToken });
   assert.equal(refused.status, 403);
   assert.equal(refused.body.error, 'mfa_required');
+});
+
+// switch-org takes the enrollment branch of every other route scoped to a require_mfa
+// organization (docs/mfa.md): a caller with no confirmed factor is told to enroll one, since
+// "complete a second-factor check" is something they cannot do.
+test('switch-org into a require_mfa organization without a confirmed factor answers 403 mfa_enrollment_required, as the organization\'s routes do', async () => {
+  const org = await createOrg(h);
+  assert.equal((await h.patch(`/orgs/${org.id}`, { settings: { require_mfa: true } }, { token: org.owner.token })).status, 200);
+  const root = await superadmin(h);
+  const refused = await h.post('/auth/switch-org', { organization_id: org.id }, { token: root.accessToken });
+  assert.equal(refused.status, 403);
+  assert.equal(refused.body.error, 'mfa_enrollment_required');
+  // The same caller on a route of that organization hears the same.
+  const scoped = await h.get(`/orgs/${org.id}`, { token: root.accessToken });
+  assert.equal(scoped.status, 403);
+  assert.equal(scoped.body.error, 'mfa_enrollment_required');
 });

@@ -13,6 +13,7 @@ import { decodeJwt, Harness, type HarnessOptions, STRONG_PASSWORD, TEST_DB, uniq
 import { assertError, assertValidationErrors, registerOnly } from '../helpers/account.js';
 import { enrollEmail, enrollTotp, nextTotpCode, signUpWithTotp } from '../helpers/mfa.js';
 import { fixtures, fixtureWebauthnConfig, passGateWithRecorded, registerRecorded } from '../helpers/passkeys.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 const LINK_PAGE = 'https://app.example.test/sign-in/link#token={token}';
 const FULL = { passwordless: { link: true, allowSignup: true }, links: { passwordlessLogin: LINK_PAGE } };
@@ -177,7 +178,7 @@ describe('start answers the same for every address (enumeration)', () => {
     const codeOnly = await startHarness({ passwordless: {} });
     const active = await codeOnly.signUp();
     const disabled = await codeOnly.signUp();
-    await codeOnly.identity.service.context.store.repos.users.setStatus(disabled.userId, 'disabled', codeOnly.clock.now());
+    await servicesOf(codeOnly.identity).context.store.repos.users.setStatus(disabled.userId, 'disabled', codeOnly.clock.now());
     const locked = await codeOnly.signUp();
     for (let attempt = 0; attempt < 5; attempt += 1) await codeOnly.post('/auth/login', { email: locked.email, password: 'wrong password here' });
     const unknown = uniqueEmail('nobody');
@@ -198,7 +199,7 @@ describe('start answers the same for every address (enumeration)', () => {
     const codeOnly = await startHarness({ passwordless: {} });
     const disabled = await codeOnly.signUp();
     const challengeId = await start(codeOnly, disabled.email);
-    await codeOnly.identity.service.context.store.repos.users.setStatus(disabled.userId, 'active', codeOnly.clock.now());
+    await servicesOf(codeOnly.identity).context.store.repos.users.setStatus(disabled.userId, 'active', codeOnly.clock.now());
     // Codes are digits: none opens a challenge that was never mailed one.
     assertError(await verifyCode(codeOnly, challengeId, '123456'), 422, 'invalid_code');
   });
@@ -206,7 +207,7 @@ describe('start answers the same for every address (enumeration)', () => {
   test('a user disabled after the start gets 403 account_disabled for the right code', async () => {
     const user = await h.signUp();
     const challengeId = await start(h, user.email);
-    await h.identity.service.context.store.repos.users.setStatus(user.userId, 'disabled', h.clock.now());
+    await servicesOf(h.identity).context.store.repos.users.setStatus(user.userId, 'disabled', h.clock.now());
     assertError(await verifyCode(h, challengeId, mailed(h, user.email).code), 403, 'account_disabled');
     assert.deepEqual(h.eventsOfType('user.login_failed').at(-1)!.data, { method: 'email_code', reason: 'account_disabled' });
   });

@@ -9,6 +9,7 @@ import { type Harness, TEST_DB, type SignedUpUser } from '../helpers/harness.js'
 import { loginForTicket, signUpWithTotp } from '../helpers/mfa.js';
 import { PROVIDER_ID, RETURN_URL, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
 import { matchTemplate, validateResponse } from '../helpers/openapi.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 // Issue 10: a seeded fuzzer over every route of the route table. Each route gets 40 hostile
 // requests (half with a valid credential of the route's kind, half without) mixing hostile
@@ -110,7 +111,7 @@ before(async () => {
   owner = await ownerWithOrganization();
   mfaUser = await signUpWithTotp(h);
   ticket = (await loginForTicket(h, mfaUser)).ticket;
-  routes = allRoutes(h.identity.service);
+  routes = allRoutes(servicesOf(h.identity));
 });
 after(async () => {
   await h.close();

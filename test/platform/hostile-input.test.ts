@@ -10,6 +10,7 @@ import express from 'express';
 import { createIdentityRouter, type IdentityConfig } from '../../src/index.js';
 import { Harness, MOUNT, PG_URL, STRONG_PASSWORD, TEST_DB, uniqueEmail, type LogLine, type SignedUpUser } from '../helpers/harness.js';
 import { assertError, assertValidationErrors } from '../helpers/account.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 // Issue 10: hostile input and protocol edges at the HTTP boundary.
 
@@ -155,7 +156,7 @@ test('database errors are logged by code with a fixed message, never with bound 
     sms: { send: async () => undefined },
   });
   await identity.ready;
-  const knex = identity.service.context.store.knex;
+  const knex = servicesOf(identity).context.store.knex;
   const app = express().use(MOUNT, identity);
   const server = app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));

@@ -4,6 +4,7 @@ import type { RouteDefinition } from '../../src/http/route.js';
 import { allRoutes } from '../../src/http/routes/index.js';
 import { Harness } from '../helpers/harness.js';
 import { documentedOperations, loadOpenApiDocument, matchTemplate, resolveRef, validateResponse } from '../helpers/openapi.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 // docs/openapi.yaml is the reference hosts generate clients from; these tests keep it and the
 // router's route table identical, so a route cannot be added, removed or re-guarded silently.
@@ -36,7 +37,7 @@ const operations = documentedOperations();
 before(async () => {
   // With passkeys configured, so their real route definitions (not the 404 stand-ins) are compared.
   h = await Harness.start({ config: { webauthn: { rpId: 'localhost', origins: ['http://localhost:3000'] } } });
-  routes = allRoutes(h.identity.service);
+  routes = allRoutes(servicesOf(h.identity));
 });
 after(async () => {
   await h.close();

@@ -4,6 +4,7 @@ import { runUnitOfWork } from '../../src/services/shared/unit-of-work.js';
 import { Harness, PG_URL } from '../helpers/harness.js';
 import { createOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 /*
  * CONTRACT 13.1 on several instances. Threat: two workers claiming the same due row at the
@@ -38,7 +39,7 @@ test(`${EVENTS} events, ${INSTANCES} instances, a receiver failing ${FAILURE_RAT
     const perChange = 50;
     await Promise.all(
       Array.from({ length: EVENTS / perChange }, (_, change) =>
-        runUnitOfWork(instances[change % INSTANCES]!.identity.service.context, { ip: null, userAgent: null }, async (uow) => {
+        runUnitOfWork(servicesOf(instances[change % INSTANCES]!.identity).context, { ip: null, userAgent: null }, async (uow) => {
           for (let index = 0; index < perChange; index += 1) await uow.emit({ type: 'org.updated', organizationId: org.id, data: { change, index } });
         }),
       ),

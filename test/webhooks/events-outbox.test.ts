@@ -5,6 +5,7 @@ import { runUnitOfWork } from '../../src/services/shared/unit-of-work.js';
 import { countRows } from '../helpers/account.js';
 import { Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
 import { createOrg } from '../helpers/orgs.js';
+import { servicesOf } from '../../src/create-identity-router.js';
 
 /*
  * CONTRACT 13.1, the outbox. Threats: an event lost between commit and delivery (a crash, a
@@ -60,7 +61,7 @@ test('a committed change writes one listener row beside its audit row, delivered
 test('a rollback writes no delivery row and calls no listener', async () => {
   const h = await Harness.start({ config: config() });
   try {
-    const context = h.identity.service.context;
+    const context = servicesOf(h.identity).context;
     const before = await countRows(h, 'event_deliveries');
     let emitted: string | undefined;
     await assert.rejects(
@@ -254,7 +255,7 @@ test('delivered and dead rows are pruned after retentionDays; pending ones stay'
     await createOrg(h);
     const created = eventOf(h, 'org.created');
     await eventually(async () => (await deliveriesOf(h, created.id))[0]?.status === 'delivered', 'delivered');
-    const deliveries = h.identity.service.context.store.repos.eventDeliveries;
+    const deliveries = servicesOf(h.identity).context.store.repos.eventDeliveries;
     assert.equal(await deliveries.pruneFinishedBefore(h.clock.now() - 24 * 3600 * 1000), 0);
     h.clock.advance(24 * 3600 + 1);
     assert.ok((await deliveries.pruneFinishedBefore(h.clock.now() - 24 * 3600 * 1000)) >= 1, 'pruned');

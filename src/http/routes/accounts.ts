@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import type { IdentityServices } from '../../services/build-services.js';
-import { accepted, loginAnswer, ok, type RouteDefinition } from '../route.js';
-import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, paginationQuery, passwordSchema, storedPasswordSchema } from '../schemas.js';
+import { accepted, ok, type RouteDefinition } from '../route.js';
+import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, passwordSchema, storedPasswordSchema } from '../schemas.js';
 
 /** Only bounded here: the display-name rule itself lives in services/shared/identity-rules.ts (one rule for every route). */
 const profileDisplayNameSchema = Joi.string().allow(null, '').max(1024);
@@ -88,18 +88,22 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       allowedDuringEnrollment: true,
       handler: async ({ principal }) => ok(await services.me.me(principal)),
     },
-    // Spec 4.4. Permission checks live in the service: they must run before the target is looked up.
+    // Spec 4.4: the caller themself or a holder of the permission, decided by the policy before the target is looked up.
     {
       method: 'get',
       path: '/users/:userId',
       auth: 'bearer',
+      user: { permission: 'users.read', self: true },
       params: userParams,
-      handler: async ({ params, principal }) => ok(await services.users.read(principal, params.userId)),
+      handler: async ({ params }) => ok(await services.users.read(params.userId)),
     },
     {
       method: 'patch',
       path: '/users/:userId',
       auth: 'bearer',
+      // The per-user MFA flag is an administrative control: holding it over yourself would let
+      // a user switch off a policy an administrator set.
+      user: { permission: 'users.manage', self: true, exceptFields: ['mfa_enforced'] },
       params: userParams,
       body: Joi.object({ display_name: profileDisplayNameSchema, mfa_enforced: Joi.boolean() }).min(1),
       handler: async ({ params, body, principal, meta }) =>
@@ -110,6 +114,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/users/:userId/disable',
       auth: 'bearer',
       stepUp: true,
+      user: { permission: 'users.manage', self: false },
       params: userParams,
       body: Joi.object({}),
       handler: async ({ params, principal, meta }) => ok(await services.users.disable(principal, params.userId, meta)),
@@ -118,6 +123,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/users/:userId/enable',
       auth: 'bearer',
+      user: { permission: 'users.manage', self: false },
       params: userParams,
       body: Joi.object({}),
       handler: async ({ params, principal, meta }) => ok(await services.users.enable(principal, params.userId, meta)),
@@ -127,6 +133,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/users/:userId',
       auth: 'bearer',
       stepUp: true,
+      user: { permission: 'users.manage', self: true },
       params: userParams,
       handler: async ({ params, principal, meta }) => {
         await services.users.deleteAccount(principal, params.userId, meta);

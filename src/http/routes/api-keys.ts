@@ -27,8 +27,8 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
         permission_keys: Joi.array().items(Joi.string().min(1).max(200)).max(500).required(),
         expires_in: Joi.number().integer().min(60).max(API_KEY_MAX_TTL_SECONDS),
       }),
-      handler: async ({ params, body, principal, meta }) =>
-        created(await services.apiKeys.create(principal, params.orgId, { name: body.name, permissionKeys: body.permission_keys, expiresIn: body.expires_in }, meta)),
+      handler: async ({ body, meta, grant }) =>
+        created(await services.apiKeys.create(grant, { name: body.name, permissionKeys: body.permission_keys, expiresIn: body.expires_in }, meta)),
     },
     {
       method: 'get',
@@ -36,7 +36,7 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       member: true,
       params: orgParams,
-      handler: async ({ params, principal }) => ok({ keys: await services.apiKeys.list(principal, params.orgId) }),
+      handler: async ({ grant }) => ok({ keys: await services.apiKeys.list(grant) }),
     },
     {
       method: 'delete',
@@ -44,8 +44,8 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       member: true,
       params: keyParams,
-      handler: async ({ params, principal, meta }) => {
-        await services.apiKeys.revoke(principal, params.orgId, params.keyId, meta);
+      handler: async ({ params, meta, grant }) => {
+        await services.apiKeys.revoke(grant, params.keyId, meta);
         return ok({ status: 'revoked' });
       },
     },

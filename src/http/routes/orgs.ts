@@ -55,8 +55,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       permission: 'org.update',
       params: orgParams,
       body: Joi.object({ name: nameSchema, settings: Joi.object({ require_mfa: Joi.boolean() }) }).min(1),
-      handler: async ({ params, body, principal, meta }) =>
-        ok(await services.organizations.update(principal, params.orgId, { name: body.name, requireMfa: body.settings?.require_mfa }, meta)),
+      handler: async ({ body, meta, grant }) =>
+        ok(await services.organizations.update(grant, { name: body.name, requireMfa: body.settings?.require_mfa }, meta)),
     },
     {
       method: 'delete',
@@ -65,8 +65,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       permission: 'org.delete',
       stepUp: true,
       params: orgParams,
-      handler: async ({ params, principal, meta }) => {
-        await services.organizations.delete(principal, params.orgId, meta);
+      handler: async ({ meta, grant }) => {
+        await services.organizations.delete(grant, meta);
         return ok({ deleted: true });
       },
     },
@@ -88,8 +88,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       permission: 'members.read',
       params: orgParams,
       query: Joi.object(paginationQuery),
-      handler: async ({ params, query, principal }) => {
-        const page = await services.members.list(principal, params.orgId, { limit: query.limit, cursor: query.cursor });
+      handler: async ({ query, grant }) => {
+        const page = await services.members.list(grant, { limit: query.limit, cursor: query.cursor });
         return ok(page.members, nextCursorHeader(page.nextCursor));
       },
     },
@@ -100,7 +100,7 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       permission: 'members.update',
       params: memberParams,
       body: Joi.object({ role_slugs: roleSlugsSchema.required() }),
-      handler: async ({ params, body, principal, meta }) => ok(await services.members.changeRoles(principal, params.orgId, params.userId, body.role_slugs, meta)),
+      handler: async ({ params, body, meta, grant }) => ok(await services.members.changeRoles(grant, params.userId, body.role_slugs, meta)),
     },
     {
       method: 'patch',
@@ -109,7 +109,7 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       permission: 'members.update',
       params: memberParams,
       body: Joi.object({ status: Joi.string().valid('active', 'suspended').required() }),
-      handler: async ({ params, body, principal, meta }) => ok(await services.members.changeStatus(principal, params.orgId, params.userId, body.status, meta)),
+      handler: async ({ params, body, meta, grant }) => ok(await services.members.changeStatus(grant, params.userId, body.status, meta)),
     },
     {
       method: 'delete',
@@ -117,8 +117,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       auth: 'bearer',
       permission: 'members.remove',
       params: memberParams,
-      handler: async ({ params, principal, meta }) => {
-        await services.members.remove(principal, params.orgId, params.userId, meta);
+      handler: async ({ params, meta, grant }) => {
+        await services.members.remove(grant, params.userId, meta);
         return ok({ status: 'removed' });
       },
     },
@@ -131,8 +131,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       permission: 'members.invite',
       params: orgParams,
       body: Joi.object({ email: emailSchema.required(), role_slugs: roleSlugsSchema.required() }),
-      handler: async ({ params, body, principal, meta }) =>
-        created(await services.invites.create(principal, params.orgId, { email: body.email, roleSlugs: body.role_slugs }, meta)),
+      handler: async ({ body, meta, grant }) =>
+        created(await services.invites.create(grant, { email: body.email, roleSlugs: body.role_slugs }, meta)),
     },
     {
       method: 'get',
@@ -182,8 +182,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       permission: 'roles.manage',
       params: orgParams,
       body: Joi.object({ name: nameSchema.required(), slug: slugSchema.required(), description: descriptionSchema, permission_keys: permissionKeysSchema.required() }),
-      handler: async ({ params, body, principal, meta }) =>
-        created(await services.roles.create(principal, params.orgId, { name: body.name, slug: body.slug, description: body.description || null, permissionKeys: body.permission_keys }, meta)),
+      handler: async ({ body, meta, grant }) =>
+        created(await services.roles.create(grant, { name: body.name, slug: body.slug, description: body.description || null, permissionKeys: body.permission_keys }, meta)),
     },
     {
       method: 'patch',
@@ -193,11 +193,10 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       params: roleParams,
       // The slug is immutable: sending one is a validation failure.
       body: Joi.object({ name: nameSchema, description: descriptionSchema, permission_keys: permissionKeysSchema }).min(1),
-      handler: async ({ params, body, principal, meta }) =>
+      handler: async ({ params, body, meta, grant }) =>
         ok(
           await services.roles.update(
-            principal,
-            params.orgId,
+            grant,
             params.roleId,
             { name: body.name, description: body.description === undefined ? undefined : body.description || null, permissionKeys: body.permission_keys },
             meta,
@@ -210,8 +209,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       auth: 'bearer',
       permission: 'roles.manage',
       params: roleParams,
-      handler: async ({ params, principal, meta }) => {
-        await services.roles.delete(principal, params.orgId, params.roleId, meta);
+      handler: async ({ params, meta, grant }) => {
+        await services.roles.delete(grant, params.roleId, meta);
         return ok({ status: 'deleted' });
       },
     },

@@ -1,11 +1,7 @@
 import Joi from 'joi';
 import type { IdentityServices } from '../../services/build-services.js';
-import { accepted, loginAnswer, ok, type RouteDefinition } from '../route.js';
-import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, paginationQuery, passwordSchema, storedPasswordSchema } from '../schemas.js';
-
-const GENERIC_REGISTER = 'If the address can be registered, a verification e-mail is on its way.';
-const GENERIC_RESEND = 'If the address belongs to an unverified account, a new verification e-mail is on its way.';
-const GENERIC_FORGOT = 'If the address belongs to an account, a password reset e-mail is on its way.';
+import { loginAnswer, ok, type RouteDefinition } from '../route.js';
+import { emailSchema, idSchema, opaqueTokenSchema, paginationQuery, storedPasswordSchema } from '../schemas.js';
 
 /** Spec 4.1: sessions (login, refresh, logout, switch-org) and the signing keys. */
 export function sessionRoutes(services: IdentityServices): RouteDefinition[] {
@@ -60,8 +56,9 @@ export function sessionRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/switch-org',
       auth: 'bearer',
       answersSessionEnded: true,
+      entersOrganization: true,
       body: Joi.object({ organization_id: idSchema.required() }),
-      handler: async ({ body, principal, meta }) => ok(await services.sessions.switchOrganization(principal, body.organization_id, meta)),
+      handler: async ({ grant, meta }) => ok(await services.sessions.switchOrganization(grant, meta)),
     },
     {
       method: 'get',

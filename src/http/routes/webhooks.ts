@@ -26,7 +26,7 @@ export function webhookRoutes(services: IdentityServices): RouteDefinition[] {
       stepUp: true,
       params: orgParams,
       body: Joi.object({ url: urlSchema.required(), events: eventsSchema.required() }),
-      handler: async ({ params, body, principal, meta }) => created(await webhooks.create(principal, params.orgId, { url: body.url, events: body.events }, meta)),
+      handler: async ({ body, meta, grant }) => created(await webhooks.create(grant, { url: body.url, events: body.events }, meta)),
     },
     {
       method: 'get',
@@ -52,7 +52,7 @@ export function webhookRoutes(services: IdentityServices): RouteDefinition[] {
       stepUp: true,
       params: webhookParams,
       body: Joi.object({ url: urlSchema, events: eventsSchema, status: Joi.valid('active', 'disabled') }).min(1),
-      handler: async ({ params, body, principal, meta }) => ok(await webhooks.update(principal, params.orgId, params.webhookId, { url: body.url, events: body.events, status: body.status }, meta)),
+      handler: async ({ params, body, meta, grant }) => ok(await webhooks.update(grant, params.webhookId, { url: body.url, events: body.events, status: body.status }, meta)),
     },
     {
       method: 'delete',
@@ -61,8 +61,8 @@ export function webhookRoutes(services: IdentityServices): RouteDefinition[] {
       permission: 'webhooks.manage',
       stepUp: true,
       params: webhookParams,
-      handler: async ({ params, principal, meta }) => {
-        await webhooks.delete(principal, params.orgId, params.webhookId, meta);
+      handler: async ({ params, meta, grant }) => {
+        await webhooks.delete(grant, params.webhookId, meta);
         return ok({ status: 'deleted' });
       },
     },
@@ -74,7 +74,7 @@ export function webhookRoutes(services: IdentityServices): RouteDefinition[] {
       stepUp: true,
       params: webhookParams,
       body: Joi.object({}),
-      handler: async ({ params, principal, meta }) => ok(await webhooks.rotateSecret(principal, params.orgId, params.webhookId, meta)),
+      handler: async ({ params, meta, grant }) => ok(await webhooks.rotateSecret(grant, params.webhookId, meta)),
     },
     {
       method: 'get',
@@ -91,7 +91,7 @@ export function webhookRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       permission: 'webhooks.manage',
       params: deliveryParams,
-      handler: async ({ params, principal, meta }) => ({ status: 202, body: { data: await webhooks.replay(principal, params.orgId, params.webhookId, params.deliveryId, meta) } }),
+      handler: async ({ params, meta, grant }) => ({ status: 202, body: { data: await webhooks.replay(grant, params.webhookId, params.deliveryId, meta) } }),
     },
     {
       method: 'post',
@@ -99,7 +99,7 @@ export function webhookRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       permission: 'webhooks.manage',
       params: webhookParams,
-      handler: async ({ params, principal, meta }) => ({ status: 202, body: { data: await webhooks.sendTest(principal, params.orgId, params.webhookId, meta) } }),
+      handler: async ({ params, meta, grant }) => ({ status: 202, body: { data: await webhooks.sendTest(grant, params.webhookId, meta) } }),
     },
   ];
   const unavailable = !services.context.config.webhooks.enabled;

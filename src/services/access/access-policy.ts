@@ -78,8 +78,11 @@ export interface AccessTarget {
   organizationId?: string | undefined;
   /** The path's `:userId`. */
   userId?: string | undefined;
-  /** The request body as parsed, before the route's schema; only fields a requirement names are read. */
-  body?: unknown;
+  /**
+   * The request body, validated by the route's schema when a requirement first reads it (a
+   * malformed body answers 422 at that point, as it would before the service).
+   */
+  body?: () => unknown;
   /** Host middleware: the organization is the caller's own, from its token or its API key. */
   organizationFromCaller?: boolean;
 }
@@ -173,6 +176,11 @@ export interface SessionCaller {
 export function isOwnerEquivalent(role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): boolean {
   // sso.manage too (CONTRACT 12.1): whoever controls the IdP can sign in as anyone at the domain, owners included.
   return (role.isSystem && role.slug === OWNER_ROLE_SLUG) || role.permissionKeys.includes('org.delete') || role.permissionKeys.includes('roles.manage') || role.permissionKeys.includes('sso.manage');
+}
+
+/** Whether an actor manages the organization's members, and so their API keys too (CONTRACT 10). */
+export function managesMembers(authority: ResolvedAuthority): boolean {
+  return authority.permissions.has('members.update');
 }
 
 /** The `owner` system role itself (last-owner invariants are about this role). */
@@ -290,15 +298,12 @@ export class AccessPolicy {
     if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
     let authority: ResolvedAuthority | undefined;
     if (requirement.entersOrganization) {
-      const entered = enteredOrganization(target.body);
-      // A malformed value is the route schema's to refuse (422); nothing is entered with it.
-      if (entered === undefined) return { authority: undefined, organizationId: undefined };
+      const entered = enteredOrganization(target.body?.());
+      if (entered === undefined) throw errors.validation(['"organization_id" is required']);
       authority = await this.authorizeEntry(repos, principal, entered);
       return { authority, organizationId: entered };
     }
-    if (requirement.user) {
-      authority = await this.authorizeOnUser(repos, principal, requirement.user, target);
-    } else if (requirement.permission !== undefined || requirement.member) {
+    if (requirement.permission !== undefined || requirement.member) {
       if (organizationId === undefined) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
       authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
@@ -311,6 +316,9 @@ export class AccessPolicy {
     }
     if (requirement.stepUp) await this.assertStepUpWith(repos, principal);
     if (requirement.addsCredential) await this.assertMayAddCredentialWith(repos, principal, principal.user.emailVerified, requirement.addsCredential);
+    // After step-up, as the service decided it before: a stale session hears step_up_required first.
+    // Uncached, as before: a superadmin grant or revocation counts from the next request.
+    if (requirement.user) authority = await this.authorizeOnUser(uncachedReads(this.context.store.repos), principal, requirement.user, target);
     return { authority, organizationId: requirement.permission !== undefined || requirement.member ? organizationId : (principal.organizationId ?? undefined) };
   }
 
@@ -465,8 +473,9 @@ export class AccessPolicy {
    * nothing about which ids exist.
    */
   private async authorizeOnUser(reads: GateReads, principal: Principal, rule: NonNullable<AccessRequirement['user']>, target: AccessTarget): Promise<ResolvedAuthority> {
+    const body = rule.exceptFields ? target.body?.() : undefined;
+    const sendsRestrictedField = rule.exceptFields?.some((field) => bodyHas(body, field)) ?? false;
     const authority = await reads.authority(this.catalog, principal.userId, null);
-    const sendsRestrictedField = rule.exceptFields?.some((field) => bodyHas(target.body, field)) ?? false;
     if (rule.self && !sendsRestrictedField && target.userId === principal.userId) return authority;
     if (!authority.permissions.has(rule.permission)) throw errors.forbidden();
     return authority;
@@ -546,13 +555,19 @@ export class AccessPolicy {
   }
 }
 
+/** The organization a grant was admitted in; only requirements scoped to one reach the services that ask. */
+export function organizationOf(grant: AccessGrant): string {
+  if (grant.organizationId === undefined) throw new Error('the grant names no organization');
+  return grant.organizationId;
+}
+
 const notMemberOf = () => errors.forbidden('You are not an active member of this organization.');
 
 function bodyHas(body: unknown, field: string): boolean {
   return typeof body === 'object' && body !== null && (body as Record<string, unknown>)[field] !== undefined;
 }
 
-/** The body's `organization_id` when it is well formed; anything else is left to the route's schema. */
+/** The validated body's `organization_id`. */
 function enteredOrganization(body: unknown): string | undefined {
   const value = typeof body === 'object' && body !== null ? (body as Record<string, unknown>).organization_id : undefined;
   return typeof value === 'string' && isWellFormedId(value) ? value : undefined;

@@ -45,8 +45,3 @@ export function assertHoldsEveryKey(actor: ResolvedAuthority, keys: Iterable<str
     if (!actor.permissions.has(key)) throw errors.forbidden(`You cannot grant "${key}", which you do not hold.`);
   }
 }
-
-/** Re-checks the route permission inside the transaction, after the organization row is locked. */
-export function assertHolds(actor: ResolvedAuthority, permission: string): void {
-  if (!actor.permissions.has(permission)) throw errors.forbidden();
-}

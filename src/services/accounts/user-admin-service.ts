@@ -1,7 +1,6 @@
 import { keyedHash } from '../../crypto/keyed-hash.js';
 import { errors } from '../../errors.js';
 import type { UserRecord } from '../../store/user-repository.js';
-import { resolveAuthority } from '../access/authority.js';
 import { normaliseDisplayName } from '../shared/identity-rules.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { userStatus } from './me-service.js';
@@ -29,8 +28,6 @@ export interface UserProfileChanges {
 export const TOMBSTONE_EMAIL_DOMAIN = 'deleted.invalid';
 
 
-type UserPermission = 'users.read' | 'users.manage';
-
 /** Changes made by the host's own code through `identity.service`: no request, no address. */
 const HOST_CODE: RequestMeta = { ip: null, userAgent: null };
 
@@ -41,17 +38,13 @@ export class UserAdminService {
     protected readonly catalog: PermissionCatalog,
   ) {}
 
-  async read(principal: Principal, userId: string): Promise<UserView> {
-    await this.assertAllowed(principal, userId, 'users.read', { self: true });
+  async read(userId: string): Promise<UserView> {
     const user = await this.context.store.repos.users.findById(userId);
     if (!user) throw errors.notFound('User');
     return this.view(user, this.context.clock.now());
   }
 
   async updateProfile(principal: Principal, userId: string, changes: UserProfileChanges, meta: RequestMeta): Promise<UserView> {
-    // The per-user MFA flag is an administrative control: holding it over yourself would let
-    // a user switch off a policy an administrator set.
-    await this.assertAllowed(principal, userId, 'users.manage', { self: changes.mfaEnforced === undefined });
     const displayName = changes.displayName === undefined ? undefined : normaliseDisplayName(changes.displayName);
     return runUnitOfWork(this.context, meta, async (uow) => {
       const user = await this.lockLiveUser(uow, userId);
@@ -103,7 +96,6 @@ export class UserAdminService {
 
   /** active (or locked) → disabled: every session ends and login answers account_disabled. */
   async disable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
-    await this.assertAllowed(principal, userId, 'users.manage', { self: false });
     // An administrator who locks themselves out leaves nobody to undo it.
     if (userId === principal.userId) throw errors.conflict('You cannot disable your own account.');
     return runUnitOfWork(this.context, meta, async (uow) => {
@@ -119,7 +111,6 @@ export class UserAdminService {
 
   /** disabled or locked → active, with the lockout counters cleared; a tombstone stays one (409). */
   async enable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
-    await this.assertAllowed(principal, userId, 'users.manage', { self: false });
     return runUnitOfWork(this.context, meta, async (uow) => {
       const user = await uow.repos.users.findByIdForUpdate(userId);
       if (!user) throw errors.notFound('User');
@@ -140,7 +131,6 @@ export class UserAdminService {
    * domain, so the address itself is free to register again.
    */
   async deleteAccount(principal: Principal, userId: string, meta: RequestMeta): Promise<void> {
-    await this.assertAllowed(principal, userId, 'users.manage', { self: true });
     await runUnitOfWork(this.context, meta, async (uow) => {
       const user = await uow.repos.users.findByIdForUpdate(userId);
       if (!user) throw errors.notFound('User');
@@ -194,16 +184,6 @@ export class UserAdminService {
       if (invitee) await uow.repos.memberships.deleteInvited(invite.organizationId, invitee.id);
     }
     return revoked;
-  }
-
-  /**
-   * Self, or the permission resolved from the database. It runs before the target is looked
-   * up, so a caller without the permission learns nothing about which ids exist.
-   */
-  private async assertAllowed(principal: Principal, userId: string, permission: UserPermission, allow: { self: boolean }): Promise<void> {
-    if (allow.self && userId === principal.userId) return;
-    const authority = await resolveAuthority(this.context.store.repos, this.catalog, principal.userId, null);
-    if (!authority.permissions.has(permission)) throw errors.forbidden();
   }
 
   /** The target row, locked; a tombstone cannot be changed any more (409). */

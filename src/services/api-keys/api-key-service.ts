@@ -2,12 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { apiKeyDigest, newApiKey } from '../../crypto/api-key.js';
 import { errors } from '../../errors.js';
 import type { ApiKeyRecord } from '../../store/api-key-repository.js';
-import type { AccessPolicy } from '../access/access-policy.js';
-import { resolveAuthority, type ResolvedAuthority } from '../access/authority.js';
+import { type AccessGrant, type AccessPolicy, managesMembers, organizationOf } from '../access/access-policy.js';
+import { assertHoldsEveryKey, type ResolvedAuthority } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { isWellFormedId } from '../shared/ids.js';
 import { GLOBAL_ONLY_PERMISSIONS, type PermissionCatalog } from '../access/permission-catalog.js';
-import type { Principal } from '../access/principal.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso, isoOrNull } from '../shared/iso-time.js';
 
@@ -70,7 +69,9 @@ export class ApiKeyService {
    * organization, its MFA policy, the credential gate) is met before this runs; the gate is
    * checked again under the user's row lock, with the authority the key is cut from.
    */
-  async create(principal: Principal, organizationId: string, input: { name: string; permissionKeys: string[]; expiresIn?: number | undefined }, meta: RequestMeta): Promise<CreatedApiKeyView> {
+  async create(grant: AccessGrant, input: { name: string; permissionKeys: string[]; expiresIn?: number | undefined }, meta: RequestMeta): Promise<CreatedApiKeyView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const permissionKeys = [...new Set(input.permissionKeys)];
     for (const key of permissionKeys) {
       if (GLOBAL_ONLY_PERMISSIONS.has(key)) throw errors.forbidden(`An API key can never hold "${key}".`);
@@ -80,11 +81,9 @@ export class ApiKeyService {
     return runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
       await this.policy.assertMayAddCredential(uow.repos, principal, 'sign_in_method');
-      const authority = await this.memberAuthority(uow, principal.userId, organizationId);
+      const authority = await this.memberAuthority(uow, grant);
       // No escalation: a key carries only what its creator holds now (a superadmin holds everything).
-      for (const key of permissionKeys) {
-        if (!authority.permissions.has(key)) throw errors.forbidden(`You cannot give a key "${key}", which you do not hold.`);
-      }
+      assertHoldsEveryKey(authority, permissionKeys);
       const { key, start } = newApiKey();
       const id = randomUUID();
       const expiresAt = uow.now + ttlSeconds * 1000;
@@ -99,9 +98,10 @@ export class ApiKeyService {
    * guards no write, so the viewer's authority comes through the access cache the route's
    * requirement was just evaluated with, as the member page's does.
    */
-  async list(principal: Principal, organizationId: string): Promise<ApiKeyView[]> {
-    const viewer = await this.policy.authorityIn(principal.userId, organizationId);
-    const everyone = viewer.permissions.has('members.update');
+  async list(grant: AccessGrant): Promise<ApiKeyView[]> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
+    const everyone = managesMembers(grant.authority!);
     return (await this.context.store.repos.apiKeys.listInOrganization(organizationId, everyone ? undefined : principal.userId)).map(apiKeyView);
   }
 
@@ -110,11 +110,13 @@ export class ApiKeyService {
    * Someone else's key reads as 404 to a caller who may not touch it. Revoking twice answers
    * the same and emits once.
    */
-  async revoke(principal: Principal, organizationId: string, keyId: string, meta: RequestMeta): Promise<void> {
+  async revoke(grant: AccessGrant, keyId: string, meta: RequestMeta): Promise<void> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
-      const authority = await this.memberAuthority(uow, principal.userId, organizationId);
+      const authority = await this.memberAuthority(uow, grant);
       const key = isWellFormedId(keyId) ? await uow.repos.apiKeys.findInOrganization(organizationId, keyId) : undefined;
-      if (!key || (key.userId !== principal.userId && !authority.permissions.has('members.update'))) throw errors.notFound('API key');
+      if (!key || (key.userId !== principal.userId && !managesMembers(authority))) throw errors.notFound('API key');
       if (await uow.repos.apiKeys.revoke(key.id, uow.now, key.userId === principal.userId ? 'revoked_by_owner' : 'revoked_by_admin')) {
         await uow.emit({ type: 'api_key.revoked', actorId: principal.userId, userId: key.userId, organizationId, data: { api_key_id: key.id, name: key.name, reason: key.userId === principal.userId ? 'revoked_by_owner' : 'revoked_by_admin' } });
       }
@@ -126,13 +128,9 @@ export class ApiKeyService {
    * guards: the route's requirement was met a moment before, and a membership that ended
    * since must not mint or revoke anything.
    */
-  private async memberAuthority(uow: UnitOfWork, userId: string, organizationId: string): Promise<ResolvedAuthority> {
-    const [organization, authority] = await Promise.all([
-      uow.repos.organizations.findActive(organizationId),
-      resolveAuthority(uow.repos, this.catalog, userId, organizationId),
-    ]);
+  private async memberAuthority(uow: UnitOfWork, grant: AccessGrant): Promise<ResolvedAuthority> {
+    const [organization, authority] = await Promise.all([uow.repos.organizations.findActive(organizationOf(grant)), grant.recheck(uow.repos)]);
     if (!organization) throw errors.notFound('Organization');
-    if (!authority.member) throw errors.forbidden('Only an active member of the organization can manage its API keys.');
     return authority;
   }
 

@@ -3,8 +3,8 @@ import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import { errors, IdentityError } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { InviteRecord } from '../../store/organization-repository.js';
-import { isOwnerEquivalent, type AccessPolicy } from '../access/access-policy.js';
-import { assertHolds, assertHoldsEveryKey, resolveAuthority } from '../access/authority.js';
+import { type AccessGrant, isOwnerEquivalent, organizationOf, type AccessPolicy } from '../access/access-policy.js';
+import { assertHoldsEveryKey } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
@@ -49,26 +49,27 @@ export class InviteService {
   ) {}
 
   /** POST /orgs/{id}/invites. Re-inviting a pending address rotates its token and extends the expiry. */
-  async create(principal: Principal, organizationId: string, input: { email: string; roleSlugs: string[] }, meta: RequestMeta): Promise<InviteView> {
+  async create(grant: AccessGrant, input: { email: string; roleSlugs: string[] }, meta: RequestMeta): Promise<InviteView> {
     const email = normaliseEmail(input.email);
     const roleSlugs = [...new Set(input.roleSlugs)];
     try {
-      return await this.createOnce(principal, organizationId, email, roleSlugs, meta);
+      return await this.createOnce(grant, email, roleSlugs, meta);
     } catch (error) {
       // Two invites to one address at once: the loser of the pending_email slot retries as a rotation.
       if (!isUniqueViolation(error)) throw error;
-      return this.createOnce(principal, organizationId, email, roleSlugs, meta);
+      return this.createOnce(grant, email, roleSlugs, meta);
     }
   }
 
-  private async createOnce(principal: Principal, organizationId: string, email: string, roleSlugs: string[], meta: RequestMeta): Promise<InviteView> {
+  private async createOnce(grant: AccessGrant, email: string, roleSlugs: string[], meta: RequestMeta): Promise<InviteView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const token = randomToken();
     const tokenHash = keyedHash(this.context.keys.tokenHash, token);
     const result = await runUnitOfWork(this.context, meta, async (uow) => {
       const organization = await uow.repos.organizations.findActive(organizationId);
       if (!organization) throw errors.notFound('Organization');
-      const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
-      assertHolds(actor, 'members.invite');
+      const actor = await grant.recheck(uow.repos);
       const roles = await uow.repos.roles.findBySlugs(organizationId, roleSlugs);
       const unknown = roleSlugs.filter((slug) => !roles.some((role) => role.slug === slug));
       if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));

@@ -1,11 +1,10 @@
 import { errors } from '../../errors.js';
 import type { MemberRow, MembershipRecord, RoleRecord } from '../../store/organization-repository.js';
-import { isOwnerEquivalent, isOwnerRole, mayActOnOwner, type AccessPolicy } from '../access/access-policy.js';
+import { type AccessGrant, isOwnerEquivalent, isOwnerRole, mayActOnOwner, organizationOf, type AccessPolicy } from '../access/access-policy.js';
 import { revokeKeysOfMember } from '../api-keys/api-key-service.js';
-import { assertHolds, assertHoldsEveryKey, resolveAuthority, type ResolvedAuthority } from '../access/authority.js';
+import { assertHoldsEveryKey, type ResolvedAuthority } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
-import type { Principal } from '../access/principal.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
@@ -43,10 +42,11 @@ export class MemberService {
   ) {}
 
   /** One page, keyset by user id; `nextCursor` goes to the X-Next-Cursor header. */
-  async list(principal: Principal, organizationId: string, page: { limit: number; cursor?: string }): Promise<{ members: MemberView[]; nextCursor: string | null }> {
+  async list(grant: AccessGrant, page: { limit: number; cursor?: string }): Promise<{ members: MemberView[]; nextCursor: string | null }> {
+    const organizationId = organizationOf(grant);
     const repos = this.context.store.repos;
     const after = decodeCursor(page.cursor, ['id']);
-    const viewer = await this.policy.authorityIn(principal.userId, organizationId);
+    const viewer = grant.authority!;
     const rows = await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(after ? { afterUserId: after[0] } : {}) });
     const { items, nextCursor } = keysetPage(rows, page.limit, (row) => [row.userId]);
     return { members: items.map((row) => memberView(row, viewer)), nextCursor };
@@ -58,10 +58,12 @@ export class MemberService {
    * added roles must be within the actor's own permissions; the last active owner keeps
    * the owner role.
    */
-  async changeRoles(principal: Principal, organizationId: string, userId: string, roleSlugs: string[], meta: RequestMeta): Promise<MemberView> {
+  async changeRoles(grant: AccessGrant, userId: string, roleSlugs: string[], meta: RequestMeta): Promise<MemberView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const wantedSlugs = [...new Set(roleSlugs)];
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.update');
+      const target = await this.lockTarget(uow, grant, userId);
       if (target.membership.status === 'invited') throw errors.conflict('The member has not accepted the invitation yet; re-invite with the roles instead.');
       const wanted = await uow.repos.roles.findBySlugs(organizationId, wantedSlugs);
       const unknown = wantedSlugs.filter((slug) => !wanted.some((role) => role.slug === slug));
@@ -84,9 +86,11 @@ export class MemberService {
   }
 
   /** PATCH members/{userId}: suspend or reactivate (spec 3, member status). */
-  async changeStatus(principal: Principal, organizationId: string, userId: string, status: 'active' | 'suspended', meta: RequestMeta): Promise<MemberView> {
+  async changeStatus(grant: AccessGrant, userId: string, status: 'active' | 'suspended', meta: RequestMeta): Promise<MemberView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.update');
+      const target = await this.lockTarget(uow, grant, userId);
       const from = target.membership.status;
       if (from === 'invited') throw errors.conflict('An invited member cannot be suspended or activated; revoke the invitation instead.');
       if (from !== status) {
@@ -102,9 +106,11 @@ export class MemberService {
   }
 
   /** DELETE members/{userId}: the membership row goes; an invited member's pending invite is revoked with it. */
-  async remove(principal: Principal, organizationId: string, userId: string, meta: RequestMeta): Promise<void> {
+  async remove(grant: AccessGrant, userId: string, meta: RequestMeta): Promise<void> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
-      const target = await this.lockTarget(uow, principal, organizationId, userId, 'members.remove');
+      const target = await this.lockTarget(uow, grant, userId);
       if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.delete(target.membership.id);
       const user = await uow.repos.users.findById(userId);
@@ -120,11 +126,11 @@ export class MemberService {
    * cannot be invalidated by a concurrent demotion (two owners demoting each other), then
    * re-resolves the actor's authority from the database under that lock.
    */
-  private async lockTarget(uow: UnitOfWork, principal: Principal, organizationId: string, userId: string, permission: string): Promise<MemberMutationTarget> {
+  private async lockTarget(uow: UnitOfWork, grant: AccessGrant, userId: string): Promise<MemberMutationTarget> {
+    const organizationId = organizationOf(grant);
     const organization = await uow.repos.organizations.lockActive(organizationId);
     if (!organization) throw errors.notFound('Organization');
-    const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
-    assertHolds(actor, permission);
+    const actor = await grant.recheck(uow.repos);
     const membership = await uow.repos.memberships.find(organizationId, userId);
     if (!membership) throw errors.notFound('Member');
     const roles = await uow.repos.memberships.rolesOf(membership.id);

@@ -3,7 +3,7 @@ import type { PermissionDefinition } from '../../config/types.js';
 import { errors, IdentityError } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { OrganizationRecord } from '../../store/organization-repository.js';
-import { assertHolds, resolveAuthority } from '../access/authority.js';
+import { type AccessGrant, organizationOf } from '../access/access-policy.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { OWNER_ROLE_SLUG, SYSTEM_ROLE_SLUGS, type PermissionCatalog } from '../access/permission-catalog.js';
 import type { Principal } from '../access/principal.js';
@@ -125,11 +125,13 @@ export class OrganizationService {
     return organizationView(organization);
   }
 
-  async update(principal: Principal, organizationId: string, changes: { name?: string; requireMfa?: boolean }, meta: RequestMeta): Promise<OrganizationView> {
+  async update(grant: AccessGrant, changes: { name?: string; requireMfa?: boolean }, meta: RequestMeta): Promise<OrganizationView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     return runUnitOfWork(this.context, meta, async (uow) => {
       const organization = await uow.repos.organizations.lockActive(organizationId);
       if (!organization) throw errors.notFound('Organization');
-      assertHolds(await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId), 'org.update');
+      await grant.recheck(uow.repos);
       await uow.repos.organizations.update(organizationId, changes, uow.now);
       const changed: Record<string, unknown> = {};
       if (changes.name !== undefined) changed.name = changes.name;
@@ -144,11 +146,13 @@ export class OrganizationService {
    * authority there ends at the next resolution; sessions scoped to it are revoked and
    * pending invites die.
    */
-  async delete(principal: Principal, organizationId: string, meta: RequestMeta): Promise<void> {
+  async delete(grant: AccessGrant, meta: RequestMeta): Promise<void> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const organization = await uow.repos.organizations.lockActive(organizationId);
       if (!organization) throw errors.notFound('Organization');
-      assertHolds(await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId), 'org.delete');
+      await grant.recheck(uow.repos);
       if (!(await uow.repos.organizations.suspend(organizationId, uow.now))) throw errors.notFound('Organization');
       const sessionsRevoked = await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
       const invitesRevoked = await uow.repos.invites.revokeAllPending(organizationId, uow.now);

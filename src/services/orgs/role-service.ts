@@ -2,11 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { errors } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { RoleRecord } from '../../store/organization-repository.js';
-import { isOwnerEquivalent, isOwnerRole, type AccessPolicy } from '../access/access-policy.js';
-import { assertHolds, assertHoldsEveryKey, resolveAuthority } from '../access/authority.js';
+import { type AccessGrant, isOwnerEquivalent, isOwnerRole, organizationOf, type AccessPolicy } from '../access/access-policy.js';
+import { assertHoldsEveryKey } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { GLOBAL_ONLY_PERMISSIONS, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from '../access/permission-catalog.js';
-import type { Principal } from '../access/principal.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
 /** Spec 2.12. */
@@ -41,12 +40,14 @@ export class RoleService {
     return (await this.context.store.repos.roles.listForOrganization(organizationId)).map(roleView);
   }
 
-  async create(principal: Principal, organizationId: string, input: { name: string; slug: string; description?: string | null; permissionKeys: string[] }, meta: RequestMeta): Promise<RoleView> {
+  async create(grant: AccessGrant, input: { name: string; slug: string; description?: string | null; permissionKeys: string[] }, meta: RequestMeta): Promise<RoleView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     if (input.slug === SUPERADMIN_ROLE_SLUG) throw errors.validation([`"slug" "${SUPERADMIN_ROLE_SLUG}" is reserved`]);
     const permissionKeys = this.checkedKeys(input.permissionKeys);
     try {
       return await runUnitOfWork(this.context, meta, async (uow) => {
-        const actor = await this.actor(uow, principal, organizationId);
+        const actor = await this.actor(uow, grant);
         assertHoldsEveryKey(actor, permissionKeys);
         // A role holding org.delete or roles.manage is owner-equivalent (CONTRACT 5): step-up.
         if (isOwnerEquivalent({ slug: input.slug, isSystem: false, permissionKeys })) await this.policy.assertStepUp(uow.repos, principal);
@@ -73,10 +74,12 @@ export class RoleService {
   }
 
   /** The slug is immutable; only keys the actor holds may be added. */
-  async update(principal: Principal, organizationId: string, roleId: string, changes: { name?: string; description?: string | null; permissionKeys?: string[] }, meta: RequestMeta): Promise<RoleView> {
+  async update(grant: AccessGrant, roleId: string, changes: { name?: string; description?: string | null; permissionKeys?: string[] }, meta: RequestMeta): Promise<RoleView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const permissionKeys = changes.permissionKeys === undefined ? undefined : this.checkedKeys(changes.permissionKeys);
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const actor = await this.actor(uow, principal, organizationId);
+      const actor = await this.actor(uow, grant);
       const role = await uow.repos.roles.findInOrganization(organizationId, roleId);
       if (!role) throw errors.notFound('Role');
       if (isOwnerRole(role)) throw errors.conflict('The owner role cannot be edited.');
@@ -101,9 +104,11 @@ export class RoleService {
   }
 
   /** Custom roles only; the members holding it lose it. */
-  async delete(principal: Principal, organizationId: string, roleId: string, meta: RequestMeta): Promise<void> {
+  async delete(grant: AccessGrant, roleId: string, meta: RequestMeta): Promise<void> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
-      await this.actor(uow, principal, organizationId);
+      await this.actor(uow, grant);
       const role = await uow.repos.roles.findInOrganization(organizationId, roleId);
       if (!role) throw errors.notFound('Role');
       if (role.isSystem) throw errors.conflict('System roles (owner, admin, member) cannot be deleted.');
@@ -112,12 +117,11 @@ export class RoleService {
     });
   }
 
-  private async actor(uow: UnitOfWork, principal: Principal, organizationId: string) {
-    const organization = await uow.repos.organizations.lockActive(organizationId);
+  /** The organization row locked, then the route's requirement re-checked under that lock. */
+  private async actor(uow: UnitOfWork, grant: AccessGrant) {
+    const organization = await uow.repos.organizations.lockActive(organizationOf(grant));
     if (!organization) throw errors.notFound('Organization');
-    const actor = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
-    assertHolds(actor, 'roles.manage');
-    return actor;
+    return grant.recheck(uow.repos);
   }
 
   /** Every key must be in the catalog and organization-scoped (422 otherwise). */

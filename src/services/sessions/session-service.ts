@@ -1,12 +1,12 @@
 import type { SignInRules } from '../access/sign-in-rules.js';
 import { randomUUID } from 'node:crypto';
-import { errors, IdentityError } from '../../errors.js';
+import { errors, } from '../../errors.js';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import type { AccessTokenSubject } from '../../crypto/jwt.js';
 import type { SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
-import { type AccessPolicy, mayAuthenticate } from '../access/access-policy.js';
+import { type AccessGrant, type AccessPolicy, mayAuthenticate, organizationOf } from '../access/access-policy.js';
 import { resolveAuthority, type ResolvedAuthority } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
@@ -230,17 +230,16 @@ export class SessionService {
   }
 
   /** Re-points the live session at another organization and mints a token scoped to it. */
-  async switchOrganization(principal: Principal, organizationId: string, meta: RequestMeta): Promise<AccessTokenResponse> {
+  async switchOrganization(grant: AccessGrant, meta: RequestMeta): Promise<AccessTokenResponse> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const subject = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();
       const organization = await uow.repos.organizations.findActive(organizationId);
       if (!organization) throw errors.notFound('Organization');
-      const authority = await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId);
-      if (!authority.member && !authority.superadmin) throw errors.forbidden('You are not an active member of this organization.');
-      if (organization.requireMfa && !session.mfa) {
-        throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; sign in with a second factor first.');
-      }
+      // Membership and the organization's MFA policy, as admitted, once more in this transaction.
+      await grant.recheck(uow.repos);
       if (!(await uow.repos.sessions.setOrganization(session.id, organizationId))) throw errors.sessionEnded();
       const user = await uow.repos.users.findById(principal.userId);
       const subject = await this.accessSubjectFor(uow.repos, { ...session, organizationId }, user!);

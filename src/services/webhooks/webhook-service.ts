@@ -6,17 +6,14 @@ import { EVENT_TYPES } from '../../events.js';
 import { OutboundFailure, OutboundRefusal } from '../../outbound/outbound-guard.js';
 import type { DeliveryRecord, DeliveryStatus } from '../../store/event-delivery-repository.js';
 import type { WebhookDisabledReason, WebhookRecord } from '../../store/webhook-repository.js';
-import { assertHolds, resolveAuthority } from '../access/authority.js';
+import { type AccessGrant, organizationOf } from '../access/access-policy.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { isWellFormedId } from '../shared/ids.js';
 import { iso, isoOrNull } from '../shared/iso-time.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
-import type { PermissionCatalog } from '../access/permission-catalog.js';
-import type { Principal } from '../access/principal.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { webhookSecretContext } from './webhook-attempt.js';
 
-const PERMISSION = 'webhooks.manage';
 /** Event types a webhook may subscribe to: every type but the webhooks' own (CONTRACT 13.2). */
 export const SUBSCRIBABLE_EVENT_TYPES: readonly string[] = EVENT_TYPES.filter((type) => !type.startsWith('webhook.'));
 
@@ -85,18 +82,17 @@ function validEvents(events: string[]): string[] {
  * the outbox's (event-delivery.ts): this service only writes webhooks and events.
  */
 export class WebhookService {
-  constructor(
-    private readonly context: ServiceContext,
-    private readonly catalog: PermissionCatalog,
-  ) {}
+  constructor(private readonly context: ServiceContext) {}
 
-  async create(principal: Principal, organizationId: string, input: { url: string; events: string[] }, meta: RequestMeta): Promise<WebhookView & { secret: string }> {
+  async create(grant: AccessGrant, input: { url: string; events: string[] }, meta: RequestMeta): Promise<WebhookView & { secret: string }> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const events = validEvents(input.events);
     const url = await this.checkUrl(input.url);
     const secret = newWebhookSecret();
     const id = randomUUID();
     return runUnitOfWork(this.context, meta, async (uow) => {
-      await this.authorize(uow, principal, organizationId);
+      await this.authorize(uow, grant);
       // The organization row is locked: two creations at once cannot both pass the limit.
       if ((await uow.repos.webhooks.countInOrganization(organizationId)) >= this.context.config.webhooks.maxPerOrg) {
         throw new IdentityError(409, 'webhook_limit', `An organization can have at most ${this.context.config.webhooks.maxPerOrg} webhooks.`);
@@ -116,14 +112,16 @@ export class WebhookService {
     return webhookView(await this.find(this.context.store.repos, organizationId, webhookId));
   }
 
-  async update(principal: Principal, organizationId: string, webhookId: string, input: { url?: string; events?: string[]; status?: 'active' | 'disabled' }, meta: RequestMeta): Promise<WebhookView> {
+  async update(grant: AccessGrant, webhookId: string, input: { url?: string; events?: string[]; status?: 'active' | 'disabled' }, meta: RequestMeta): Promise<WebhookView> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const events = input.events === undefined ? undefined : validEvents(input.events);
     const current = await this.find(this.context.store.repos, organizationId, webhookId);
     // A changed URL, and a re-enabled webhook, pass the guard again (CONTRACT 13.3, 13.4).
     const url = input.url !== undefined ? await this.checkUrl(input.url) : undefined;
     if (url === undefined && input.status === 'active' && current.status === 'disabled') await this.checkUrl(current.url);
     return runUnitOfWork(this.context, meta, async (uow) => {
-      await this.authorize(uow, principal, organizationId);
+      await this.authorize(uow, grant);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
       const fields: string[] = [];
       if (url !== undefined && url !== webhook.url) fields.push('url');
@@ -140,9 +138,11 @@ export class WebhookService {
     });
   }
 
-  async delete(principal: Principal, organizationId: string, webhookId: string, meta: RequestMeta): Promise<void> {
+  async delete(grant: AccessGrant, webhookId: string, meta: RequestMeta): Promise<void> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
-      await this.authorize(uow, principal, organizationId);
+      await this.authorize(uow, grant);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
       await uow.repos.eventDeliveries.deleteForWebhooks([webhook.id]);
       await uow.repos.webhooks.delete(webhook.id);
@@ -151,10 +151,12 @@ export class WebhookService {
   }
 
   /** A new secret; the previous one keeps signing for `rotationOverlapSec` (CONTRACT 13.4). */
-  async rotateSecret(principal: Principal, organizationId: string, webhookId: string, meta: RequestMeta): Promise<{ secret: string; previous_secret_expires_at: string }> {
+  async rotateSecret(grant: AccessGrant, webhookId: string, meta: RequestMeta): Promise<{ secret: string; previous_secret_expires_at: string }> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const secret = newWebhookSecret();
     return runUnitOfWork(this.context, meta, async (uow) => {
-      await this.authorize(uow, principal, organizationId);
+      await this.authorize(uow, grant);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
       const previousExpiresAt = uow.now + this.context.config.webhooks.rotationOverlapSec * 1000;
       await uow.repos.webhooks.update(webhook.id, { secretEnc: this.seal(webhook.id, secret), previousSecretEnc: webhook.secretEnc, previousExpiresAt }, uow.now);
@@ -172,9 +174,10 @@ export class WebhookService {
   }
 
   /** Pending, due now, attempts back to 0; the same event id is sent again (CONTRACT 13.2). */
-  async replay(principal: Principal, organizationId: string, webhookId: string, deliveryId: string, meta: RequestMeta): Promise<DeliveryView> {
+  async replay(grant: AccessGrant, webhookId: string, deliveryId: string, meta: RequestMeta): Promise<DeliveryView> {
+    const organizationId = organizationOf(grant);
     return runUnitOfWork(this.context, meta, async (uow) => {
-      await this.authorize(uow, principal, organizationId);
+      await this.authorize(uow, grant);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
       const delivery = isWellFormedId(deliveryId) ? await uow.repos.eventDeliveries.findForWebhook(webhook.id, deliveryId) : undefined;
       if (!delivery) throw errors.notFound('Delivery');
@@ -186,10 +189,12 @@ export class WebhookService {
   }
 
   /** A `webhook.test` event, audited, sent to this webhook only and never to `onEvent`. */
-  async sendTest(principal: Principal, organizationId: string, webhookId: string, meta: RequestMeta): Promise<{ event_id: string; delivery_id: string }> {
+  async sendTest(grant: AccessGrant, webhookId: string, meta: RequestMeta): Promise<{ event_id: string; delivery_id: string }> {
+    const { principal } = grant;
+    const organizationId = organizationOf(grant);
     const deliveryId = randomUUID();
     return runUnitOfWork(this.context, meta, async (uow) => {
-      await this.authorize(uow, principal, organizationId);
+      await this.authorize(uow, grant);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
       if (webhook.status !== 'active') throw disabledError();
       const event = await uow.emit({ type: 'webhook.test', actorId: principal.userId, organizationId, data: { webhook_id: webhook.id } }, { onlyWebhook: { webhookId: webhook.id, deliveryId } });
@@ -197,10 +202,11 @@ export class WebhookService {
     });
   }
 
-  private async authorize(uow: UnitOfWork, principal: Principal, organizationId: string): Promise<void> {
-    const organization = await uow.repos.organizations.lockActive(organizationId);
+  /** The organization row locked, then the route's requirement re-checked under that lock. */
+  private async authorize(uow: UnitOfWork, grant: AccessGrant): Promise<void> {
+    const organization = await uow.repos.organizations.lockActive(organizationOf(grant));
     if (!organization) throw errors.notFound('Organization');
-    assertHolds(await resolveAuthority(uow.repos, this.catalog, principal.userId, organizationId), PERMISSION);
+    await grant.recheck(uow.repos);
   }
 
   private async find(repos: ServiceContext['store']['repos'], organizationId: string, webhookId: string): Promise<WebhookRecord> {
