@@ -1,4 +1,5 @@
-import { IdentityError } from '../../errors.js';
+import { errors, IdentityError } from '../../errors.js';
+import type { UserRecord } from '../../store/user-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
@@ -10,8 +11,21 @@ export interface SsoRequirement {
   organizationSlug: string;
 }
 
+/** Why an account whose credential was right still may not sign in. */
+export type AccountRefusal = 'account_disabled' | 'invalid_credentials' | 'email_unverified';
+
+/** A refusal as every sign-in answers it: as `POST /auth/login` would. */
+export function accountRefusalError(refusal: AccountRefusal): IdentityError {
+  if (refusal === 'account_disabled') return errors.accountDisabled();
+  if (refusal === 'email_unverified') return errors.emailUnverified('Verify your e-mail address before signing in.');
+  return errors.invalidCredentials();
+}
+
 /**
- * "Require SSO" (CONTRACT 12.6), the one rule every sign-in path asks: password login,
+ * The rules of who may sign in, each written once and asked by every sign-in path:
+ * password, passkey, passwordless, social login and single sign-on.
+ *
+ * "Require SSO" (docs/sso.md), the one rule every sign-in path asks: password login,
  * passkey login, passwordless verify, registration, password forgot and reset, social login,
  * invite acceptance and refresh. The answer comes from the address's domain alone, before
  * any credential is compared, so it never tells whether an account exists; superadmins pass
@@ -20,6 +34,19 @@ export interface SsoRequirement {
  */
 export class SignInRules {
   constructor(private readonly context: ServiceContext) {}
+
+  /**
+   * May this account sign in, now that its credential was right? A disabled or deleted
+   * account never; a locked one not while the lockout lasts (password and passkey logins
+   * reserve a lockout slot before comparing, so they never reach here locked); an unproven
+   * address not when `auth.requireVerifiedEmail` is on.
+   */
+  accountRefusal(user: Pick<UserRecord, 'status' | 'deletedAt' | 'lockedUntil' | 'emailVerified'>, now: number): AccountRefusal | undefined {
+    if (user.deletedAt !== null || user.status === 'disabled') return 'account_disabled';
+    if (user.lockedUntil !== null && user.lockedUntil > now) return 'invalid_credentials';
+    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) return 'email_unverified';
+    return undefined;
+  }
 
   /** The enforcing connection of the address's verified domain, if any. */
   async ssoRequirement(email: string, repos: Repositories = this.context.store.repos): Promise<SsoRequirement | undefined> {

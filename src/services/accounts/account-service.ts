@@ -15,7 +15,7 @@ import { mayAuthenticate } from '../access/access-policy.js';
 import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
-import { type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
+import { accountRefusalError, type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
 
 /** Registration, e-mail verification, password login and password reset / change (spec 4.1). */
 export class AccountService {
@@ -118,13 +118,9 @@ export class AccountService {
    * sign-in (a passwordless sign-up) has no failures and no slot.
    */
   async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta): Promise<LoginResult> {
-    if (user.status === 'disabled') {
-      await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
-      throw errors.accountDisabled();
-    }
-    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
-      throw errors.emailUnverified('Verify your e-mail address before signing in.');
-    }
+    const refusal = this.signInRules.accountRefusal(user, this.context.clock.now());
+    if (refusal === 'account_disabled') await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
+    if (refusal) throw accountRefusalError(refusal);
     const gate = await this.mfa.loginGate(user, meta, firstFactor.amr, { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method });
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
 

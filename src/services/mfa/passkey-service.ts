@@ -8,13 +8,12 @@ import type {
   RegistrationResponseJSON,
 } from '@simplewebauthn/server';
 import { keyedHash } from '../../crypto/keyed-hash.js';
-import { errors, type IdentityError } from '../../errors.js';
+import { errors, } from '../../errors.js';
 import type { MfaFactorRecord } from '../../store/mfa-repository.js';
 import type { PasskeyChallengePurpose, PasskeyRecord } from '../../store/passkey-repository.js';
-import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { AccessPolicy } from '../access/access-policy.js';
-import type { SignInRules } from '../access/sign-in-rules.js';
+import { accountRefusalError, type SignInRules } from '../access/sign-in-rules.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import { MfaCodes } from './mfa-codes.js';
 import type { Principal } from '../access/principal.js';
@@ -225,10 +224,10 @@ export class PasskeyService {
           await slot.fail(uow, 'second_factor');
           return uow.failAfterCommit(errors.invalidCode());
         }
-        const refusal = this.loginRefusal(user);
+        const refusal = this.signInRules.accountRefusal(user, uow.now);
         if (refusal) {
-          if (refusal.code === 'account_disabled') await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'account_disabled' } });
-          return uow.failAfterCommit(refusal);
+          if (refusal === 'account_disabled') await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'account_disabled' } });
+          return uow.failAfterCommit(accountRefusalError(refusal));
         }
         // Require SSO (CONTRACT 12.6); a superadmin's verified passkey is a right credential.
         const ssoRefusal = await this.signInRules.refusal(user.email, { userId: user.id, credentialRight: true, repos: uow.repos });
@@ -354,14 +353,6 @@ export class PasskeyService {
     return 'ok';
   }
 
-  /** What a password login would refuse after a correct password (spec 4.1). */
-  private loginRefusal(user: UserRecord): IdentityError | undefined {
-    if (user.status === 'disabled') return errors.accountDisabled();
-    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) {
-      return errors.emailUnverified('Verify your e-mail address before signing in.');
-    }
-    return undefined;
-  }
 }
 
 /** The challenge the browser signed, from the response's clientDataJSON; undefined when unreadable. */

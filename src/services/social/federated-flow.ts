@@ -1,4 +1,5 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { accountRefusalError } from '../access/sign-in-rules.js';
 import type * as OpenIdClient from 'openid-client';
 import { matchesReturnUrl } from '../../config/social.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
@@ -322,11 +323,9 @@ function describeOpenIdError(error: unknown): string {
 export function exchangeError(code: FederatedRefusal['code']): IdentityError {
   switch (code) {
     case 'account_disabled':
-      return errors.accountDisabled();
     case 'email_unverified':
-      return errors.emailUnverified('Verify your e-mail address before signing in.');
     case 'invalid_credentials':
-      return errors.invalidCredentials();
+      return accountRefusalError(code);
     case 'session_ended':
       return errors.sessionEnded();
     case 'identity_already_linked':

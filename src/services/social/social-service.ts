@@ -2,11 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { ResolvedSocialConfig, ResolvedSocialProvider } from '../../config/social.js';
 import { errors, IdentityError } from '../../errors.js';
 import type { SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../../store/social-repository.js';
-import type { UserRecord } from '../../store/user-repository.js';
 import type { AccessPolicy } from '../access/access-policy.js';
 import type { LoginResult } from '../sessions/sign-in-result.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
-import { userStatus } from '../accounts/me-service.js';
 import type { Principal } from '../access/principal.js';
 import type { SessionService } from '../sessions/session-service.js';
 import { recordFirstEmailProof } from '../accounts/credential-lifecycle.js';
@@ -154,7 +152,7 @@ export class SocialService {
     if (linked) {
       const user = await repos.users.findById(linked.userId);
       if (!user) return refuse('account_disabled', null);
-      const refusal = this.loginRefusal(user, uow.now);
+      const refusal = this.signInRules.accountRefusal(user, uow.now);
       if (refusal) return refuse(refusal, user.id);
       await repos.socialIdentities.recordLogin(linked.id, { email: claims.email, emailVerified: claims.emailVerified }, uow.now);
       return { outcome: { user_id: user.id, identity_id: linked.id, is_new_user: false } };
@@ -173,7 +171,7 @@ export class SocialService {
         local.deletedAt === null &&
         !(await repos.socialIdentities.findForUserAndProvider(local.id, provider.id));
       if (!allowed) return refuse('account_link_required', local.id);
-      const refusal = this.loginRefusal(local, uow.now);
+      const refusal = this.signInRules.accountRefusal(local, uow.now);
       if (refusal) return refuse(refusal, local.id);
       const identityId = await this.insertLink(uow, local.id, provider, claims);
       await uow.emit({ type: 'user.social_linked', actorId: local.id, userId: local.id, data: { identity_id: identityId, provider: provider.id, method: 'auto_email' } });
@@ -242,14 +240,6 @@ export class SocialService {
     });
     if (!inserted) throw new ResolutionConflict();
     return id;
-  }
-
-  /** The refusals of password login (section 5), applied to a social sign-in. */
-  private loginRefusal(user: UserRecord, now: number): 'account_disabled' | 'invalid_credentials' | 'email_unverified' | undefined {
-    if (user.deletedAt !== null || user.status === 'disabled') return 'account_disabled';
-    if (userStatus(user, now) === 'locked') return 'invalid_credentials';
-    if (this.context.config.auth.requireVerifiedEmail && !user.emailVerified) return 'email_unverified';
-    return undefined;
   }
 
   // ---------------------------------------------------------------- exchange

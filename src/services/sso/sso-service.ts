@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import type { SignInRules } from '../access/sign-in-rules.js';
 import { resolveTxt as systemResolveTxt } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { domainToASCII } from 'node:url';
@@ -27,7 +28,6 @@ import {
   RESOLUTION_ATTEMPTS,
   ResolutionConflict,
 } from '../social/federated-flow.js';
-import { userStatus } from '../accounts/me-service.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
 import { iso } from '../shared/iso-time.js';
 import type { LoginResult } from '../sessions/sign-in-result.js';
@@ -128,6 +128,7 @@ export class SsoService {
     private readonly context: ServiceContext,
     private readonly sso: ResolvedSsoConfig,
     private readonly flows: FederatedFlows,
+    private readonly signInRules: SignInRules,
     dns: DnsResolver | undefined,
   ) {
     this.guard = new OutboundGuard({ allowHttp: false, allowPrivateNetworks: sso.allowPrivateNetworks }, dns);
@@ -541,9 +542,9 @@ export class SsoService {
         if (!connection.jit) return refuse('sso_not_member', user.id);
         join = true;
       }
-      // 5. 9.4 rule 1: disabled, lockout.
-      if (user.deletedAt !== null || user.status === 'disabled') return refuse('account_disabled', user.id);
-      if (userStatus(user, now) === 'locked') return refuse('invalid_credentials', user.id);
+      // 5. Who may sign in at all: the rule every sign-in path asks.
+      const refusal = this.signInRules.accountRefusal(user, now);
+      if (refusal) return refuse(refusal, user.id);
     } else {
       join = true;
     }
