@@ -119,6 +119,7 @@ export const errors = {
   sessionEnded: () =>
     new IdentityError(401, 'session_ended', 'This session has been revoked.', { headers: { 'WWW-Authenticate': BEARER_CHALLENGE } }),
   forbidden: (message = 'You do not have permission to do this.') => new IdentityError(403, 'forbidden', message),
+  noActiveOrganization: () => new IdentityError(403, 'forbidden', 'Select an organization first (POST /auth/switch-org).'),
   /** CONTRACT 5: an unproven address; `resend` points at the way to prove it. */
   emailUnverified: (message = 'Verify your e-mail address first.') =>
     new IdentityError(403, 'email_unverified', message, { extra: { resend: '/auth/email/verify/resend' } }),
@@ -146,4 +147,56 @@ export const errors = {
    * of the service, so it is not logged.
    */
   requestAbandoned: () => new IdentityError(499, 'request_abandoned', 'The client closed the request before it was answered.'),
+
+  // Multi-factor authentication (docs/mfa.md).
+  /** A caller with a confirmed factor whose session has not passed one, in a `require_mfa` organization. */
+  mfaRequired: () => new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; complete a second-factor check (step-up) first.'),
+  /** MFA is enforced and no factor is confirmed: enroll one first. */
+  mfaEnrollmentRequired: (message = 'Multi-factor authentication is required; enroll and confirm a factor to continue.') =>
+    new IdentityError(403, 'mfa_enrollment_required', message),
+  invalidState: (message: string) => new IdentityError(422, 'invalid_state', message),
+  unsupportedFactor: (message: string) => new IdentityError(422, 'unsupported_factor', message),
+  lastFactorProtected: () => new IdentityError(409, 'last_factor_protected', 'MFA is enforced for this account; the last confirmed factor cannot be removed.'),
+
+  // Social login and single sign-on (docs/social-login.md, docs/sso.md).
+  lastLoginMethodProtected: () =>
+    new IdentityError(409, 'last_login_method_protected', 'This is the last way to sign in to the account; set a password or link another provider first.'),
+  socialStateInvalid: (headers: Record<string, string>) =>
+    new IdentityError(400, 'social_state_invalid', 'The sign-in attempt is unknown, expired or already used; start again.', { headers }),
+  providerUnavailable: (cause?: unknown) => new IdentityError(502, 'provider_unavailable', 'The identity provider could not be reached; try again shortly.', { cause }),
+  /** A refusal of the federated round trip's account resolution or link, with the status that says what the client can do. */
+  federatedRefusal: (code: FederatedRefusalCode) => {
+    const [status, message] = FEDERATED_REFUSALS[code] ?? [502, 'The provider could not complete the sign-in.'];
+    return new IdentityError(status, code, message);
+  },
+  ssoRequired: (organizationSlug: string, status: 401 | 403 = 403) =>
+    new IdentityError(status, 'sso_required', 'Your organization requires signing in through its single sign-on.', {
+      extra: { organization_slug: organizationSlug },
+      ...(status === 401 ? { headers: { 'WWW-Authenticate': 'Bearer error="sso_required"' } } : {}),
+    }),
+  invalidIssuer: (message: string, reason: string) => new IdentityError(422, 'invalid_issuer', message, { extra: { reason } }),
+  invalidDomain: (message: string) => new IdentityError(422, 'invalid_domain', message),
+  domainNotVerified: (message: string) => new IdentityError(422, 'domain_not_verified', message),
+  domainTaken: () => new IdentityError(409, 'domain_taken', 'Another organization has verified this domain.'),
+  ssoNotConfigured: () => new IdentityError(404, 'sso_not_configured', 'Single sign-on is not configured for this address or organization.'),
+
+  // Webhooks (docs/webhooks.md).
+  webhookLimit: (max: number) => new IdentityError(409, 'webhook_limit', `An organization can have at most ${max} webhooks.`),
+  invalidWebhookUrl: (message: string, reason: string) => new IdentityError(422, 'invalid_webhook_url', message, { extra: { reason } }),
+  webhookDisabled: () => new IdentityError(409, 'webhook_disabled', 'The webhook is disabled.'),
+};
+
+/** Resolution and link refusals of the federated exchange that are not account refusals. */
+export type FederatedRefusalCode = Exclude<SocialErrorCode | SsoErrorCode, 'invalid_domain' | 'domain_not_verified' | 'domain_taken' | 'invalid_issuer' | 'sso_not_configured'> | 'sso_required';
+
+const FEDERATED_REFUSALS: Partial<Record<FederatedRefusalCode, [number, string]>> = {
+  identity_already_linked: [409, 'This provider account is already linked to another user.'],
+  provider_already_linked: [409, 'Your account is already linked to another account at this provider; unlink it first.'],
+  account_link_required: [409, 'An account with this e-mail exists; sign in with it, then link this provider.'],
+  social_email_required: [422, 'The provider did not share an e-mail address; allow it and try again.'],
+  signup_disabled: [403, 'Sign-up through this provider is disabled.'],
+  sso_required: [403, 'Your organization requires signing in through its single sign-on.'],
+  sso_email_outside_domain: [403, "The identity provider asserted an address outside the organization's verified domains."],
+  sso_not_member: [403, 'You are not a member of this organization.'],
+  sso_member_suspended: [403, 'Your membership of this organization is suspended.'],
 };

@@ -215,3 +215,8 @@ export function resolveSocialConfig(input: SocialConfig | undefined): ResolvedSo
     insecureUrls,
   };
 }
+
+/** The `redirect_uri` a provider calls back (docs/social-login.md): hosts register exactly this URL. */
+export function socialCallbackUrl(social: Pick<ResolvedSocialConfig, 'redirectBase'>, providerId: string): string {
+  return `${social.redirectBase}/auth/social/${providerId}/callback`;
+}

@@ -79,3 +79,8 @@ export function resolveSsoConfig(input: SsoConfig | undefined): ResolvedSsoConfi
     allowPrivateNetworks: Array.isArray(input.allowPrivateNetworks) ? [...input.allowPrivateNetworks] : (input.allowPrivateNetworks ?? false),
   };
 }
+
+/** The callback an organization's identity provider is given (docs/sso.md): administrators register exactly this URL. */
+export function ssoCallbackUrl(sso: Pick<ResolvedSsoConfig, 'redirectBase'>, connectionId: string): string {
+  return `${sso.redirectBase}/auth/sso/${connectionId}/callback`;
+}

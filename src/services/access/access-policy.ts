@@ -1,5 +1,5 @@
 import { apiKeyDigest, isApiKeyShaped } from '../../crypto/api-key.js';
-import { errors, IdentityError } from '../../errors.js';
+import { errors, type IdentityError } from '../../errors.js';
 import type { Repositories } from '../../store/store.js';
 import { type AccessReads, type GateReads, uncachedReads } from './access-reads.js';
 import type { ResolvedAuthority } from './authority.js';
@@ -304,7 +304,7 @@ export class AccessPolicy {
       return { authority, organizationId: entered };
     }
     if (requirement.permission !== undefined || requirement.member) {
-      if (organizationId === undefined) throw errors.forbidden('Select an organization first (POST /auth/switch-org).');
+      if (organizationId === undefined) throw errors.noActiveOrganization();
       authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
       authority = await repos.authority(this.catalog, principal.userId, principal.organizationId);
@@ -432,9 +432,18 @@ export class AccessPolicy {
     return this.isMfaEnforcedWith(uncachedReads(repos), user);
   }
 
-  private async isMfaEnforcedWith(reads: GateReads, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
+  private isMfaEnforcedWith(reads: GateReads, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
+    return this.mfaEnforced(user, () => reads.belongsToMfaRequiringOrganization(user.id));
+  }
+
+  /**
+   * "MFA is enforced for a user", written once (docs/mfa.md): `mfa.enforce`, the user's own
+   * flag, or an active membership of an organization that requires MFA. The membership is
+   * asked last, and only when the cheaper answers did not settle it.
+   */
+  private async mfaEnforced(user: { mfaEnforced: boolean }, inMfaRequiringOrganization: () => boolean | Promise<boolean>): Promise<boolean> {
     if (this.context.config.mfa.enforce || user.mfaEnforced) return true;
-    return reads.belongsToMfaRequiringOrganization(user.id);
+    return inMfaRequiringOrganization();
   }
 
   /** The caller as the host middleware exposes it. */
@@ -500,7 +509,7 @@ export class AccessPolicy {
   private async authorizeApiKey(actor: ApiKeyPrincipal, requirement: AccessRequirement): Promise<ResolvedAuthority> {
     const owner = await this.reads.authority(this.catalog, actor.userId, actor.organizationId);
     if (!owner.member) throw apiKeyStopped();
-    const mfaEnforced = this.context.config.mfa.enforce || actor.owner.mfaEnforced || actor.owner.inMfaRequiringOrganization;
+    const mfaEnforced = await this.mfaEnforced(actor.owner, () => actor.owner.inMfaRequiringOrganization);
     if (!requirement.allowedDuringEnrollment && mfaEnforced && !actor.owner.hasConfirmedFactor) throw mfaEnrollmentRequired();
     const now = this.context.clock.now();
     const lastUsedAt = Math.max(actor.lastUsedAt ?? Number.NEGATIVE_INFINITY, this.apiKeyTouchedAt.get(actor.apiKeyId) ?? Number.NEGATIVE_INFINITY);
@@ -549,7 +558,7 @@ export class AccessPolicy {
   private async assertSessionMeetsOrganizationMfa(reads: GateReads, principal: Principal): Promise<void> {
     if (principal.mfa) return;
     if (await reads.hasConfirmedFactor(principal.userId)) {
-      throw new IdentityError(403, 'mfa_required', 'This organization requires multi-factor authentication; complete a second-factor check (step-up) first.');
+      throw errors.mfaRequired();
     }
     throw mfaEnrollmentRequired();
   }
@@ -574,5 +583,5 @@ function enteredOrganization(body: unknown): string | undefined {
 }
 
 export function mfaEnrollmentRequired(): IdentityError {
-  return new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required; enroll and confirm a factor to continue.');
+  return errors.mfaEnrollmentRequired();
 }

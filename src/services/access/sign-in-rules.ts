@@ -1,4 +1,4 @@
-import { errors, IdentityError } from '../../errors.js';
+import { errors, type IdentityError } from '../../errors.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { ServiceContext } from '../shared/service-context.js';
@@ -99,8 +99,5 @@ export class SignInRules {
 }
 
 export function ssoRequired(requirement: Pick<SsoRequirement, 'organizationSlug'>, status: 401 | 403 = 403): IdentityError {
-  return new IdentityError(status, 'sso_required', 'Your organization requires signing in through its single sign-on.', {
-    extra: { organization_slug: requirement.organizationSlug },
-    ...(status === 401 ? { headers: { 'WWW-Authenticate': 'Bearer error="sso_required"' } } : {}),
-  });
+  return errors.ssoRequired(requirement.organizationSlug, status);
 }

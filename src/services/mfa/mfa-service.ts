@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import QRCode from 'qrcode';
 import { generateTotpSecret, totpProvisioningUri } from '../../crypto/totp.js';
-import { errors, IdentityError } from '../../errors.js';
+import { errors, } from '../../errors.js';
 import type { FactorType, MfaFactorRecord } from '../../store/mfa-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
@@ -75,7 +75,7 @@ export class MfaService {
     const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {
-        throw new IdentityError(403, 'mfa_enrollment_required', 'Multi-factor authentication is required for this account; enroll a factor first.');
+        throw errors.mfaEnrollmentRequired('Multi-factor authentication is required for this account; enroll a factor first.');
       }
       return undefined;
     }
@@ -274,7 +274,7 @@ export class MfaService {
       await this.prunePendingFactors(uow, principal.userId);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
       if (!factor || factor.type !== type) throw errors.notFound('Factor');
-      if (factor.confirmedAt !== null) throw new IdentityError(422, 'invalid_state', 'This factor is already confirmed.');
+      if (factor.confirmedAt !== null) throw errors.invalidState('This factor is already confirmed.');
       if (!(await this.codes.checkFactorCode(uow, factor, code, 'enroll', null))) {
         await this.codes.recordVerifyFailure(uow, principal.userId);
         return uow.failAfterCommit(errors.invalidCode());
@@ -305,7 +305,7 @@ export class MfaService {
       await uow.repos.users.findByIdForUpdate(principal.userId);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
       if (!factor) throw errors.notFound('Factor');
-      if (changes.default === true && factor.confirmedAt === null) throw new IdentityError(422, 'invalid_state', 'Only a confirmed factor can be the default.');
+      if (changes.default === true && factor.confirmedAt === null) throw errors.invalidState('Only a confirmed factor can be the default.');
       if (changes.label !== undefined) await uow.repos.mfaFactors.setLabel(factor.id, changes.label === null || changes.label === '' ? null : changes.label);
       if (changes.default === true) await uow.repos.mfaFactors.makeDefault(principal.userId, factor.id);
       if (changes.default === false) await uow.repos.mfaFactors.clearDefault(factor.id);
@@ -324,7 +324,7 @@ export class MfaService {
       const confirmed = await uow.repos.mfaFactors.listConfirmed(principal.userId);
       const lastConfirmed = factor.confirmedAt !== null && confirmed.length === 1;
       if (lastConfirmed && enforced) {
-        throw new IdentityError(409, 'last_factor_protected', 'MFA is enforced for this account; the last confirmed factor cannot be removed.');
+        throw errors.lastFactorProtected();
       }
       await uow.repos.mfaFactors.deleteOwned(factor.id, principal.userId);
       const remaining = confirmed.filter((candidate) => candidate.id !== factor.id);
@@ -339,7 +339,7 @@ export class MfaService {
     return runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
       if (!(await uow.repos.mfaFactors.hasConfirmed(principal.userId))) {
-        throw new IdentityError(422, 'invalid_state', 'Recovery codes need a confirmed factor first.');
+        throw errors.invalidState('Recovery codes need a confirmed factor first.');
       }
       const codes = await this.codes.issueRecoveryCodes(uow, principal.userId);
       await uow.emit({ type: 'mfa.recovery_regenerated', actorId: principal.userId, userId: principal.userId, data: { count: codes.length } });
@@ -363,7 +363,7 @@ export class MfaService {
     if (ticket.firstFactor !== 'email') return;
     const user = await uow.repos.users.findById(ticket.userId);
     if (user && provesOnlyTheFirstFactor(ticket, factor, user.email)) {
-      throw new IdentityError(422, 'unsupported_factor', 'This sign-in already proved this e-mail address; choose another factor or a recovery code.');
+      throw errors.unsupportedFactor('This sign-in already proved this e-mail address; choose another factor or a recovery code.');
     }
   }
 
@@ -443,5 +443,5 @@ function secondFactorAmr(method: CodeMethod): string[] {
 }
 
 function assertCodeCanBeSent(factor: MfaFactorRecord): void {
-  if (factor.type === 'totp') throw new IdentityError(422, 'unsupported_factor', 'TOTP factors need no challenge; submit the code from the authenticator app.');
+  if (factor.type === 'totp') throw errors.unsupportedFactor('TOTP factors need no challenge; submit the code from the authenticator app.');
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
-import { errors, IdentityError } from '../../errors.js';
+import { errors, } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { InviteRecord } from '../../store/organization-repository.js';
 import { type AccessGrant, isOwnerEquivalent, organizationOf, type AccessPolicy } from '../access/access-policy.js';
@@ -81,7 +81,7 @@ export class InviteService {
       const membership = invitee ? await uow.repos.memberships.find(organizationId, invitee.id) : undefined;
       if (membership?.status === 'active') throw errors.conflict('That address already belongs to an active member.');
       if (membership?.status === 'suspended') {
-        throw new IdentityError(422, 'invalid_state', 'That address belongs to a suspended member; reactivate the member instead of inviting.');
+        throw errors.invalidState('That address belongs to a suspended member; reactivate the member instead of inviting.');
       }
 
       await this.spendSendBudget(uow, organizationId, email);
@@ -180,7 +180,7 @@ export class InviteService {
       const invite = await uow.repos.invites.findByTokenHash(tokenHash);
       if (!invite) return refused();
       // Pre-hijack (issue 9): an account nobody has proven to own the address of cannot join.
-      if (!principal.user.emailVerified) throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before accepting an invitation.', { extra: { resend: '/auth/email/verify/resend' } });
+      if (!principal.user.emailVerified) throw errors.emailUnverified('Verify your e-mail address before accepting an invitation.');
       if (invite.email !== normaliseEmail(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
       if (invite.status === 'pending' && invite.expiresAt <= uow.now) {
         await uow.repos.invites.markExpired(invite.id, uow.now);

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { PermissionDefinition } from '../../config/types.js';
-import { errors, IdentityError } from '../../errors.js';
+import { errors, } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { OrganizationRecord } from '../../store/organization-repository.js';
 import { type AccessGrant, organizationOf } from '../access/access-policy.js';
@@ -74,7 +74,7 @@ export class OrganizationService {
    * on to `-2`, `-3`, ... (retrying when a concurrent creation took the same candidate).
    */
   async create(principal: Principal, input: { name: string; slug?: string }, meta: RequestMeta): Promise<{ id: string; name: string; slug: string; role: 'owner' }> {
-    if (!principal.user.emailVerified) throw new IdentityError(403, 'email_unverified', 'Verify your e-mail address before creating an organization.');
+    if (!principal.user.emailVerified) throw errors.emailUnverified('Verify your e-mail address before creating an organization.');
     const explicitSlug = input.slug;
     for (let attempt = 1; ; attempt += 1) {
       try {

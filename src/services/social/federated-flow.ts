@@ -168,7 +168,7 @@ export class FederatedFlows {
     const target = flow && flow.provider === expectedKey ? await resolveTarget(flow) : undefined;
     if (!flow || !target) {
       if (settings.errorUrl) return withQuery(settings.errorUrl, { social_error: 'social_state_invalid' });
-      throw new IdentityError(400, 'social_state_invalid', 'The sign-in attempt is unknown, expired or already used; start again.', { headers: REDIRECT_HEADERS });
+      throw errors.socialStateInvalid(REDIRECT_HEADERS);
     }
     try {
       // The callback changes no account, link, verification or session: it may be finished in
@@ -328,26 +328,8 @@ export function exchangeError(code: FederatedRefusal['code']): IdentityError {
       return accountRefusalError(code);
     case 'session_ended':
       return errors.sessionEnded();
-    case 'identity_already_linked':
-      return new IdentityError(409, code, 'This provider account is already linked to another user.');
-    case 'provider_already_linked':
-      return new IdentityError(409, code, 'Your account is already linked to another account at this provider; unlink it first.');
-    case 'account_link_required':
-      return new IdentityError(409, code, 'An account with this e-mail exists; sign in with it, then link this provider.');
-    case 'social_email_required':
-      return new IdentityError(422, code, 'The provider did not share an e-mail address; allow it and try again.');
-    case 'signup_disabled':
-      return new IdentityError(403, code, 'Sign-up through this provider is disabled.');
-    case 'sso_required':
-      return new IdentityError(403, code, 'Your organization requires signing in through its single sign-on.');
-    case 'sso_email_outside_domain':
-      return new IdentityError(403, code, "The identity provider asserted an address outside the organization's verified domains.");
-    case 'sso_not_member':
-      return new IdentityError(403, code, 'You are not a member of this organization.');
-    case 'sso_member_suspended':
-      return new IdentityError(403, code, 'Your membership of this organization is suspended.');
     default:
-      return new IdentityError(502, code, 'The provider could not complete the sign-in.');
+      return errors.federatedRefusal(code);
   }
 }
 

@@ -1,7 +1,7 @@
 import type * as OpenIdClient from 'openid-client';
 import type { Clock, Logger } from '../../adapters/types.js';
 import type { ResolvedSocialProvider } from '../../config/social.js';
-import { IdentityError } from '../../errors.js';
+import { errors, type IdentityError } from '../../errors.js';
 import { describeError } from '../shared/unit-of-work.js';
 
 type OpenIdModule = typeof OpenIdClient;
@@ -28,7 +28,7 @@ export function loadOpenIdClient(): Promise<OpenIdModule> {
 }
 
 export function providerUnavailable(cause?: unknown): IdentityError {
-  return new IdentityError(502, 'provider_unavailable', 'The identity provider could not be reached; try again shortly.', { cause });
+  return errors.providerUnavailable(cause);
 }
 
 /** Network failures and time-outs, as opposed to answers the provider gave. */

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { ResolvedSocialConfig, ResolvedSocialProvider } from '../../config/social.js';
-import { errors, IdentityError } from '../../errors.js';
+import { type ResolvedSocialConfig, type ResolvedSocialProvider, socialCallbackUrl } from '../../config/social.js';
+import { errors, } from '../../errors.js';
 import type { SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../../store/social-repository.js';
 import type { AccessPolicy } from '../access/access-policy.js';
 import type { LoginResult } from '../sessions/sign-in-result.js';
@@ -302,7 +302,7 @@ export class SocialService {
       const otherLinks = (await uow.repos.socialIdentities.listForUser(user.id)).filter((candidate) => candidate.id !== identity.id);
       const passkeys = await uow.repos.socialIdentities.countPasskeys(user.id);
       if (!user.passwordHash && passkeys === 0 && otherLinks.length === 0) {
-        throw new IdentityError(409, 'last_login_method_protected', 'This is the last way to sign in to the account; set a password or link another provider first.');
+        throw errors.lastLoginMethodProtected();
       }
       await uow.repos.socialIdentities.deleteOwned(identity.id, user.id);
       await uow.emit({ type: 'user.social_unlinked', actorId: user.id, userId: user.id, data: { identity_id: identity.id, provider: identity.provider, reason: 'user' } });
@@ -329,7 +329,7 @@ export class SocialService {
     return {
       key: provider.id,
       connectionId: null,
-      redirectUri: `${this.social.redirectBase}/auth/social/${provider.id}/callback`,
+      redirectUri: socialCallbackUrl(this.social, provider.id),
       scopes: provider.scopes,
       authorizationParams: provider.authorizationParams,
       configuration: () => this.clients.configuration(provider),

@@ -6,9 +6,9 @@ import { domainToASCII } from 'node:url';
 import type * as OpenIdClient from 'openid-client';
 import { getPublicSuffix } from 'tldts';
 import type { DnsResolver } from '../../adapters/types.js';
-import type { ResolvedSsoConfig } from '../../config/sso.js';
+import { type ResolvedSsoConfig, ssoCallbackUrl } from '../../config/sso.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
-import { errors, IdentityError } from '../../errors.js';
+import { errors, type IdentityError } from '../../errors.js';
 import { guardedFetch } from '../../outbound/guarded-fetch.js';
 import { OutboundGuard, OutboundRefusal } from '../../outbound/outbound-guard.js';
 import type { SocialFlowRecord } from '../../store/social-repository.js';
@@ -103,15 +103,15 @@ export interface SsoLoginResult {
 type IssuerRefusalReason = 'insecure_scheme' | 'private_address' | 'discovery_failed' | 'issuer_mismatch';
 
 function invalidIssuer(reason: IssuerRefusalReason, message: string): IdentityError {
-  return new IdentityError(422, 'invalid_issuer', message, { extra: { reason } });
+  return errors.invalidIssuer(message, reason);
 }
 
 function invalidDomain(message: string): IdentityError {
-  return new IdentityError(422, 'invalid_domain', message);
+  return errors.invalidDomain(message);
 }
 
 function ssoNotConfigured(): IdentityError {
-  return new IdentityError(404, 'sso_not_configured', 'Single sign-on is not configured for this address or organization.');
+  return errors.ssoNotConfigured();
 }
 
 /**
@@ -171,7 +171,7 @@ export class SsoService {
     }
     // A TXT record may arrive in several chunks of at most 255 octets; they are one value.
     if (!Array.isArray(records) || !records.some((chunks) => Array.isArray(chunks) && chunks.join('') === domain.txtValue)) {
-      throw new IdentityError(422, 'domain_not_verified', `No TXT record at ${this.txtName(domain.domain)} holds this domain's verification value yet.`);
+      throw errors.domainNotVerified(`No TXT record at ${this.txtName(domain.domain)} holds this domain's verification value yet.`);
     }
     return runUnitOfWork(this.context, meta, async (uow) => {
       if (!(await uow.repos.orgDomains.markVerified(domain.id, domain.domain, uow.now))) throw domainTaken();
@@ -376,7 +376,7 @@ export class SsoService {
 
   /** Never derived from Host or X-Forwarded-*: administrators register exactly this URL. */
   private redirectUri(connectionId: string): string {
-    return `${this.sso.redirectBase}/auth/sso/${connectionId}/callback`;
+    return ssoCallbackUrl(this.sso, connectionId);
   }
 
   // ---------------------------------------------------------------- sign-in
@@ -600,7 +600,7 @@ export class SsoService {
 }
 
 function domainTaken(): IdentityError {
-  return new IdentityError(409, 'domain_taken', 'Another organization has verified this domain.');
+  return errors.domainTaken();
 }
 
 function secretAad(connectionId: string): string {

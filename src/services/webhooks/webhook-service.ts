@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { encrypt } from '../../crypto/aead.js';
 import { newWebhookSecret } from '../../crypto/webhook-signature.js';
-import { IdentityError, errors } from '../../errors.js';
+import { errors } from '../../errors.js';
 import { EVENT_TYPES } from '../../events.js';
 import { OutboundFailure, OutboundRefusal } from '../../outbound/outbound-guard.js';
 import type { DeliveryRecord, DeliveryStatus } from '../../store/event-delivery-repository.js';
@@ -95,7 +95,7 @@ export class WebhookService {
       await this.authorize(uow, grant);
       // The organization row is locked: two creations at once cannot both pass the limit.
       if ((await uow.repos.webhooks.countInOrganization(organizationId)) >= this.context.config.webhooks.maxPerOrg) {
-        throw new IdentityError(409, 'webhook_limit', `An organization can have at most ${this.context.config.webhooks.maxPerOrg} webhooks.`);
+        throw errors.webhookLimit(this.context.config.webhooks.maxPerOrg);
       }
       await uow.repos.webhooks.insert({ id, organizationId, url, events, secretEnc: this.seal(id, secret), now: uow.now });
       await uow.emit({ type: 'webhook.created', actorId: principal.userId, organizationId, data: { webhook_id: id } });
@@ -221,8 +221,8 @@ export class WebhookService {
       const target = await this.context.webhookGuard.check(raw, Date.now() + this.context.config.webhooks.timeoutMs);
       return target.url.href;
     } catch (error) {
-      if (error instanceof OutboundRefusal) throw new IdentityError(422, 'invalid_webhook_url', error.message, { extra: { reason: error.reason } });
-      if (error instanceof OutboundFailure) throw new IdentityError(422, 'invalid_webhook_url', 'The URL\'s host does not resolve.', { extra: { reason: 'unresolvable' } });
+      if (error instanceof OutboundRefusal) throw errors.invalidWebhookUrl(error.message, error.reason);
+      if (error instanceof OutboundFailure) throw errors.invalidWebhookUrl("The URL's host does not resolve.", 'unresolvable');
       throw error;
     }
   }
@@ -232,7 +232,7 @@ export class WebhookService {
   }
 }
 
-const disabledError = () => new IdentityError(409, 'webhook_disabled', 'The webhook is disabled.');
+const disabledError = () => errors.webhookDisabled();
 
 /** The one way a webhook is disabled: no new deliveries, its pending ones end, `webhook.disabled` is emitted. */
 async function disableInUnit(uow: UnitOfWork, webhook: WebhookRecord, reason: WebhookDisabledReason, actorId: string | null): Promise<void> {
