@@ -285,9 +285,11 @@ export class AccessPolicy {
   }
 
   /**
-   * Evaluates a requirement for an authenticated caller, in this order: grace enrollment,
-   * organization scope (active organization, existence, `require_mfa`, permission), step-up.
-   * Superadmin is resolved once. Answers the caller's authority in the organization.
+   * Evaluates a requirement for an authenticated caller, in this order: a locked account
+   * (host middleware), grace enrollment, the organization entered (switch-org) or the
+   * organization scope (active organization, existence, `require_mfa`, permission or
+   * membership), step-up, the credential gate, the user named in the path. Superadmin is
+   * resolved once. Answers the caller's authority and the organization it was resolved in.
    */
   private async authorize(actor: Actor, requirement: AccessRequirement, target: AccessTarget): Promise<{ authority: ResolvedAuthority | undefined; organizationId: string | undefined }> {
     const organizationId = target.organizationFromCaller ? (actor.organizationId ?? undefined) : target.organizationId;
@@ -392,7 +394,7 @@ export class AccessPolicy {
   }
 
   /** CONTRACT 6: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
-  assertNotLocked(account: { lockedUntil: number | null }): void {
+  private assertNotLocked(account: { lockedUntil: number | null }): void {
     const { lockedUntil } = account;
     if (lockedUntil !== null && lockedUntil > this.context.clock.now()) throw errors.unauthorized('The account is locked.');
   }
