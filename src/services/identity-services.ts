@@ -77,7 +77,7 @@ export class IdentityServices {
     this.webhooks = new WebhookService(context, this.catalog);
     this.flows = new FederatedFlows(context, this.sessions, this.mfa);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.flows, this.policy, this.signInRules) : undefined;
-    this.sso = context.config.sso ? new SsoService(context, context.config.sso, this.flows, dns) : undefined;
+    this.sso = context.config.sso ? new SsoService(context, context.config.sso, this.flows, this.catalog, dns) : undefined;
     this.passwordless = context.config.passwordless ? new PasswordlessService(context, context.config.passwordless, this.accounts, this.signInRules) : undefined;
   }
 

@@ -7,6 +7,7 @@ import { getPublicSuffix } from 'tldts';
 import type { DnsResolver } from '../adapters/types.js';
 import type { ResolvedSsoConfig } from '../config/sso.js';
 import { decrypt, encrypt } from '../crypto/aead.js';
+import { isUniqueViolation } from '../database-errors.js';
 import { errors, IdentityError } from '../errors.js';
 import { guardedFetch } from '../outbound/guarded-fetch.js';
 import { OutboundGuard, OutboundRefusal } from '../outbound/outbound-guard.js';
@@ -14,6 +15,8 @@ import type { SocialFlowRecord } from '../store/social-repository.js';
 import type { OrgDomainRecord, SsoConnectionRecord, TokenEndpointAuthMethod } from '../store/sso-repository.js';
 import type { Repositories } from '../store/store.js';
 import type { UserRecord } from '../store/user-repository.js';
+import { isOwnerEquivalent } from './access-policy.js';
+import { assertHoldsEveryKey, resolveAuthority } from './authority.js';
 import type { RequestMeta, ServiceContext } from './context.js';
 import {
   type AuthorizationStart,
@@ -31,6 +34,7 @@ import { userStatus } from './identity-service.js';
 import { normaliseEmail } from './identity-rules.js';
 import { iso } from './iso-time.js';
 import type { LoginResult } from './login-result.js';
+import type { PermissionCatalog } from './permission-catalog.js';
 import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from './unit-of-work.js';
 import { TOMBSTONE_EMAIL_DOMAIN } from './user-admin-service.js';
@@ -42,8 +46,6 @@ const CLOCK_TOLERANCE_SECONDS = 30;
 const DISCOVERY_CACHE_MS = 60 * 60 * 1000;
 const DISPLAY_NAME_MAX = 120;
 const DEFAULT_SCOPES = ['openid', 'email', 'profile'];
-/** Permissions a JIT default role may not hold: whoever controls the IdP would mint owners. */
-const FORBIDDEN_DEFAULT_ROLE_KEYS = ['org.delete', 'roles.manage', 'sso.manage'];
 
 /** Bundled consumer-mail domains (CONTRACT 12.4): no organization owns its users' addresses there. */
 export const CONSUMER_MAIL_DOMAINS: ReadonlySet<string> = new Set([
@@ -128,6 +130,7 @@ export class SsoService {
     private readonly context: ServiceContext,
     private readonly sso: ResolvedSsoConfig,
     private readonly flows: FederatedFlows,
+    private readonly catalog: PermissionCatalog,
     dns: DnsResolver | undefined,
   ) {
     this.guard = new OutboundGuard({ allowHttp: false, allowPrivateNetworks: sso.allowPrivateNetworks }, dns);
@@ -172,11 +175,22 @@ export class SsoService {
     if (!Array.isArray(records) || !records.some((chunks) => Array.isArray(chunks) && chunks.join('') === domain.txtValue)) {
       throw new IdentityError(422, 'domain_not_verified', `No TXT record at ${this.txtName(domain.domain)} holds this domain's verification value yet.`);
     }
-    return runUnitOfWork(this.context, meta, async (uow) => {
-      if (!(await uow.repos.orgDomains.markVerified(domain.id, domain.domain, uow.now))) throw domainTaken();
-      await uow.emit({ type: 'org.domain_verified', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
-      return this.domainView((await uow.repos.orgDomains.findInOrganization(organizationId, domain.id))!);
-    });
+    try {
+      return await runUnitOfWork(this.context, meta, async (uow) => {
+        if (!(await uow.repos.orgDomains.markVerified(domain.id, domain.domain, uow.now))) throw new VerificationLost();
+        await uow.emit({ type: 'org.domain_verified', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
+        return this.domainView((await uow.repos.orgDomains.findInOrganization(organizationId, domain.id))!);
+      });
+    } catch (error) {
+      // Two verifies at once: the unique index on verified rows lets one win (on PostgreSQL the
+      // loser may meet it as a unique violation). The loser answers from the row as it now is:
+      // verified by a request of its own organization (200), or taken by another (409).
+      if (!(error instanceof VerificationLost) && !isUniqueViolation(error)) throw error;
+      const now = await repos.orgDomains.findInOrganization(organizationId, domain.id);
+      if (!now) throw errors.notFound('Domain');
+      if (now.status === 'verified') return this.domainView(now);
+      throw domainTaken();
+    }
   }
 
   async deleteDomain(organizationId: string, domainId: string, actorId: string, meta: RequestMeta): Promise<void> {
@@ -236,7 +250,7 @@ export class SsoService {
     if (await this.context.store.repos.ssoConnections.findForOrganization(organizationId)) throw errors.conflict('The organization already has a single sign-on connection.');
     const issuer = await this.checkIssuer(input.issuer, input.client_id, input.client_secret, input.token_endpoint_auth_method ?? 'client_secret_basic');
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const defaultRole = await this.checkDefaultRole(uow.repos, organizationId, input.default_role ?? 'member');
+      const defaultRole = await this.checkDefaultRole(uow.repos, organizationId, input.default_role ?? 'member', actorId);
       const id = randomUUID();
       const connection: SsoConnectionRecord = {
         id,
@@ -277,7 +291,7 @@ export class SsoService {
         tokenEndpointAuthMethod: method,
         enabled: input.enabled ?? current.enabled,
         jit: input.jit ?? current.jit,
-        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role) : current.defaultRole,
+        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role, actorId) : current.defaultRole,
         enforce: input.enforce ?? current.enforce,
         updatedAt: uow.now,
       };
@@ -298,12 +312,16 @@ export class SsoService {
     });
   }
 
-  private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string): Promise<string> {
+  /**
+   * CONTRACT 12.3: a JIT default role is granted by whoever configures it, to everyone the IdP
+   * vouches for. It may not be owner-equivalent (422: the IdP would mint owners), and no
+   * escalation applies as to a role assignment or invite (403: only what the actor holds).
+   */
+  private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string, actorId: string): Promise<string> {
     const [role] = await repos.roles.findBySlugs(organizationId, [slug]);
     if (!role) throw errors.validation([`default_role "${slug}" is not a role of this organization`]);
-    if (role.permissionKeys.some((key) => FORBIDDEN_DEFAULT_ROLE_KEYS.includes(key))) {
-      throw errors.validation(['default_role must not hold org.delete, roles.manage or sso.manage']);
-    }
+    if (isOwnerEquivalent(role)) throw errors.validation(['default_role must not hold org.delete, roles.manage or sso.manage']);
+    assertHoldsEveryKey(await resolveAuthority(repos, this.catalog, actorId, organizationId), role.permissionKeys);
     return role.slug;
   }
 
@@ -406,7 +424,7 @@ export class SsoService {
   }
 
   /** GET /auth/sso/{connectionId}/callback: 9.2's callback against the connection; steps 1 to 5 of 12.5 decided here, read-only. */
-  async callback(connectionId: string, parameters: CallbackParameters): Promise<string> {
+  async callback(connectionId: string, parameters: CallbackParameters, meta: RequestMeta): Promise<string> {
     return this.flows.callback(
       SSO_FLOW_KEY,
       this.sso,
@@ -421,7 +439,11 @@ export class SsoService {
         const connection = await this.activeConnection(undefined, flow.connectionId!);
         if (!connection) throw new FederatedRefusal('provider_unavailable');
         const decided = await this.decide(this.context.store.repos, connection, claims, this.context.clock.now());
-        if ('refusal' in decided) throw decided.refusal;
+        if ('refusal' in decided) {
+          // Recorded like a refused password login; nothing else is written at the callback.
+          await runUnitOfWork(this.context, meta, (uow) => this.recordRefusal(uow, connection, decided));
+          throw decided.refusal;
+        }
       },
     );
   }
@@ -454,8 +476,7 @@ export class SsoService {
   private async resolveOnce(uow: UnitOfWork, connection: SsoConnectionRecord, claims: ProviderClaims): Promise<{ userId: string; isNewUser: boolean } | { refusal: FederatedRefusal }> {
     const decided = await this.decide(uow.repos, connection, claims, uow.now, true);
     if ('refusal' in decided) {
-      if (decided.userId) await uow.emit({ type: 'user.login_failed', userId: decided.userId, organizationId: connection.organizationId, data: { method: 'sso', connection_id: connection.id, reason: decided.refusal.code } });
-      else this.context.logger.warn('single sign-on refused', { connection_id: connection.id, reason: decided.refusal.code });
+      await this.recordRefusal(uow, connection, decided);
       return decided;
     }
     const { plan } = decided;
@@ -493,6 +514,16 @@ export class SsoService {
   }
 
   /**
+   * A refused single sign-on, at the callback or the exchange: `user.login_failed` when it can
+   * be tied to a user (CONTRACT 9.8, 12.7), else a `warn` line; neither names the IdP subject.
+   */
+  private async recordRefusal(uow: UnitOfWork, connection: SsoConnectionRecord, decided: { refusal: FederatedRefusal; userId?: string }): Promise<void> {
+    const reason = decided.refusal.code;
+    if (decided.userId) await uow.emit({ type: 'user.login_failed', userId: decided.userId, organizationId: connection.organizationId, data: { method: 'sso', connection_id: connection.id, reason } });
+    else this.context.logger.warn('single sign-on refused', { connection_id: connection.id, reason });
+  }
+
+  /**
    * CONTRACT 12.5 steps 1 to 5, in order, without writing: at the callback (a refusal becomes
    * `social_error`) and again at the exchange, inside its transaction. Answers what the
    * exchange must write, or the refusal (with the user it can be tied to).
@@ -509,9 +540,9 @@ export class SsoService {
     if (!claims.email) return refuse('social_email_required');
     const domain = this.domainOfAddress(claims.email);
     const verified = await repos.orgDomains.listVerifiedDomains(connection.organizationId);
-    if (!domain || !verified.includes(domain)) return refuse('sso_email_outside_domain');
     // 2. Looked up by (connection, sub) only, under the issuer it was made with.
     const linked = await repos.ssoIdentities.findByConnectionSubject(connection.id, claims.subject);
+    if (!domain || !verified.includes(domain)) return refuse('sso_email_outside_domain', linked?.issuer === connection.issuer ? linked.userId : undefined);
     let user: UserRecord | undefined;
     let identity: { id: string } | undefined;
     if (linked && linked.issuer !== connection.issuer) {
@@ -597,6 +628,9 @@ export class SsoService {
     }
   }
 }
+
+/** The conditional update of a verify changed nothing: a concurrent verify got there first. */
+class VerificationLost extends Error {}
 
 function domainTaken(): IdentityError {
   return new IdentityError(409, 'domain_taken', 'Another organization has verified this domain.');

@@ -1,0 +1,182 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { assertError, countRows } from './helpers/account.js';
+import type { Harness } from './helpers/harness.js';
+import { newSubject, TestOpenIdProvider } from './helpers/oidc.js';
+import { addMember, createOrg, superadmin, switchOrg } from './helpers/orgs.js';
+import { addressAt, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from './helpers/sso.js';
+
+/*
+ * CONTRACT 12.3, 12.4, 12.7 and the start-up checks of section 2, for single sign-on:
+ * - no escalation through the JIT default role: an administrator holding sso.manage but not
+ *   some permission would otherwise grant it to everyone the IdP vouches for;
+ * - two verifies racing for one domain (one organization twice, or two organizations) never
+ *   answer 500 and never leave two verified owners;
+ * - the private-network exemption of the outbound guard is announced at start-up;
+ * - a refused single sign-on leaves its trace in the audit trail like a refused password.
+ */
+
+let op: TestOpenIdProvider;
+let h: Harness;
+const dns = new StubDns();
+
+before(async () => {
+  op = await TestOpenIdProvider.start();
+  h = await startSsoHarness(op, dns);
+});
+after(async () => {
+  await h.close();
+  await op.close();
+});
+
+async function createRole(orgId: string, token: string, slug: string, permissionKeys: string[]): Promise<void> {
+  const created = await h.post(`/orgs/${orgId}/roles`, { name: slug, slug, permission_keys: permissionKeys }, { token });
+  assert.equal(created.status, 201, created.text);
+}
+
+function connectionBody(body: Record<string, unknown> = {}) {
+  return { issuer: op.issuer, client_id: 'client-of-the-test-provider', client_secret: 'client-secret-of-the-test-provider', ...body };
+}
+
+describe('default_role: no escalation', () => {
+  test('an administrator holding sso.manage cannot make a role with permissions they lack the JIT default: 403, nothing stored or changed', async () => {
+    const org = await createOrg(h);
+    await createRole(org.id, org.owner.token, 'sso-admin', ['sso.manage', 'org.read']);
+    await createRole(org.id, org.owner.token, 'inviter', ['members.invite']);
+    await createRole(org.id, org.owner.token, 'reader', ['org.read']);
+    const admin = await addMember(h, org, org.owner.token, ['sso-admin']);
+
+    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true, default_role: 'inviter' }), { token: admin.token }), 403, 'forbidden');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
+
+    const created = await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true, default_role: 'reader' }), { token: admin.token });
+    assert.equal(created.status, 201, created.text);
+    assertError(await h.patch(`/orgs/${org.id}/sso`, { default_role: 'inviter' }, { token: admin.token }), 403, 'forbidden');
+    const read = await h.get(`/orgs/${org.id}/sso`, { token: admin.token });
+    assert.equal(read.body.data.default_role, 'reader', 'unchanged');
+
+    // Whoever holds the permissions may grant them: the owner, and a superadmin.
+    const byOwner = await h.patch(`/orgs/${org.id}/sso`, { default_role: 'inviter' }, { token: org.owner.token });
+    assert.equal(byOwner.status, 200, byOwner.text);
+    const root = await superadmin(h);
+    const rootToken = await switchOrg(h, root.accessToken, org.id);
+    const byRoot = await h.patch(`/orgs/${org.id}/sso`, { default_role: 'reader' }, { token: rootToken });
+    assert.equal(byRoot.status, 200, byRoot.text);
+  });
+});
+
+describe('concurrent domain verification', () => {
+  test('two organizations verifying one domain at once: one 200, the other 409 domain_taken, never 500', async () => {
+    for (let round = 0; round < 3; round += 1) {
+      const first = await createOrg(h);
+      const second = await createOrg(h);
+      const domain = uniqueDomain('race');
+      const a = await h.post(`/orgs/${first.id}/domains`, { domain }, { token: first.owner.token });
+      const b = await h.post(`/orgs/${second.id}/domains`, { domain }, { token: second.owner.token });
+      // Both records published: each organization proves control, and both pass every check before either writes.
+      dns.txt.set(a.body.data.txt_name, [[a.body.data.txt_value], [b.body.data.txt_value]]);
+      dns.holdTxt(2);
+      const answers = await Promise.all([
+        h.post(`/orgs/${first.id}/domains/${a.body.data.id}/verify`, {}, { token: first.owner.token }),
+        h.post(`/orgs/${second.id}/domains/${b.body.data.id}/verify`, {}, { token: second.owner.token }),
+      ]);
+      const statuses = answers.map((answer) => answer.status).sort();
+      assert.deepEqual(statuses, [200, 409], answers.map((answer) => answer.text).join(' | '));
+      assertError(answers.find((answer) => answer.status === 409)!, 409, 'domain_taken');
+      assert.equal(await countRows(h, 'org_domains', { domain, status: 'verified' }), 1);
+      assert.equal(h.events.filter((event) => event.type === 'org.domain_verified' && event.data.domain === domain).length, 1);
+    }
+  });
+
+  test('one domain verified twice at once by its organization: both 200 verified, one event', async () => {
+    for (let round = 0; round < 3; round += 1) {
+      const org = await createOrg(h);
+      const domain = uniqueDomain('twice');
+      const added = await h.post(`/orgs/${org.id}/domains`, { domain }, { token: org.owner.token });
+      dns.txt.set(added.body.data.txt_name, [[added.body.data.txt_value]]);
+      dns.holdTxt(2);
+      const path = `/orgs/${org.id}/domains/${added.body.data.id}/verify`;
+      const answers = await Promise.all([h.post(path, {}, { token: org.owner.token }), h.post(path, {}, { token: org.owner.token })]);
+      for (const answer of answers) {
+        assert.equal(answer.status, 200, answer.text);
+        assert.equal(answer.body.data.status, 'verified');
+      }
+      assert.equal(h.events.filter((event) => event.type === 'org.domain_verified' && event.data.domain === domain).length, 1);
+    }
+  });
+});
+
+describe('start-up warning for sso.allowPrivateNetworks', () => {
+  const warnings = (harness: Harness) => harness.logs.filter((line) => line.level === 'warn' && /^sso: allowPrivateNetworks/.test(line.msg));
+
+  test('true warns once; a list warns once naming its origins; off says nothing', async () => {
+    assert.equal(warnings(h).length, 1);
+    assert.ok(warnings(h)[0]!.msg.includes(op.issuer));
+    const open = await startSsoHarness(undefined, new StubDns(), { sso: { allowPrivateNetworks: true } });
+    const closed = await startSsoHarness(undefined, new StubDns());
+    try {
+      assert.equal(warnings(open).length, 1);
+      assert.equal(warnings(closed).length, 0);
+    } finally {
+      await open.close();
+      await closed.close();
+    }
+  });
+});
+
+describe('refused single sign-ons are recorded as user.login_failed', () => {
+  const failures = (userId: string) => h.events.filter((event) => event.type === 'user.login_failed' && event.user_id === userId);
+
+  test('at the callback: a suspended member, a non-member with JIT off, a disabled account; an unknown address only logs', async () => {
+    const { org, domain, connection } = await ssoOrg(h, dns, op);
+    const member = await addMember(h, org, org.owner.token, ['member'], await h.signUp(addressAt(domain, 'member')));
+    const subject = newSubject();
+    assert.equal((await ssoLogin(h, op, { sub: subject, email: member.email }, { email: member.email })).exchanged!.status, 200);
+    assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'suspended' }, { token: org.owner.token })).status, 200);
+    assert.equal((await ssoRoundTrip(h, op, { sub: subject, email: member.email }, { email: member.email })).error, 'sso_member_suspended');
+    const [suspended] = failures(member.userId);
+    assert.ok(suspended, 'a refused callback is recorded');
+    assert.deepEqual(suspended.data, { method: 'sso', connection_id: connection.id, reason: 'sso_member_suspended' });
+    assert.equal(suspended.organization_id, org.id);
+
+    const outsider = await h.signUp(addressAt(domain, 'outsider'));
+    assert.equal((await ssoRoundTrip(h, op, { sub: newSubject(), email: outsider.email }, { email: outsider.email })).error, 'sso_not_member');
+    assert.deepEqual(failures(outsider.userId).map((event) => event.data.reason), ['sso_not_member']);
+
+    const unknown = addressAt(domain, 'unknown');
+    const before = h.events.length;
+    assert.equal((await ssoRoundTrip(h, op, { sub: newSubject(), email: unknown }, { email: unknown })).error, 'sso_not_member');
+    assert.equal(h.events.slice(before).filter((event) => event.type === 'user.login_failed').length, 0, 'no user to tie it to');
+    assert.ok(h.logs.some((line) => line.level === 'warn' && line.msg === 'single sign-on refused' && (line.meta as any)?.reason === 'sso_not_member'));
+    assert.ok(!JSON.stringify(h.events).includes(subject), 'no event carries the IdP subject');
+  });
+
+  test('at the callback: a disabled account, and a linked identity asserting an address outside the verified domains', async () => {
+    const { org, domain } = await ssoOrg(h, dns, op, { jit: true });
+    const email = addressAt(domain, 'linked');
+    const subject = newSubject();
+    const first = await ssoLogin(h, op, { sub: subject, email }, { email });
+    assert.equal(first.exchanged!.status, 200, first.exchanged!.text);
+    const userId = first.exchanged!.body.data.user.id as string;
+    const outside = await ssoRoundTrip(h, op, { sub: subject, email: addressAt(uniqueDomain('elsewhere')) }, { organization_slug: org.slug });
+    assert.equal(outside.error, 'sso_email_outside_domain');
+    assert.deepEqual(failures(userId).map((event) => event.data.reason), ['sso_email_outside_domain']);
+
+    const root = await superadmin(h);
+    assert.equal((await h.post(`/users/${userId}/disable`, {}, { token: root.accessToken })).status, 200);
+    assert.equal((await ssoRoundTrip(h, op, { sub: subject, email }, { email })).error, 'account_disabled');
+    assert.deepEqual(failures(userId).map((event) => event.data.reason), ['sso_email_outside_domain', 'account_disabled']);
+  });
+
+  test('at the exchange: a member suspended between the callback and the exchange gets 403 and the event', async () => {
+    const { org, domain, connection } = await ssoOrg(h, dns, op);
+    const member = await addMember(h, org, org.owner.token, ['member'], await h.signUp(addressAt(domain, 'late')));
+    const trip = await ssoRoundTrip(h, op, { sub: newSubject(), email: member.email }, { email: member.email });
+    assert.ok(trip.code, trip.error ?? '');
+    assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'suspended' }, { token: org.owner.token })).status, 200);
+    assertError(await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }), 403, 'sso_member_suspended');
+    assert.deepEqual(failures(member.userId).map((event) => event.data), [{ method: 'sso', connection_id: connection.id, reason: 'sso_member_suspended' }]);
+  });
+});
+
+
