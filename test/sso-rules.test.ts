@@ -180,3 +180,95 @@ describe('refused single sign-ons are recorded as user.login_failed', () => {
 });
 
 
+
+describe('off without an sso config; validated with every problem listed', () => {
+  test('without sso every single sign-on route answers 404 and no owner holds sso.manage; with sso alone the exchange is served', async () => {
+    const { Harness } = await import('./helpers/harness.js');
+    const plain = await Harness.start();
+    try {
+      const org = await createOrg(plain);
+      const challenge = { handoff_challenge: 'x'.repeat(43), handoff_challenge_method: 'S256' };
+      assertError(await plain.get(`/orgs/${org.id}/domains`, { token: org.owner.token }), 404, 'not_found');
+      assertError(await plain.post(`/orgs/${org.id}/domains`, { domain: uniqueDomain() }, { token: org.owner.token }), 404, 'not_found');
+      assertError(await plain.get(`/orgs/${org.id}/sso`, { token: org.owner.token }), 404, 'not_found');
+      assertError(await plain.post('/auth/sso/authorize', { email: 'a@acme.test', ...challenge }), 404, 'not_found');
+      assertError(await plain.get(`/auth/sso/${org.id}/callback?state=x&code=y`), 404, 'not_found');
+      const roles = await plain.get(`/orgs/${org.id}/roles`, { token: org.owner.token });
+      const owner = (roles.body.data as any[]).find((role) => role.slug === 'owner');
+      assert.ok(owner && !owner.permission_keys.includes('sso.manage'), JSON.stringify(owner));
+    } finally {
+      await plain.close();
+    }
+    const org = await createOrg(h);
+    const roles = await h.get(`/orgs/${org.id}/roles`, { token: org.owner.token });
+    assert.ok((roles.body.data as any[]).find((role) => role.slug === 'owner').permission_keys.includes('sso.manage'));
+    // This harness has sso and no social: the exchange answers as a route, not 404.
+    assertError(await h.post('/auth/social/exchange', { code: 'c'.repeat(43), handoff_verifier: 'v'.repeat(43) }), 400, 'invalid_token');
+  });
+
+  test('a bad sso block lists every problem at construction', async () => {
+    const { createIdentityRouter } = await import('../src/index.js');
+    const { IdentityConfigError } = await import('../src/config/schema.js');
+    let problems: string[] = [];
+    try {
+      createIdentityRouter(
+        {
+          database: { client: 'better-sqlite3', connection: { filename: ':memory:' }, useNullAsDefault: true },
+          secret: 'test-secret-that-is-at-least-32-characters-long',
+          issuer: 'https://id.example.test',
+          sso: {
+            redirectBase: 'http://api.example.com/identity',
+            returnUrls: ['https://app.example.com/auth/sso?x=1'],
+            errorUrl: 'https://evil.example/error',
+            allowPrivateNetworks: ['http://127.0.0.1:8080/path'],
+            unknownKey: true,
+          },
+        } as never,
+        { logger: { info() {}, warn() {}, error() {} } },
+      );
+    } catch (error) {
+      assert.ok(error instanceof IdentityConfigError, String(error));
+      problems = error.problems;
+    }
+    for (const pattern of [/unknownKey.*not allowed/, /sso\.redirectBase.*https/, /sso\.returnUrls\[0\].*query or fragment/, /sso\.errorUrl.*covered by/, /sso\.allowPrivateNetworks\[0\].*origin/]) {
+      assert.ok(problems.some((problem) => pattern.test(problem)), `${pattern} not in:\n${problems.join('\n')}`);
+    }
+  });
+});
+
+describe('callback refusals the other files leave out', () => {
+  test('no e-mail from the IdP: social_email_required, nothing created', async () => {
+    const { org } = await ssoOrg(h, dns, op, { jit: true });
+    const before = await countRows(h, 'users');
+    const trip = await ssoRoundTrip(h, op, { sub: newSubject() }, { organization_slug: org.slug });
+    assert.equal(trip.error, 'social_email_required');
+    assert.equal(await countRows(h, 'users'), before);
+  });
+
+  test('a superadmin account at the domain is never linked by address: account_link_required, no identity', async () => {
+    // Threat: whoever runs the organization's IdP asserts a superadmin's address and becomes them.
+    const { domain } = await ssoOrg(h, dns, op, { jit: true });
+    const root = await h.signUp(addressAt(domain, 'root'));
+    await h.identity.service.grantSuperadmin(root.userId);
+    const trip = await ssoRoundTrip(h, op, { sub: newSubject(), email: root.email, email_verified: true }, { email: root.email });
+    assert.equal(trip.error, 'account_link_required');
+    assert.equal(await countRows(h, 'sso_identities', { user_id: root.userId }), 0);
+    assert.deepEqual(h.events.filter((event) => event.type === 'user.login_failed' && event.user_id === root.userId).map((event) => event.data.reason), ['account_link_required']);
+  });
+});
+
+describe('fresh authentication for domain and connection changes', () => {
+  test('past stepUp.maxAge a user without a factor gets 401 reauthentication_required; reading and verifying need none', async () => {
+    const org = await createOrg(h);
+    const added = await h.post(`/orgs/${org.id}/domains`, { domain: uniqueDomain() }, { token: org.owner.token });
+    assert.equal(added.status, 201, added.text);
+    h.clock.advance(6 * 60);
+    assertError(await h.post(`/orgs/${org.id}/domains`, { domain: uniqueDomain() }, { token: org.owner.token }), 401, 'reauthentication_required');
+    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody(), { token: org.owner.token }), 401, 'reauthentication_required');
+    assertError(await h.delete(`/orgs/${org.id}/domains/${added.body.data.id}`, { token: org.owner.token }), 401, 'reauthentication_required');
+    assert.equal((await h.get(`/orgs/${org.id}/domains`, { token: org.owner.token })).status, 200);
+    dns.txt.set(added.body.data.txt_name, [[added.body.data.txt_value]]);
+    assert.equal((await h.post(`/orgs/${org.id}/domains/${added.body.data.id}/verify`, {}, { token: org.owner.token })).status, 200);
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0);
+  });
+});

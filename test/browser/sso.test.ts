@@ -81,7 +81,7 @@ describe('example web app: single sign-on', { skip }, () => {
     const ada = await suite.newPage();
     await suite.open(ada.page, '/login');
     await ada.page.getByLabel('Work address for single sign-on').fill(`ada.lovelace@${DOMAIN}`);
-    await ada.page.getByRole('button', { name: 'Continue with single sign-on' }).click();
+    await ada.page.getByRole('button', { name: 'Sign in through my organization' }).click();
     await ada.page.getByRole('heading', { level: 1, name: 'Demo identity provider' }).waitFor();
     assert.equal(new URL(ada.page.url()).origin, suite.example.demoIssuer);
     const exchangeAnswer = ada.page.waitForResponse((response) => response.url().endsWith('/api/auth/social/exchange'));
@@ -115,7 +115,7 @@ describe('example web app: single sign-on', { skip }, () => {
     const other = await suite.newPage();
     await suite.open(other.page, '/login');
     await other.page.getByLabel('Work address for single sign-on').fill(uniqueEmail('elsewhere'));
-    await other.page.getByRole('button', { name: 'Continue with single sign-on' }).click();
+    await other.page.getByRole('button', { name: 'Sign in through my organization' }).click();
     await other.page.getByRole('alert').filter({ hasText: 'sso_not_configured' }).waitFor();
     assert.equal(await other.page.evaluate('sessionStorage.length'), 0, 'a refused start leaves no verifier behind');
     await finishFlow(other.page, 'sso-not-configured');

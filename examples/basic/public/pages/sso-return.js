@@ -1,4 +1,4 @@
-// Single sign-on, identifier-first (docs/sso.md): "Continue with single sign-on" on the sign-in
+// Single sign-on, identifier-first (docs/sso.md): "Sign in through my organization" on the sign-in
 // page asks for the work address; the router finds the organization by its verified domain and
 // the browser leaves for that organization's identity provider. It comes back to /sso-return,
 // which trades the one-time social_code for tokens at POST /auth/social/exchange, the same
@@ -58,7 +58,7 @@ export function signInOption(ctx) {
   if (!ctx.development) return null;
   return form({
     name: 'Single sign-on',
-    submit: 'Continue with single sign-on',
+    submit: 'Sign in through my organization',
     fields: [field({ name: 'email', label: 'Work address for single sign-on', type: 'email', autocomplete: 'username' })],
     onSubmit: async ({ email }) => leaveForProvider(String(email).trim()),
   });

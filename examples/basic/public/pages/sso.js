@@ -168,7 +168,7 @@ export default {
       connectionSection(orgId, connection, { demo, reload }),
       section(
         'Signing in',
-        h('p', {}, 'Once a domain is verified and the provider connected, people at the domain choose "Continue with single sign-on" on the ', h('a', { href: '/login' }, 'sign-in page'), ' and type their work address.'),
+        h('p', {}, 'Once a domain is verified and the provider connected, people at the domain choose "Sign in through my organization" on the ', h('a', { href: '/login' }, 'sign-in page'), ' and type their work address.'),
       ),
     );
   },
