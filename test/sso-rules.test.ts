@@ -4,7 +4,7 @@ import { assertError, countRows } from './helpers/account.js';
 import type { Harness } from './helpers/harness.js';
 import { newSubject, TestOpenIdProvider } from './helpers/oidc.js';
 import { addMember, createOrg, superadmin, switchOrg } from './helpers/orgs.js';
-import { addressAt, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from './helpers/sso.js';
+import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from './helpers/sso.js';
 
 /*
  * CONTRACT 12.3, 12.4, 12.7 and the start-up checks of section 2, for single sign-on:
@@ -270,5 +270,84 @@ describe('fresh authentication for domain and connection changes', () => {
     dns.txt.set(added.body.data.txt_name, [[added.body.data.txt_value]]);
     assert.equal((await h.post(`/orgs/${org.id}/domains/${added.body.data.id}/verify`, {}, { token: org.owner.token })).status, 200);
     assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0);
+  });
+});
+
+describe('domains: IDNA, exact domains only, events', () => {
+  test('a Unicode domain is stored as its A-label; an address at a subdomain is not covered', async () => {
+    const org = await createOrg(h);
+    const label = `bücher${Math.random().toString(36).slice(2, 7)}`;
+    const added = await h.post(`/orgs/${org.id}/domains`, { domain: `${label.toUpperCase()}.test` }, { token: org.owner.token });
+    assert.equal(added.status, 201, added.text);
+    assert.match(added.body.data.domain, /^xn--[a-z0-9-]+\.test$/);
+    assert.ok(h.events.some((event) => event.type === 'org.domain_added' && event.data.domain_id === added.body.data.id && event.data.domain === added.body.data.domain));
+
+    const { domain } = await ssoOrg(h, dns, op, { jit: true });
+    const challenge = { handoff_challenge: 'x'.repeat(43), handoff_challenge_method: 'S256' };
+    assertError(await h.post('/auth/sso/authorize', { email: addressAt(`mail.${domain}`), ...challenge }), 404, 'sso_not_configured');
+    assert.equal((await h.post('/auth/sso/authorize', { email: addressAt(domain), ...challenge })).status, 200);
+  });
+
+  test('removing a domain and the connection emit their events; none carries the client secret', async () => {
+    const { org, connection } = await ssoOrg(h, dns, op);
+    const [domain] = (await h.get(`/orgs/${org.id}/domains`, { token: org.owner.token })).body.data.domains;
+    assert.equal((await h.delete(`/orgs/${org.id}/domains/${domain.id}`, { token: org.owner.token })).status, 200);
+    assert.equal((await h.delete(`/orgs/${org.id}/sso`, { token: org.owner.token })).status, 200);
+    const mine = h.events.filter((event) => event.organization_id === org.id);
+    assert.deepEqual(mine.find((event) => event.type === 'org.domain_removed')?.data, { domain_id: domain.id, domain: domain.domain });
+    assert.deepEqual(mine.find((event) => event.type === 'sso.connection_created')?.data, { connection_id: connection.id });
+    assert.deepEqual(mine.find((event) => event.type === 'sso.connection_deleted')?.data, { connection_id: connection.id });
+    assert.ok(!JSON.stringify(h.events).includes('client-secret-of-the-test-provider'));
+  });
+});
+
+describe('sso.manage is owner-equivalent (CONTRACT 12.1)', () => {
+  test('creating a role holding it needs step-up, like one holding roles.manage', async () => {
+    // Threat: whoever controls the IdP signs in as anyone at the domain, owners included.
+    const { enrollTotp } = await import('./helpers/mfa.js');
+    const org = await createOrg(h);
+    await enrollTotp(h, org.owner.token);
+    h.clock.advance(6 * 60);
+    assertError(await h.post(`/orgs/${org.id}/roles`, { name: 'IdP admins', slug: 'idp-admins', permission_keys: ['sso.manage'] }, { token: org.owner.token }), 401, 'step_up_required');
+    const plain = await h.post(`/orgs/${org.id}/roles`, { name: 'Readers', slug: 'readers', permission_keys: ['org.read'] }, { token: org.owner.token });
+    assert.equal(plain.status, 201, plain.text);
+  });
+});
+
+describe('enforcement leaves API keys alone; a locked account stays locked', () => {
+  test('an API key made before enforcement keeps working while its owner must sign in through the IdP', async () => {
+    const express = (await import('express')).default;
+    const domain = uniqueDomain();
+    const owner = await h.signUp(addressAt(domain, 'owner'));
+    const org = await createOrg(h, { owner });
+    const key = await h.post(`/orgs/${org.id}/api-keys`, { name: 'export', permission_keys: ['org.read'] }, { token: org.owner.token });
+    assert.equal(key.status, 201, key.text);
+    const app = express();
+    app.get('/whoami', h.identity.authenticate({ apiKeys: true }), (req, res) => void res.json({ data: h.identity.caller(req) }));
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    try {
+      const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+      await addVerifiedDomain(h, dns, org, domain);
+      await connect(h, op, org, { enforce: true });
+      assertError(await h.post('/auth/login', { email: owner.email, password: owner.password }), 403, 'sso_required');
+      const answer = await fetch(`${base}/whoami`, { headers: { authorization: `Bearer ${key.body.data.key}` } });
+      assert.equal(answer.status, 200, await answer.clone().text());
+      assert.equal(((await answer.json()) as { data: { kind: string } }).data.kind, 'api_key');
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+
+  test('a locked account gets invalid_credentials at the callback, as at password login', async () => {
+    const { org, domain } = await ssoOrg(h, dns, op);
+    const member = await addMember(h, org, org.owner.token, ['member'], await h.signUp(addressAt(domain, 'locked')));
+    for (let attempt = 0; attempt < 20 && !h.events.some((event) => event.type === 'user.locked' && event.user_id === member.userId); attempt += 1) {
+      await h.post('/auth/login', { email: member.email, password: 'not the password at all' });
+    }
+    assert.ok(h.events.some((event) => event.type === 'user.locked' && event.user_id === member.userId), 'locked');
+    const trip = await ssoRoundTrip(h, op, { sub: newSubject(), email: member.email }, { email: member.email });
+    assert.equal(trip.error, 'invalid_credentials');
+    assert.equal(await countRows(h, 'sso_identities', { user_id: member.userId }), 0);
   });
 });
