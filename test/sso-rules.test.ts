@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { assertError, countRows } from './helpers/account.js';
 import type { Harness } from './helpers/harness.js';
-import { newSubject, TestOpenIdProvider } from './helpers/oidc.js';
+import { CLIENT_ID, CLIENT_SECRET, newSubject, TestOpenIdProvider } from './helpers/oidc.js';
 import { addMember, createOrg, superadmin, switchOrg } from './helpers/orgs.js';
 import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from './helpers/sso.js';
 
@@ -35,7 +35,7 @@ async function createRole(orgId: string, token: string, slug: string, permission
 }
 
 function connectionBody(body: Record<string, unknown> = {}) {
-  return { issuer: op.issuer, client_id: 'client-of-the-test-provider', client_secret: 'client-secret-of-the-test-provider', ...body };
+  return { issuer: op.issuer, client_id: CLIENT_ID, client_secret: CLIENT_SECRET, ...body };
 }
 
 describe('default_role: no escalation', () => {
@@ -297,7 +297,7 @@ describe('domains: IDNA, exact domains only, events', () => {
     assert.deepEqual(mine.find((event) => event.type === 'org.domain_removed')?.data, { domain_id: domain.id, domain: domain.domain });
     assert.deepEqual(mine.find((event) => event.type === 'sso.connection_created')?.data, { connection_id: connection.id });
     assert.deepEqual(mine.find((event) => event.type === 'sso.connection_deleted')?.data, { connection_id: connection.id });
-    assert.ok(!JSON.stringify(h.events).includes('client-secret-of-the-test-provider'));
+    assert.ok(!JSON.stringify(h.events).includes(CLIENT_SECRET));
   });
 });
 
@@ -349,5 +349,41 @@ describe('enforcement leaves API keys alone; a locked account stays locked', () 
     const trip = await ssoRoundTrip(h, op, { sub: newSubject(), email: member.email }, { email: member.email });
     assert.equal(trip.error, 'invalid_credentials');
     assert.equal(await countRows(h, 'sso_identities', { user_id: member.userId }), 0);
+  });
+});
+
+describe('docs/openapi.yaml describes every single sign-on answer', () => {
+  test('domains, the connection, authorize, the callback and the exchange match their documented schemas', async () => {
+    const { validateResponse } = await import('./helpers/openapi.js');
+    const problems: string[] = [];
+    const check = (method: string, path: string, response: { status: number; body: unknown }) => problems.push(...validateResponse(method, path, response.status, response.body));
+    const org = await createOrg(h);
+    const token = { token: org.owner.token };
+    const domain = uniqueDomain();
+    const added = await h.post(`/orgs/${org.id}/domains`, { domain }, token);
+    check('POST', `/orgs/${org.id}/domains`, added);
+    check('POST', `/orgs/${org.id}/domains`, await h.post(`/orgs/${org.id}/domains`, { domain }, token));
+    check('POST', `/orgs/${org.id}/domains`, await h.post(`/orgs/${org.id}/domains`, { domain: 'gmail.com' }, token));
+    const verifyPath = `/orgs/${org.id}/domains/${added.body.data.id}/verify`;
+    check('POST', verifyPath, await h.post(verifyPath, {}, token));
+    dns.txt.set(added.body.data.txt_name, [[added.body.data.txt_value]]);
+    check('POST', verifyPath, await h.post(verifyPath, {}, token));
+    check('GET', `/orgs/${org.id}/domains`, await h.get(`/orgs/${org.id}/domains`, token));
+    check('GET', `/orgs/${org.id}/sso`, await h.get(`/orgs/${org.id}/sso`, token));
+    check('POST', `/orgs/${org.id}/sso`, await h.post(`/orgs/${org.id}/sso`, connectionBody({ issuer: 'https://127.0.0.1' }), token));
+    check('POST', `/orgs/${org.id}/sso`, await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true }), token));
+    check('PATCH', `/orgs/${org.id}/sso`, await h.patch(`/orgs/${org.id}/sso`, { enforce: false }, token));
+    check('GET', `/orgs/${org.id}/sso`, await h.get(`/orgs/${org.id}/sso`, token));
+    const email = addressAt(domain);
+    const challenge = { handoff_challenge: 'x'.repeat(43), handoff_challenge_method: 'S256' };
+    check('POST', '/auth/sso/authorize', await h.post('/auth/sso/authorize', { email, ...challenge }));
+    check('POST', '/auth/sso/authorize', await h.post('/auth/sso/authorize', { email: addressAt(uniqueDomain()), ...challenge }));
+    const { trip, exchanged } = await ssoLogin(h, op, { sub: newSubject(), email }, { email });
+    check('POST', '/auth/social/exchange', exchanged!);
+    // Replayed: the state is spent, so the callback answers its documented 400.
+    check('GET', trip.callbackPath, await h.get(trip.callbackPath));
+    check('DELETE', `/orgs/${org.id}/domains/${added.body.data.id}`, await h.delete(`/orgs/${org.id}/domains/${added.body.data.id}`, token));
+    check('DELETE', `/orgs/${org.id}/sso`, await h.delete(`/orgs/${org.id}/sso`, token));
+    assert.deepEqual(problems, []);
   });
 });
