@@ -91,6 +91,10 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     logger.warn(`social: plain http: accepted for loopback URLs (${resolved.social.insecureUrls.join(', ')}); use https: in production.`);
   }
 
+  if (resolved.sso?.allowPrivateNetworks === true) logger.warn('sso: allowPrivateNetworks is on, so identity providers may use plain http: and private and loopback addresses (never link-local). Use it only in tests and private deployments.');
+  else if (Array.isArray(resolved.sso?.allowPrivateNetworks) && resolved.sso.allowPrivateNetworks.length > 0) {
+    logger.warn(`sso: allowPrivateNetworks exempts ${resolved.sso.allowPrivateNetworks.join(', ')}, so identity providers there may use plain http: and private addresses (never link-local). Use it only in tests and private deployments.`);
+  }
   if (resolved.webhooks.enabled && resolved.webhooks.allowHttp) logger.warn('webhooks: allowHttp is on, so webhook URLs may use plain http:. Use it only in tests and private deployments.');
   if (resolved.webhooks.enabled && resolved.webhooks.allowPrivateNetworks) logger.warn('webhooks: allowPrivateNetworks is on, so webhooks may reach private and loopback addresses (never link-local). Use it only in tests and private deployments.');
 

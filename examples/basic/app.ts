@@ -8,7 +8,10 @@
  *   /api-docs       docs/openapi.yaml in Swagger UI, served from node_modules
  *   /dev/inbox      the development inbox (development only)
  *   /dev/webhook-receiver  a webhook endpoint the Webhooks page delivers to (development only)
+ *   /dev/dns        the TXT records the Single sign-on page publishes to verify a domain (development only)
+ *   /dev/sso-demo.json  the demo provider's single sign-on client, to connect an organization (development only)
  *   /social-return  where social sign-in lands (the demo provider stands in for Google)
+ *   /sso-return     where single sign-on lands (the demo provider plays the organization's IdP)
  *   everything else the web app in public/ (one HTML shell, one ES module per page)
  */
 import { readdirSync } from 'node:fs';
@@ -19,6 +22,7 @@ import { fileURLToPath } from 'node:url';
 import express, { type Express } from 'express';
 import { createIdentityRouter, type Clock, type IdentityConfig, type IdentityEvent, type IdentityRouter } from '../../src/index.js';
 import { startDemoProvider, type DemoProvider } from './demo-provider.js';
+import { createDevDns } from './dev-dns.js';
 import { createDevInbox, type DevInbox } from './dev-inbox.js';
 import { refreshTokenCookie } from './refresh-token-cookie.js';
 import { createWebhookReceiver } from './webhook-receiver.js';
@@ -43,7 +47,12 @@ export interface ExampleOptions {
   config?: Partial<IdentityConfig>;
   /** An OpenID provider offered as "Sign in with Demo" (startExampleServer starts one in development). */
   socialProvider?: { issuer: string; clientId: string; clientSecret: string };
+  /** An OpenID provider client an organization can connect on the Single sign-on page (development only). */
+  ssoProvider?: { issuer: string; clientId: string; clientSecret: string };
 }
+
+/** The demo provider's accounts are at this domain: the one an organization verifies to try single sign-on. */
+export const DEMO_SSO_DOMAIN = 'demo.example.org';
 
 /**
  * The example's limits in development: each rate-limit group allows about ten times its
@@ -88,6 +97,9 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
   const { publicUrl, development } = options;
   const now = () => options.clock?.now() ?? Date.now();
   const inbox = development ? createDevInbox({ now, echoToConsole: options.echoToConsole ?? true }) : undefined;
+  // Single sign-on (docs/sso.md) in development: domains are verified against the in-memory TXT
+  // table of /dev/dns instead of real DNS, and the demo provider may be reached on loopback http:.
+  const devDns = development ? createDevDns() : undefined;
   const identity = createIdentityRouter(
     {
       database: { client: 'better-sqlite3', connection: { filename: options.databaseFile }, useNullAsDefault: true },
@@ -123,10 +135,21 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
             },
           }
         : {}),
+      ...(devDns
+        ? {
+            sso: {
+              redirectBase: `${publicUrl}/identity`,
+              returnUrls: [`${publicUrl}/sso-return`],
+              // Exactly the demo provider's origin is exempt from the private-address guard (the router warns at start-up).
+              allowPrivateNetworks: options.ssoProvider ? [new URL(options.ssoProvider.issuer).origin] : false,
+            },
+          }
+        : {}),
       ...options.config,
     },
     {
       ...(inbox ? { mailer: inbox.mailer, sms: inbox.sms } : {}),
+      ...(devDns ? { dns: devDns.adapter } : {}),
       ...(options.clock ? { clock: options.clock } : {}),
       ...(options.onEvent ? { onEvent: options.onEvent } : {}),
     },
@@ -153,6 +176,14 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
 
   if (inbox) app.use(inbox.router());
   if (development) app.use(createWebhookReceiver({ now }).router());
+  if (devDns) app.use(devDns.router());
+  if (development) {
+    // What an administrator would copy from the IdP's console: the Single sign-on page fills its form with it.
+    app.get('/dev/sso-demo.json', (_req, res) => {
+      const demo = options.ssoProvider;
+      res.json({ data: demo ? { issuer: demo.issuer, client_id: demo.clientId, client_secret: demo.clientSecret, domain: DEMO_SSO_DOMAIN } : null });
+    });
+  }
 
   app.get('/openapi.yaml', (_req, res) => res.type('application/yaml').sendFile(join(repositoryRoot, 'docs/openapi.yaml')));
   app.use('/vendor/swagger-ui', express.static(join(repositoryRoot, 'node_modules/swagger-ui-dist'), { index: false }));
@@ -213,13 +244,19 @@ export async function startExampleServer(
   if (options.socialProvider === undefined && (options.demoProvider ?? options.development)) {
     demo = await startDemoProvider({
       redirectUri: socialRedirectUri(url),
+      ...(options.development ? { ssoRedirectPrefix: `${url}/identity/auth/sso/` } : {}),
       // Beside the database: same database, same issuer and keys, so demo accounts keep signing in.
       stateFile: `${options.databaseFile}.demo-provider.json`,
       onIssuerChanged: (previous, current) =>
         console.warn(`demo OpenID provider: port ${new URL(previous).port} is taken, so its issuer moved to ${current}; accounts linked to the old issuer cannot use "Sign in with Demo"`),
     });
   }
-  const example = createExampleApp({ ...options, publicUrl: url, ...(demo ? { socialProvider: { issuer: demo.issuer, clientId: demo.clientId, clientSecret: demo.clientSecret } } : {}) });
+  const example = createExampleApp({
+    ...options,
+    publicUrl: url,
+    ...(demo ? { socialProvider: { issuer: demo.issuer, clientId: demo.clientId, clientSecret: demo.clientSecret } } : {}),
+    ...(demo?.sso ? { ssoProvider: { issuer: demo.issuer, ...demo.sso } } : {}),
+  });
   server.on('request', example.app);
   try {
     await example.identity.ready;

@@ -28,6 +28,8 @@ class DemoStorage extends MemoryAdapter {}
 interface DemoState {
   port: number;
   clientSecret: string;
+  /** The single sign-on client's secret (absent from state files written before it existed). */
+  ssoClientSecret?: string;
   cookieKey: string;
   signingKey: Record<string, unknown>;
 }
@@ -38,6 +40,7 @@ function loadOrCreateState(stateFile: string | undefined): DemoState {
   return {
     port: 0,
     clientSecret: randomBytes(32).toString('base64url'),
+    ssoClientSecret: randomBytes(32).toString('base64url'),
     cookieKey: randomBytes(32).toString('hex'),
     signingKey: { ...privateKey.export({ format: 'jwk' }), kid: `demo-${randomBytes(6).toString('hex')}`, use: 'sig', alg: 'RS256' },
   };
@@ -73,6 +76,8 @@ export interface DemoProvider {
   issuer: string;
   clientId: string;
   clientSecret: string;
+  /** A second client, for an organization's single sign-on connection (present with `ssoRedirectPrefix`). */
+  sso: { clientId: string; clientSecret: string } | undefined;
   close(): Promise<void>;
 }
 
@@ -102,7 +107,7 @@ function loginPage(uid: string, clientName: string): string {
 <body>
 <main>
 <h1>Demo identity provider</h1>
-<p>${escapeHtml(clientName)} asks who you are. This stand-in for Google runs inside the example; pick a demo account (its e-mail counts as verified).</p>
+<p>${escapeHtml(clientName)} asks who you are. This stand-in for Google runs inside the example; pick a demo account (its e-mail counts as verified). It also plays an organization's own identity provider on the Single sign-on page.</p>
 <form method="post" action="/interaction/${escapeHtml(uid)}/login" aria-label="Choose a demo account">
 <ul>${choices}</ul>
 </form>
@@ -123,19 +128,32 @@ async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
   return new URLSearchParams(body);
 }
 
-export async function startDemoProvider(options: { redirectUri: string; stateFile?: string; onIssuerChanged?: (previous: string, current: string) => void }): Promise<DemoProvider> {
+/**
+ * `ssoRedirectPrefix` (the router's `{redirectBase}/auth/sso/`) adds a second client for the
+ * "Single sign-on" page: a connection's callback carries the connection's id, known only once
+ * an organization connects, so that client accepts any redirect URI under the prefix.
+ */
+export async function startDemoProvider(options: { redirectUri: string; ssoRedirectPrefix?: string; stateFile?: string; onIssuerChanged?: (previous: string, current: string) => void }): Promise<DemoProvider> {
   const clientId = 'identity-router-example';
-  const state = loadOrCreateState(options.stateFile);
+  const ssoClientId = 'identity-router-example-sso';
+  const loaded = loadOrCreateState(options.stateFile);
+  const state = { ...loaded, ssoClientSecret: loaded.ssoClientSecret ?? randomBytes(32).toString('base64url') };
   const server = createServer();
   const port = await listen(server, state.port);
   if (state.port !== 0 && port !== state.port) options.onIssuerChanged?.(`http://127.0.0.1:${state.port}`, `http://127.0.0.1:${port}`);
-  if (options.stateFile && port !== state.port) writeFileSync(options.stateFile, JSON.stringify({ ...state, port }), { mode: 0o600 });
-  const { clientSecret } = state;
+  if (options.stateFile && (port !== state.port || loaded.ssoClientSecret === undefined)) writeFileSync(options.stateFile, JSON.stringify({ ...state, port }), { mode: 0o600 });
+  const { clientSecret, ssoClientSecret } = state;
   const issuer = `http://127.0.0.1:${port}`;
+  const ssoPrefix = options.ssoRedirectPrefix;
   const provider = new Provider(issuer, {
     adapter: DemoStorage,
     jwks: { keys: [state.signingKey] },
-    clients: [{ client_id: clientId, client_secret: clientSecret, client_name: 'Identity Router Example', redirect_uris: [options.redirectUri], grant_types: ['authorization_code'], response_types: ['code'] }],
+    clients: [
+      { client_id: clientId, client_secret: clientSecret, client_name: 'Identity Router Example', redirect_uris: [options.redirectUri], grant_types: ['authorization_code'], response_types: ['code'] },
+      ...(ssoPrefix
+        ? [{ client_id: ssoClientId, client_secret: ssoClientSecret, client_name: 'Identity Router Example (single sign-on)', redirect_uris: [`${ssoPrefix}connection`], grant_types: ['authorization_code'], response_types: ['code'] }]
+        : []),
+    ],
     pkce: { required: () => true, methods: ['S256'] },
     features: { devInteractions: { enabled: false } },
     cookies: { keys: [state.cookieKey] },
@@ -149,6 +167,14 @@ export async function startDemoProvider(options: { redirectUri: string; stateFil
     },
     interactions: { url: (_ctx: unknown, interaction: { uid: string }) => `/interaction/${interaction.uid}` },
   });
+
+  if (ssoPrefix) {
+    // Only the single sign-on client, and only under the router's SSO callback path.
+    const original = provider.Client.prototype.redirectUriAllowed;
+    provider.Client.prototype.redirectUriAllowed = function (this: { clientId: string }, value: unknown) {
+      return (this.clientId === ssoClientId && typeof value === 'string' && value.startsWith(ssoPrefix) && !value.slice(ssoPrefix.length).includes('?')) || original.call(this, value);
+    };
+  }
 
   const interaction = async (req: IncomingMessage, res: ServerResponse, path: string) => {
     const [, , uid, action] = path.split('/');
@@ -194,6 +220,7 @@ export async function startDemoProvider(options: { redirectUri: string; stateFil
     issuer,
     clientId,
     clientSecret,
+    sso: ssoPrefix ? { clientId: ssoClientId, clientSecret: ssoClientSecret } : undefined,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

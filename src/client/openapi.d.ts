@@ -1515,7 +1515,9 @@ export interface paths {
          * @description Resolves `txt_name` through `adapters.dns.resolveTxt`, joins each record's chunks, and
          *     succeeds when one equals `txt_value`. Anything else, DNS errors included, is 422
          *     `domain_not_verified`. A verified domain answers 200 without asking DNS again. 409
-         *     `domain_taken` when another organization verified it first. Emits `org.domain_verified`.
+         *     `domain_taken` when another organization verified it first, also when two organizations
+         *     verify it at the same moment (one wins; a concurrent verify by the same organization
+         *     answers 200). Emits `org.domain_verified`.
          */
         post: operations["verifyOrgDomain"];
         delete?: never;
@@ -1567,7 +1569,8 @@ export interface paths {
          *     server-side endpoint passes the guard. A refusal is 422 `invalid_issuer` with `reason`
          *     (`insecure_scheme`, `private_address`, `discovery_failed`, `issuer_mismatch`) and nothing is
          *     stored. `client_secret` is stored sealed and never returned. A second connection is 409
-         *     `conflict`. Emits `sso.connection_created`.
+         *     `conflict`. `default_role` obeys no escalation as a role assignment does: a role carrying a
+         *     permission the caller does not hold is 403 `forbidden`. Emits `sso.connection_created`.
          */
         post: operations["createSsoConnection"];
         /** Remove the connection (enforcement ends) */
@@ -1576,7 +1579,7 @@ export interface paths {
         head?: never;
         /**
          * Change the connection (a new issuer, client or secret is discovered again)
-         * @description Any field of the create body; without `client_secret` the stored one is kept. Emits `sso.connection_updated` with `changed`.
+         * @description Any field of the create body; without `client_secret` the stored one is kept; a `default_role` carrying a permission the caller does not hold is 403 `forbidden`. Emits `sso.connection_updated` with `changed`.
          */
         patch: operations["updateSsoConnection"];
         trace?: never;
@@ -1621,6 +1624,8 @@ export interface paths {
          *     travel as `social_error`: `social_email_required`, `sso_email_outside_domain`,
          *     `account_link_required`, `sso_not_member`, `sso_member_suspended`, `account_disabled`,
          *     `invalid_credentials`, `provider_error`, `provider_response_invalid`, `provider_unavailable`.
+         *     A refusal that can be tied to an account emits `user.login_failed`
+         *     `{method: 'sso', connection_id, reason}`; the callback writes nothing else.
          */
         get: operations["ssoCallback"];
         put?: never;
@@ -5344,7 +5349,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description `account_disabled`, `email_unverified`, `mfa_enrollment_required` (block mode), as for password login; `signup_disabled` (9.4 rule 4 with `allowSignup: false`). */
+            /** @description `account_disabled`, `email_unverified`, `mfa_enrollment_required` (block mode), as for password login; `signup_disabled` (9.4 rule 4 with `allowSignup: false`); for a single sign-on code (CONTRACT 12.5, checked again at the exchange) `sso_member_suspended`, `sso_not_member`, `sso_email_outside_domain`, each with `user.login_failed` when tied to an account. */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5678,7 +5683,7 @@ export interface operations {
                     token_endpoint_auth_method?: "client_secret_basic" | "client_secret_post";
                     enabled?: boolean;
                     jit?: boolean;
-                    /** @description A role of the organization holding none of org.delete, roles.manage, sso.manage. */
+                    /** @description A role of the organization holding none of org.delete, roles.manage, sso.manage (422), and only permissions the caller holds (403 `forbidden`, no escalation). */
                     default_role?: string;
                     enforce?: boolean;
                 };
@@ -5767,7 +5772,7 @@ export interface operations {
                     token_endpoint_auth_method?: "client_secret_basic" | "client_secret_post";
                     enabled?: boolean;
                     jit?: boolean;
-                    /** @description A role of the organization holding none of org.delete, roles.manage, sso.manage. */
+                    /** @description A role of the organization holding none of org.delete, roles.manage, sso.manage (422), and only permissions the caller holds (403 `forbidden`, no escalation). */
                     default_role?: string;
                     enforce?: boolean;
                 };

@@ -15,9 +15,20 @@ export class StubDns {
   readonly answers = new Map<string, string[]>();
   readonly lookups: string[] = [];
   txtQueries = 0;
+  private txtHold: { waiting: number; release: () => void; arrived: Promise<void> } | undefined;
   readonly adapter = {
     resolveTxt: async (name: string) => {
       this.txtQueries += 1;
+      if (this.txtHold) {
+        // Races: every query waits until `holdTxt(n)` has seen n of them, so all pass their checks before any writes.
+        const hold = this.txtHold;
+        hold.waiting -= 1;
+        if (hold.waiting === 0) {
+          this.txtHold = undefined;
+          hold.release();
+        }
+        await hold.arrived;
+      }
       const records = this.txt.get(name);
       if (!records) throw Object.assign(new Error(`queryTxt ENOTFOUND ${name}`), { code: 'ENOTFOUND' });
       return records;
@@ -29,6 +40,15 @@ export class StubDns {
       return addresses.map((address) => ({ address, family: (address.includes(':') ? 6 : 4) as 4 | 6 }));
     },
   };
+
+  /** The next `count` TXT queries answer only once all of them have arrived. */
+  holdTxt(count: number): void {
+    let release!: () => void;
+    const arrived = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    this.txtHold = { waiting: count, release, arrived };
+  }
 }
 
 export const SSO_RETURN_URL = RETURN_URL;

@@ -259,6 +259,17 @@ describe('issuer and subject confusion, foreign domains, state', () => {
     assertError((await callRouterCallback(h, `/auth/social/test/callback${query}`)).response, 400, 'social_state_invalid');
   });
 
+  test("a social provider's state carried to a connection's callback is social_state_invalid, and burned", async () => {
+    const { domain, connection } = await ssoOrg(h, dns, op, { jit: true });
+    op.use({ sub: newSubject(), email: addressAt(domain), email_verified: true });
+    const { startLogin, authorizeAtProvider } = await import('../helpers/oidc.js');
+    const started = await startLogin(h);
+    const path = await authorizeAtProvider(started.authorizationUrl);
+    const query = path.slice(path.indexOf('?'));
+    assertError((await callRouterCallback(h, `/auth/sso/${connection.id}/callback${query}`)).response, 400, 'social_state_invalid');
+    assertError((await callRouterCallback(h, path)).response, 400, 'social_state_invalid', 'burned by the crossed attempt');
+  });
+
   test('an exchange code is single-use and bound to the tab (handoff verifier)', async () => {
     const { domain } = await ssoOrg(h, dns, op, { jit: true });
     const email = addressAt(domain);

@@ -138,8 +138,8 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       rateLimit: 'social',
       params: Joi.object({ connectionId: idSchema.required() }),
       query: Joi.object({ code: providerValue, state: providerValue, iss: providerValue, error: providerValue, error_description: providerValue, error_uri: providerValue }),
-      handler: async ({ params, query }) => {
-        const location = await sso().callback(params.connectionId, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error });
+      handler: async ({ params, query, meta }) => {
+        const location = await sso().callback(params.connectionId, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error }, meta);
         return redirect(303, location, REDIRECT_HEADERS);
       },
     },

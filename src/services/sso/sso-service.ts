@@ -8,6 +8,7 @@ import { getPublicSuffix } from 'tldts';
 import type { DnsResolver } from '../../adapters/types.js';
 import { type ResolvedSsoConfig, ssoCallbackUrl } from '../../config/sso.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
+import { isUniqueViolation } from '../../database-errors.js';
 import { errors, type IdentityError } from '../../errors.js';
 import { guardedFetch } from '../../outbound/guarded-fetch.js';
 import { OutboundGuard, OutboundRefusal } from '../../outbound/outbound-guard.js';
@@ -16,6 +17,9 @@ import type { OrgDomainRecord, SsoConnectionRecord, TokenEndpointAuthMethod } fr
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
+import { isOwnerEquivalent } from '../access/access-policy.js';
+import { assertHoldsEveryKey, resolveAuthority } from '../access/authority.js';
+import type { PermissionCatalog } from '../access/permission-catalog.js';
 import {
   type AuthorizationStart,
   type CallbackParameters,
@@ -42,8 +46,6 @@ const CLOCK_TOLERANCE_SECONDS = 30;
 const DISCOVERY_CACHE_MS = 60 * 60 * 1000;
 const DISPLAY_NAME_MAX = 120;
 const DEFAULT_SCOPES = ['openid', 'email', 'profile'];
-/** Permissions a JIT default role may not hold: whoever controls the IdP would mint owners. */
-const FORBIDDEN_DEFAULT_ROLE_KEYS = ['org.delete', 'roles.manage', 'sso.manage'];
 
 /** Bundled consumer-mail domains (CONTRACT 12.4): no organization owns its users' addresses there. */
 export const CONSUMER_MAIL_DOMAINS: ReadonlySet<string> = new Set([
@@ -129,6 +131,7 @@ export class SsoService {
     private readonly sso: ResolvedSsoConfig,
     private readonly flows: FederatedFlows,
     private readonly signInRules: SignInRules,
+    private readonly catalog: PermissionCatalog,
     dns: DnsResolver | undefined,
   ) {
     this.guard = new OutboundGuard({ allowHttp: false, allowPrivateNetworks: sso.allowPrivateNetworks }, dns);
@@ -173,11 +176,22 @@ export class SsoService {
     if (!Array.isArray(records) || !records.some((chunks) => Array.isArray(chunks) && chunks.join('') === domain.txtValue)) {
       throw errors.domainNotVerified(`No TXT record at ${this.txtName(domain.domain)} holds this domain's verification value yet.`);
     }
-    return runUnitOfWork(this.context, meta, async (uow) => {
-      if (!(await uow.repos.orgDomains.markVerified(domain.id, domain.domain, uow.now))) throw domainTaken();
-      await uow.emit({ type: 'org.domain_verified', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
-      return this.domainView((await uow.repos.orgDomains.findInOrganization(organizationId, domain.id))!);
-    });
+    try {
+      return await runUnitOfWork(this.context, meta, async (uow) => {
+        if (!(await uow.repos.orgDomains.markVerified(domain.id, domain.domain, uow.now))) throw new VerificationLost();
+        await uow.emit({ type: 'org.domain_verified', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
+        return this.domainView((await uow.repos.orgDomains.findInOrganization(organizationId, domain.id))!);
+      });
+    } catch (error) {
+      // Two verifies at once: the unique index on verified rows lets one win (on PostgreSQL the
+      // loser may meet it as a unique violation). The loser answers from the row as it now is:
+      // verified by a request of its own organization (200), or taken by another (409).
+      if (!(error instanceof VerificationLost) && !isUniqueViolation(error)) throw error;
+      const now = await repos.orgDomains.findInOrganization(organizationId, domain.id);
+      if (!now) throw errors.notFound('Domain');
+      if (now.status === 'verified') return this.domainView(now);
+      throw domainTaken();
+    }
   }
 
   async deleteDomain(organizationId: string, domainId: string, actorId: string, meta: RequestMeta): Promise<void> {
@@ -237,7 +251,7 @@ export class SsoService {
     if (await this.context.store.repos.ssoConnections.findForOrganization(organizationId)) throw errors.conflict('The organization already has a single sign-on connection.');
     const issuer = await this.checkIssuer(input.issuer, input.client_id, input.client_secret, input.token_endpoint_auth_method ?? 'client_secret_basic');
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const defaultRole = await this.checkDefaultRole(uow.repos, organizationId, input.default_role ?? 'member');
+      const defaultRole = await this.checkDefaultRole(uow.repos, organizationId, input.default_role ?? 'member', actorId);
       const id = randomUUID();
       const connection: SsoConnectionRecord = {
         id,
@@ -278,7 +292,7 @@ export class SsoService {
         tokenEndpointAuthMethod: method,
         enabled: input.enabled ?? current.enabled,
         jit: input.jit ?? current.jit,
-        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role) : current.defaultRole,
+        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role, actorId) : current.defaultRole,
         enforce: input.enforce ?? current.enforce,
         updatedAt: uow.now,
       };
@@ -299,12 +313,16 @@ export class SsoService {
     });
   }
 
-  private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string): Promise<string> {
+  /**
+   * CONTRACT 12.3: a JIT default role is granted by whoever configures it, to everyone the IdP
+   * vouches for. It may not be owner-equivalent (422: the IdP would mint owners), and no
+   * escalation applies as to a role assignment or invite (403: only what the actor holds).
+   */
+  private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string, actorId: string): Promise<string> {
     const [role] = await repos.roles.findBySlugs(organizationId, [slug]);
     if (!role) throw errors.validation([`default_role "${slug}" is not a role of this organization`]);
-    if (role.permissionKeys.some((key) => FORBIDDEN_DEFAULT_ROLE_KEYS.includes(key))) {
-      throw errors.validation(['default_role must not hold org.delete, roles.manage or sso.manage']);
-    }
+    if (isOwnerEquivalent(role)) throw errors.validation(['default_role must not hold org.delete, roles.manage or sso.manage']);
+    assertHoldsEveryKey(await resolveAuthority(repos, this.catalog, actorId, organizationId), role.permissionKeys);
     return role.slug;
   }
 
@@ -407,7 +425,7 @@ export class SsoService {
   }
 
   /** GET /auth/sso/{connectionId}/callback: 9.2's callback against the connection; steps 1 to 5 of 12.5 decided here, read-only. */
-  async callback(connectionId: string, parameters: CallbackParameters): Promise<string> {
+  async callback(connectionId: string, parameters: CallbackParameters, meta: RequestMeta): Promise<string> {
     return this.flows.callback(
       SSO_FLOW_KEY,
       this.sso,
@@ -422,7 +440,11 @@ export class SsoService {
         const connection = await this.activeConnection(undefined, flow.connectionId!);
         if (!connection) throw new FederatedRefusal('provider_unavailable');
         const decided = await this.decide(this.context.store.repos, connection, claims, this.context.clock.now());
-        if ('refusal' in decided) throw decided.refusal;
+        if ('refusal' in decided) {
+          // Recorded like a refused password login; nothing else is written at the callback.
+          await runUnitOfWork(this.context, meta, (uow) => this.recordRefusal(uow, connection, decided));
+          throw decided.refusal;
+        }
       },
     );
   }
@@ -455,8 +477,7 @@ export class SsoService {
   private async resolveOnce(uow: UnitOfWork, connection: SsoConnectionRecord, claims: ProviderClaims): Promise<{ userId: string; isNewUser: boolean } | { refusal: FederatedRefusal }> {
     const decided = await this.decide(uow.repos, connection, claims, uow.now, true);
     if ('refusal' in decided) {
-      if (decided.userId) await uow.emit({ type: 'user.login_failed', userId: decided.userId, organizationId: connection.organizationId, data: { method: 'sso', connection_id: connection.id, reason: decided.refusal.code } });
-      else this.context.logger.warn('single sign-on refused', { connection_id: connection.id, reason: decided.refusal.code });
+      await this.recordRefusal(uow, connection, decided);
       return decided;
     }
     const { plan } = decided;
@@ -494,6 +515,16 @@ export class SsoService {
   }
 
   /**
+   * A refused single sign-on, at the callback or the exchange: `user.login_failed` when it can
+   * be tied to a user (CONTRACT 9.8, 12.7), else a `warn` line; neither names the IdP subject.
+   */
+  private async recordRefusal(uow: UnitOfWork, connection: SsoConnectionRecord, decided: { refusal: FederatedRefusal; userId?: string }): Promise<void> {
+    const reason = decided.refusal.code;
+    if (decided.userId) await uow.emit({ type: 'user.login_failed', userId: decided.userId, organizationId: connection.organizationId, data: { method: 'sso', connection_id: connection.id, reason } });
+    else this.context.logger.warn('single sign-on refused', { connection_id: connection.id, reason });
+  }
+
+  /**
    * CONTRACT 12.5 steps 1 to 5, in order, without writing: at the callback (a refusal becomes
    * `social_error`) and again at the exchange, inside its transaction. Answers what the
    * exchange must write, or the refusal (with the user it can be tied to).
@@ -510,9 +541,9 @@ export class SsoService {
     if (!claims.email) return refuse('social_email_required');
     const domain = this.domainOfAddress(claims.email);
     const verified = await repos.orgDomains.listVerifiedDomains(connection.organizationId);
-    if (!domain || !verified.includes(domain)) return refuse('sso_email_outside_domain');
     // 2. Looked up by (connection, sub) only, under the issuer it was made with.
     const linked = await repos.ssoIdentities.findByConnectionSubject(connection.id, claims.subject);
+    if (!domain || !verified.includes(domain)) return refuse('sso_email_outside_domain', linked?.issuer === connection.issuer ? linked.userId : undefined);
     let user: UserRecord | undefined;
     let identity: { id: string } | undefined;
     if (linked && linked.issuer !== connection.issuer) {
@@ -598,6 +629,9 @@ export class SsoService {
     }
   }
 }
+
+/** The conditional update of a verify changed nothing: a concurrent verify got there first. */
+class VerificationLost extends Error {}
 
 function domainTaken(): IdentityError {
   return errors.domainTaken();
