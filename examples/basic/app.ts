@@ -9,6 +9,7 @@
  *   /dev/inbox      the development inbox (development only)
  *   /dev/webhook-receiver  a webhook endpoint the Webhooks page delivers to (development only)
  *   /social-return  where social sign-in lands (the demo provider stands in for Google)
+ *   /client/identity-client.js  identity-router/client, bundled from src/client when first asked for
  *   everything else the web app in public/ (one HTML shell, one ES module per page)
  */
 import { readdirSync } from 'node:fs';
@@ -16,6 +17,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
 import express, { type Express } from 'express';
 import { createIdentityRouter, type Clock, type IdentityConfig, type IdentityEvent, type IdentityRouter } from '../../src/index.js';
 import { startDemoProvider, type DemoProvider } from './demo-provider.js';
@@ -153,6 +155,16 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
 
   if (inbox) app.use(inbox.router());
   if (development) app.use(createWebhookReceiver({ now }).router());
+
+  // The web app runs on identity-router/client. A host's bundler imports it from the package; the
+  // example serves the repository's source as one browser module, built once, when first asked for.
+  let clientBundle: Promise<string> | undefined;
+  app.get('/client/identity-client.js', async (_req, res) => {
+    clientBundle ??= build({ entryPoints: [join(repositoryRoot, 'src/client/index.ts')], bundle: true, format: 'esm', platform: 'browser', target: 'es2020', write: false }).then(
+      (built) => built.outputFiles[0]!.text,
+    );
+    res.type('text/javascript').set('Cache-Control', 'no-cache').send(await clientBundle);
+  });
 
   app.get('/openapi.yaml', (_req, res) => res.type('application/yaml').sendFile(join(repositoryRoot, 'docs/openapi.yaml')));
   app.use('/vendor/swagger-ui', express.static(join(repositoryRoot, 'node_modules/swagger-ui-dist'), { index: false }));
