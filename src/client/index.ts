@@ -465,8 +465,8 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     if (code === null && failure === null) return null;
     if (url.href === location.href) {
       const clean = new URL(url);
-      clean.searchParams.delete('social_code');
-      clean.searchParams.delete('social_error');
+      // Every social_* parameter (social_error_detail too) leaves the address and the history.
+      for (const name of [...url.searchParams.keys()]) if (name.startsWith('social_')) clean.searchParams.delete(name);
       history.replaceState(history.state, '', clean.href);
     }
     if (failure !== null) throw new IdentityClientError(0, failure, { message: `Social sign-in failed: ${failure}` });

@@ -124,15 +124,15 @@ describe('identity-router/client in Chromium', { skip }, () => {
   const totp = (secret: string) => speakeasy.totp({ secret, encoding: 'base32', time: Math.floor(suite.clock.now() / 1000) });
 
   /**
-   * The slowest network for refreshes: each refresh request is held until three have arrived
+   * The slowest network for refreshes: each refresh request is held until `together` have arrived
    * (or 1.5 s pass), so tabs that would send the same token do overlap.
    */
-  async function holdRefreshes(context: BrowserContext, path: string): Promise<{ sent: Request[] }> {
+  async function holdRefreshes(context: BrowserContext, path: string, together = 3): Promise<{ sent: Request[] }> {
     const sent: Request[] = [];
     const waiting: Array<() => void> = [];
     await context.route(`**${path}`, async (route) => {
       sent.push(route.request());
-      if (sent.length >= 3) for (const release of waiting.splice(0)) release();
+      if (sent.length >= together) for (const release of waiting.splice(0)) release();
       else await new Promise<void>((resolve) => waiting.push(resolve) && setTimeout(resolve, 1500));
       await route.continue();
     });
@@ -400,7 +400,8 @@ BroadcastChannel.prototype.postMessage = function (message) {
     });
     const refreshBodies: Array<string | null> = [];
     page.on('request', (request) => void (request.url().endsWith('/api/auth/token/refresh') && refreshBodies.push(request.postData())));
-    await startClient(page, { baseUrl: '/api', storage: 'none' });
+    // Signed out, the host lets the client ask nothing (restore: false): the one refresh below is the expired token's.
+    await startClient(page, { baseUrl: '/api', storage: 'none', restore: false });
     await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
     suite.clock.advance(16 * 60);
     const me = await inPage(page, `async (client) => client.request('GET', '/auth/me')`);
@@ -421,6 +422,181 @@ BroadcastChannel.prototype.postMessage = function (message) {
 
     await inPage(page, `async (client) => client.logout()`);
     assert.equal((await context.cookies()).some((cookie) => cookie.name === 'example_refresh'), false, 'logout clears the cookie');
+    await context.close();
+  });
+
+  test("cookie mode after a reload: ready recovers the session through the cookie, two tabs opened together send one refresh, restore: false sends none", async () => {
+    const email = await verifiedAccount('restore');
+    const context = await newContext();
+    const refreshBodies: Array<string | null> = [];
+    const answers: string[] = [];
+    context.on('request', (request) => void (request.url().endsWith('/api/auth/token/refresh') && refreshBodies.push(request.postData())));
+    context.on('response', (response) => {
+      if (response.url().includes('/api/auth/')) void response.text().then((text) => answers.push(text), () => undefined);
+    });
+    const cookieMode = { baseUrl: '/api', storage: 'none' };
+    const first = await openTab(context);
+    await startClient(first, { ...cookieMode, restore: false });
+    const signedIn = await inPage(first, `async (client, arg) => (await client.login(arg)).session`, { email, password: STRONG_PASSWORD });
+
+    await first.reload();
+    await first.waitForSelector('body[data-ready="true"]');
+    await startClient(first, cookieMode);
+    const restored = await inPage(first, 'async (client) => client.getSession()');
+    assert.equal(restored?.sessionId, signedIn.sessionId, 'the reloaded tab is signed in to the same session');
+    assert.equal((await inPage(first, `async (client) => client.request('GET', '/auth/me')`)).email, email);
+    assert.deepEqual(refreshBodies, ['{}'], 'one refresh, which carries no token');
+
+    // Both tabs closed, then two opened together: the first recovers, the second takes its session under the lock.
+    await first.close();
+    const held = await holdRefreshes(context, '/api/auth/token/refresh', 2);
+    const tabs = [await openTab(context), await openTab(context)];
+    await Promise.all(tabs.map((tab) => startClient(tab, cookieMode)));
+    const sessions = await Promise.all(tabs.map((tab) => inPage(tab, 'async (client) => client.getSession()')));
+    console.log(`cookie mode, two tabs opened together: ${held.sent.length} refresh request(s)`);
+    assert.equal(held.sent.length, 1, 'one refresh for two tabs: the same cookie is never sent twice at once');
+    for (const session of sessions) assert.equal(session?.sessionId, signedIn.sessionId);
+    for (const tab of tabs) assert.equal((await inPage(tab, `async (client) => client.request('GET', '/auth/me')`)).email, email);
+
+    // No refresh token is ever readable by page script: not in a cookie, web storage or any answer the page saw.
+    const readable = String(await tabs[0]!.evaluate('document.cookie'));
+    const refreshCookie = (await context.cookies()).find((cookie) => cookie.name === 'example_refresh')!;
+    assert.ok(refreshCookie.httpOnly && !readable.includes(refreshCookie.value), `page script reads: ${readable}`);
+    assert.equal(await tabs[0]!.evaluate('sessionStorage.length + localStorage.length'), 0);
+    for (const answer of answers) assert.ok(!answer.includes('refresh_token'), `an answer the page saw carries a refresh token: ${answer}`);
+
+    // A host that knows the visitor is signed out (no hint cookie) lets the client ask nothing.
+    for (const tab of tabs) await tab.close();
+    const quiet = await openTab(context);
+    const before = refreshBodies.length;
+    await startClient(quiet, { ...cookieMode, restore: false });
+    assert.equal(await inPage(quiet, 'async (client) => client.getSession()'), null);
+    assert.equal(refreshBodies.length, before, 'restore: false sends no refresh');
+    await context.close();
+  });
+
+  test('switchOrg() takes the new tokens in every tab; a 401 session_ended ends the session without a refresh', async () => {
+    const email = await verifiedAccount('switch');
+    const context = await newContext();
+    const tabs = [await openTab(context), await openTab(context)];
+    await startClient(tabs[0]!);
+    await inPage(tabs[0]!, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    await startClient(tabs[1]!);
+    const org = await inPage(tabs[0]!, `async (client) => client.request('POST', '/orgs', { body: { name: 'Switchers' } })`);
+    assert.equal(typeof org.id, 'string', JSON.stringify(org));
+    assert.equal((await inPage(tabs[0]!, 'async (client) => client.getSession()')).claims.org ?? null, null);
+
+    const answer = await inPage(tabs[0]!, `async (client, arg) => client.switchOrg(arg)`, org.id);
+    assert.equal(typeof answer.access_token, 'string');
+    assert.equal((await inPage(tabs[0]!, 'async (client) => client.getSession()')).claims.org, org.id, 'this tab holds the switched session');
+    await tabs[1]!.waitForFunction((orgId) => (globalThis as any).client.getSession()?.claims.org === orgId, org.id, { timeout: 1000 });
+    const members = await inPage(tabs[1]!, `async (client, arg) => client.request('GET', '/orgs/' + arg + '/members', { query: { limit: 1 } })`, org.id);
+    assert.equal(members.length, 1, JSON.stringify(members));
+
+    // The session ends elsewhere (every session of the account); switch-org answers 401 session_ended.
+    const refreshes: string[] = [];
+    context.on('request', (request) => void (request.url().endsWith('/auth/token/refresh') && refreshes.push(request.url())));
+    const direct = await call('POST', '/auth/login', { email, password: STRONG_PASSWORD });
+    assert.equal((await call('POST', '/auth/logout-all', undefined, direct.body.data.access_token)).status, 200);
+    const refused = await inPage(tabs[0]!, `async (client, arg) => client.switchOrg(arg)`, org.id);
+    assert.deepEqual(refused.error, { name: 'IdentityClientError', code: 'session_ended', status: 401 });
+    assert.deepEqual(refreshes, [], 'no refresh after session_ended');
+    await tabs[1]!.waitForFunction(() => (globalThis as any).ended.length > 0, undefined, { timeout: 1000 });
+    for (const tab of tabs) {
+      assert.deepEqual(await tab.evaluate('globalThis.ended'), ['revoked']);
+      assert.equal(await inPage(tab, 'async (client) => client.getSession()'), null);
+    }
+    await context.close();
+  });
+
+  test('logoutAll() ends the session in every tab once and every other device is revoked; logout() ends it even when the router cannot be reached', async () => {
+    const email = await verifiedAccount('everywhere');
+    const here = await newContext();
+    const tabs = [await openTab(here), await openTab(here)];
+    await startClient(tabs[0]!);
+    await inPage(tabs[0]!, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    await startClient(tabs[1]!);
+    const elsewhere = await newContext();
+    const device = await openTab(elsewhere);
+    await startClient(device);
+    await inPage(device, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+
+    assert.equal(await inPage(tabs[1]!, 'async (client) => client.logoutAll()'), undefined);
+    await tabs[0]!.waitForFunction(() => (globalThis as any).ended.length > 0, undefined, { timeout: 1000 });
+    for (const tab of tabs) {
+      assert.deepEqual(await tab.evaluate('globalThis.ended'), ['logout'], 'each tab hears the end once');
+      assert.equal(await inPage(tab, 'async (client) => client.getSession()'), null);
+    }
+    // The other device learns it at its next call: the refused refresh ends its session.
+    const refused = await inPage(device, `async (client) => client.request('GET', '/auth/me')`);
+    assert.equal(refused.error.status, 401);
+    assert.deepEqual(await device.evaluate('globalThis.ended'), ['revoked']);
+
+    // Signed in again, then offline: logout() rejects with network_error and still ends the session.
+    await inPage(device, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    await elsewhere.setOffline(true);
+    const offline = await inPage(device, 'async (client) => client.logout()');
+    assert.deepEqual(offline.error, { name: 'IdentityClientError', code: 'network_error', status: 0 });
+    assert.deepEqual(await device.evaluate('globalThis.ended'), ['revoked', 'logout']);
+    assert.equal(await inPage(device, 'async (client) => client.getSession()'), null);
+    await here.close();
+    await elsewhere.close();
+  });
+
+  test('the smaller members: register and verifyEmail, {message} bodies whole, validation_failed, the fetch option, one refresh for a tab\'s concurrent callers, unsubscribe, social_error', async () => {
+    const context = await newContext();
+    const page = await openTab(context);
+    // A string: tsx would wrap a named function given to evaluate() in a helper the page lacks.
+    await page.evaluate(`(async () => {
+      globalThis.sent = [];
+      globalThis.client = globalThis.identity.createIdentityClient({
+        baseUrl: '/identity',
+        fetch: (input, init) => {
+          globalThis.sent.push(new URL(typeof input === 'string' ? input : input.url).pathname);
+          return fetch(input, init);
+        },
+      });
+      await globalThis.client.ready;
+    })()`);
+    const email = uniqueEmail('members');
+    const registered = await inPage(page, `async (client, arg) => client.register({ email: arg, password: '${STRONG_PASSWORD}' })`, email);
+    assert.equal(typeof registered.message, 'string', `a {message} answer comes whole: ${JSON.stringify(registered)}`);
+    const invalid = await inPage(page, `async (client) => client.register({ email: 'not an address', password: 'x' })`);
+    assert.equal(invalid.error.code, 'validation_failed');
+    assert.equal(invalid.error.status, 422);
+    const errors = await page.evaluate(`globalThis.client.register({ email: 'not an address', password: 'x' }).catch((error) => error.errors)`);
+    assert.ok(Array.isArray(errors) && errors.length > 0, JSON.stringify(errors));
+    const mail = suite.example.inbox!.messages.find((message) => message.to === email && /token=/.test(message.text));
+    const token = decodeURIComponent(/token=([^\s&"<>]+)/.exec(mail!.text)![1]!);
+    const verified = await inPage(page, `async (client, arg) => client.verifyEmail(arg)`, token);
+    assert.ok(verified && !verified.error, JSON.stringify(verified));
+
+    await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    assert.deepEqual(await page.evaluate('globalThis.sent'), ['/identity/auth/register', '/identity/auth/register', '/identity/auth/register', '/identity/auth/email/verify', '/identity/auth/login'], 'the fetch option sends every request');
+
+    // Expired on the router's clock: three concurrent callers in one tab share one refresh.
+    suite.clock.advance(16 * 60);
+    await page.evaluate('globalThis.sent.length = 0');
+    const answers = await inPage(page, `async (client) => Promise.all([client.request('GET', '/auth/me'), client.request('GET', '/auth/sessions'), client.getAccessToken().then(() => client.request('GET', '/auth/me'))])`);
+    assert.equal(answers[0].email, email, JSON.stringify(answers));
+    assert.equal((await page.evaluate('globalThis.sent') as string[]).filter((path) => path.endsWith('/auth/token/refresh')).length, 1, 'one refresh for the tab');
+
+    // An unsubscribed callback hears nothing.
+    const heard = await inPage(page, `async (client) => {
+      const heard = [];
+      const unsubscribe = client.onSessionEnded((event) => heard.push('removed:' + event.reason));
+      client.onSessionEnded((event) => heard.push('kept:' + event.reason));
+      unsubscribe();
+      await client.logout();
+      return heard;
+    }`);
+    assert.deepEqual(heard, ['kept:logout']);
+
+    // social.complete rejects on social_error (status 0, the code as given) and sends nothing.
+    await page.evaluate('globalThis.sent.length = 0');
+    const failed = await inPage(page, `async (client) => client.social.complete(location.origin + '/social-return?social_error=provider_error')`);
+    assert.deepEqual(failed.error, { name: 'IdentityClientError', code: 'provider_error', status: 0 });
+    assert.deepEqual(await page.evaluate('globalThis.sent'), []);
     await context.close();
   });
 });
