@@ -7,7 +7,9 @@
  * - the MFA gate, and a step-up retry of a write (a wrong code asks again, null cancels);
  * - passkey registration and login through a virtual authenticator;
  * - the social round trip through the example's demo provider, bound to the tab's verifier;
- * - the cookie mode, where no refresh token is ever readable by page script.
+ * - the cookie mode, where no refresh token is ever readable by page script, and its recovery
+ *   after a reload;
+ * - switchOrg, logoutAll, session_ended, and the smaller members of CONTRACT 14.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -192,9 +194,12 @@ BroadcastChannel.prototype.postMessage = function (message) {
     assert.equal(result.sessions, 1);
   });
 
+  /** A browser without navigator.locks (a page outside a secure context). */
+  const NO_WEB_LOCKS = `Object.defineProperty(Navigator.prototype, 'locks', { get: () => undefined });`;
+
   test('without the Web Lock the same tabs replay the refresh token and reuse detection ends the session', async () => {
     // The rule the previous test guards, removed: a browser without navigator.locks (tab rule only).
-    const result = await threeTabsRefreshTogether(`Object.defineProperty(Navigator.prototype, 'locks', { get: () => undefined });`);
+    const result = await threeTabsRefreshTogether(NO_WEB_LOCKS);
     console.log(`tab race without the Web Lock: ${result.refreshes} refresh request(s), session ${result.sessions === 1 ? 'alive' : 'ended'}`);
     assert.ok(result.refreshes >= 2, `${result.refreshes} refresh requests`);
     assert.equal(result.sessions, 0, 'reuse detection revoked the session');
@@ -543,8 +548,9 @@ BroadcastChannel.prototype.postMessage = function (message) {
     await elsewhere.close();
   });
 
-  test('the smaller members: register and verifyEmail, {message} bodies whole, validation_failed, the fetch option, one refresh for a tab\'s concurrent callers, unsubscribe, social_error', async () => {
-    const context = await newContext();
+  test('the smaller members: register and verifyEmail, {message} bodies whole, validation_failed, the fetch option, no bearer without a session, one refresh for a tab\'s concurrent callers, the second 401 is the answer, withStepUp on a Response, unsubscribe, social_error', async () => {
+    // Without Web Locks, so that only the tab's own single-flight rule keeps its callers to one refresh.
+    const context = await newContext(NO_WEB_LOCKS);
     const page = await openTab(context);
     // A string: tsx would wrap a named function given to evaluate() in a helper the page lacks.
     await page.evaluate(`(async () => {
@@ -553,6 +559,7 @@ BroadcastChannel.prototype.postMessage = function (message) {
         baseUrl: '/identity',
         fetch: (input, init) => {
           globalThis.sent.push(new URL(typeof input === 'string' ? input : input.url).pathname);
+          globalThis.bearers = [...(globalThis.bearers ?? []), (input instanceof Request ? input.headers : new Headers(init?.headers)).get('authorization')];
           return fetch(input, init);
         },
       });
@@ -571,15 +578,37 @@ BroadcastChannel.prototype.postMessage = function (message) {
     const verified = await inPage(page, `async (client, arg) => client.verifyEmail(arg)`, token);
     assert.ok(verified && !verified.error, JSON.stringify(verified));
 
+    // With no session, a request carries no bearer.
+    assert.equal(await inPage(page, `async (client) => (await client.fetch('/invoices')).status`), 401);
+    assert.equal((await page.evaluate('globalThis.bearers') as unknown[]).at(-1), null);
+    await page.evaluate('globalThis.sent.pop()');
     await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
     assert.deepEqual(await page.evaluate('globalThis.sent'), ['/identity/auth/register', '/identity/auth/register', '/identity/auth/register', '/identity/auth/email/verify', '/identity/auth/login'], 'the fetch option sends every request');
 
-    // Expired on the router's clock: three concurrent callers in one tab share one refresh.
+    // Expired on the router's clock: three concurrent callers in one tab share one refresh (a second would be reuse).
     suite.clock.advance(16 * 60);
     await page.evaluate('globalThis.sent.length = 0');
     const answers = await inPage(page, `async (client) => Promise.all([client.request('GET', '/auth/me'), client.request('GET', '/auth/sessions'), client.getAccessToken().then(() => client.request('GET', '/auth/me'))])`);
-    assert.equal(answers[0].email, email, JSON.stringify(answers));
+    assert.ok(Array.isArray(answers), `every caller is answered: ${JSON.stringify(answers)}`);
+    assert.equal(answers[0].email, email);
     assert.equal((await page.evaluate('globalThis.sent') as string[]).filter((path) => path.endsWith('/auth/token/refresh')).length, 1, 'one refresh for the tab');
+
+    // A host route that answers 401 whatever the token: one refresh, one retry, and the second 401 is the answer.
+    await context.route('**/always-unauthorized', (route) => route.fulfill({ status: 401, contentType: 'application/json', body: '{"error":"unauthorized"}' }));
+    await page.evaluate('globalThis.sent.length = 0');
+    assert.equal(await inPage(page, `async (client) => (await client.fetch('/always-unauthorized')).status`), 401);
+    assert.deepEqual(await page.evaluate('globalThis.sent'), ['/always-unauthorized', '/identity/auth/token/refresh', '/always-unauthorized']);
+    assert.notEqual(await inPage(page, 'async (client) => client.getSession()'), null, 'the session stays');
+
+    // withStepUp also takes a 401 step_up_required Response (client.fetch); an askForCode answering null cancels.
+    await context.route('**/needs-step-up', (route) => route.fulfill({ status: 401, contentType: 'application/json', body: '{"error":"step_up_required","message":"Step-up required."}' }));
+    const cancelled = await page.evaluate(`(async () => {
+      const asked = [];
+      const outcome = await globalThis.client.withStepUp(() => globalThis.client.fetch('/needs-step-up'), (prompt) => { asked.push(prompt.factors.length); return null; })
+        .then(() => 'resolved', (error) => error.code + ' ' + error.status);
+      return { asked, outcome };
+    })()`);
+    assert.deepEqual(cancelled, { asked: [0], outcome: 'step_up_required 401' });
 
     // An unsubscribed callback hears nothing.
     const heard = await inPage(page, `async (client) => {
