@@ -256,8 +256,9 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
       await takeOpenSession();
       if (held) return;
       const response = await call('POST', '/auth/token/refresh', {}, false).catch(() => undefined);
-      // A refusal (no cookie, an ended session) leaves the page signed out.
-      if (response?.ok) await adoptAnswer(((await readJson(response)) as Json).data);
+      const data = response?.ok ? ((await readJson(response)) as Json | undefined)?.data : undefined;
+      // A refusal (no cookie, an ended session) or an answer without tokens leaves the page signed out.
+      if (typeof data?.access_token === 'string') await adoptAnswer(data);
     });
   }
 
