@@ -12,6 +12,7 @@
  *   /dev/sso-demo.json  the demo provider's single sign-on client, to connect an organization (development only)
  *   /social-return  where social sign-in lands (the demo provider stands in for Google)
  *   /sso-return     where single sign-on lands (the demo provider plays the organization's IdP)
+ *   /client/identity-client.js  identity-router/client, bundled from src/client when first asked for
  *   everything else the web app in public/ (one HTML shell, one ES module per page)
  */
 import { readdirSync } from 'node:fs';
@@ -19,6 +20,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
 import express, { type Express } from 'express';
 import { createIdentityRouter, type Clock, type IdentityConfig, type IdentityEvent, type IdentityRouter } from '../../src/index.js';
 import { startDemoProvider, type DemoProvider } from './demo-provider.js';
@@ -184,6 +186,16 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
       res.json({ data: demo ? { issuer: demo.issuer, client_id: demo.clientId, client_secret: demo.clientSecret, domain: DEMO_SSO_DOMAIN } : null });
     });
   }
+
+  // The web app runs on identity-router/client. A host's bundler imports it from the package; the
+  // example serves the repository's source as one browser module, built once, when first asked for.
+  let clientBundle: Promise<string> | undefined;
+  app.get('/client/identity-client.js', async (_req, res) => {
+    clientBundle ??= build({ entryPoints: [join(repositoryRoot, 'src/client/index.ts')], bundle: true, format: 'esm', platform: 'browser', target: 'es2020', write: false }).then(
+      (built) => built.outputFiles[0]!.text,
+    );
+    res.type('text/javascript').set('Cache-Control', 'no-cache').send(await clientBundle);
+  });
 
   app.get('/openapi.yaml', (_req, res) => res.type('application/yaml').sendFile(join(repositoryRoot, 'docs/openapi.yaml')));
   app.use('/vendor/swagger-ui', express.static(join(repositoryRoot, 'node_modules/swagger-ui-dist'), { index: false }));

@@ -3,7 +3,9 @@
  * token travels only in an httpOnly, SameSite=Strict cookie, so page scripts (and any script
  * injected into them) never see it, and the page survives a reload or a click on a mailed
  * link without keeping a token in localStorage. See "Tokens in the browser" in
- * docs/getting-started.md for the choice.
+ * docs/getting-started.md for the choice. The web app's identity-router/client runs in its
+ * cookie mode (`storage: 'none'`, public/lib/identity.js): it refreshes with `{}`, and this route
+ * adds the cookie's token (docs/client.md, "Cookie mode").
  */
 import express, { type RequestHandler, type Response } from 'express';
 

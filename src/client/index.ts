@@ -69,8 +69,14 @@ export interface IdentityClient {
     login(): Promise<{ session: Session }>;
   };
   social: {
-    start(provider: string, options?: { returnTo?: string; redirect?: boolean }): Promise<{ authorizationUrl: string }>;
+    /** `link: true` links the provider account to the signed-in user instead of signing in. */
+    start(provider: string, options?: { returnTo?: string; redirect?: boolean; link?: boolean }): Promise<{ authorizationUrl: string }>;
     complete(href?: string): Promise<SocialResult | null>;
+  };
+  passwordless: {
+    start(body: RequestBody<'/auth/passwordless/start', 'POST'>): Promise<Answer<'/auth/passwordless/start', 'POST'>>;
+    /** `{challenge_id, code}` (the mailed code) or `{token}` (the mailed link, POSTed on a click); answers as login(), plus `isNewUser`. */
+    verify(body: { challenge_id: string; code: string } | { token: string }): Promise<LoginResult & { isNewUser?: boolean }>;
   };
 }
 
@@ -225,6 +231,39 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     }
   });
 
+  /** Takes an open instance's session, if one has it. */
+  async function takeOpenSession(): Promise<void> {
+    if (held || !channel) return;
+    // With Web Locks an open session shows as a held generation lock; without them, ask and wait briefly.
+    if (locks && (await newestGeneration()) === 0) return;
+    post({ type: 'hello' });
+    await waitFor(() => held !== null, READY_WAIT_MS);
+  }
+
+  /** Runs `work` while this tab holds the refresh lock (every tab's refresh waits for it). */
+  const exclusively = async (work: () => Promise<void>): Promise<void> => {
+    if (locks) await locks.request(refreshLock, { mode: 'exclusive' }, work);
+    else await work();
+  };
+
+  /**
+   * Cookie mode after a reload: the session lives on in the host's httpOnly cookie, so one refresh
+   * with `{}` brings it back. Under the refresh lock, and only when no open tab has the session by
+   * then: two tabs reloaded together must not send the same cookie twice.
+   */
+  function restoreFromCookie(): Promise<void> {
+    return exclusively(async () => {
+      await takeOpenSession();
+      if (held) return;
+      const response = await call('POST', '/auth/token/refresh', {}, false).catch(() => undefined);
+      const data = response?.ok ? ((await readJson(response)) as Json | undefined)?.data : undefined;
+      // A refusal (no cookie, an ended session) or an answer without tokens leaves the page signed out.
+      if (typeof data?.access_token === 'string') await adoptAnswer(data);
+    });
+  }
+
+  const restoreWanted = () => mode === 'none' && (typeof options.restore === 'function' ? options.restore() : options.restore !== false);
+
   const ready = (async () => {
     if (mode === 'session') {
       try {
@@ -234,11 +273,8 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
         // An unreadable entry is no session.
       }
     }
-    if (held || !channel) return;
-    // With Web Locks an open session shows as a held generation lock; without them, ask and wait briefly.
-    if (locks && (await newestGeneration()) === 0) return;
-    post({ type: 'hello' });
-    await waitFor(() => held !== null, READY_WAIT_MS);
+    await takeOpenSession();
+    if (!held && restoreWanted()) await restoreFromCookie();
   })();
 
   /** One refresh for every caller that saw generation `seen`, in this tab and (under the lock) in every tab. */
@@ -258,8 +294,7 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
         if (response.status === 401) end('revoked', true);
         throw IdentityClientError.fromAnswer(response.status, body);
       };
-      if (locks) await locks.request(refreshLock, { mode: 'exclusive' }, work);
-      else await work();
+      await exclusively(work);
     })().finally(() => {
       refreshing = undefined;
     });
@@ -352,6 +387,15 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     return { session: await adoptAnswer(data) };
   }
 
+  /** A first factor's route (password, passwordless): answered as login() is, sent without a bearer. */
+  async function signInWith(path: string, body: unknown): Promise<LoginResult & { isNewUser?: boolean }> {
+    const response = await call('POST', path, body, false);
+    const answer = await readJson(response);
+    if (!response.ok) throw IdentityClientError.fromAnswer(response.status, answer);
+    const data = (answer as Json).data;
+    return { ...(await signedIn(data)), ...(typeof data.is_new_user === 'boolean' ? { isNewUser: data.is_new_user } : {}) };
+  }
+
   async function endWith(reason: SessionEndReason, path: string): Promise<void> {
     try {
       await request('POST', path);
@@ -403,10 +447,11 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     });
   }
 
-  async function startSocial(provider: string, socialOptions: { returnTo?: string; redirect?: boolean } = {}): Promise<{ authorizationUrl: string }> {
+  async function startSocial(provider: string, socialOptions: { returnTo?: string; redirect?: boolean; link?: boolean } = {}): Promise<{ authorizationUrl: string }> {
     const verifier = toBase64Url(crypto.getRandomValues(new Uint8Array(32)));
     const challenge = toBase64Url(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier)));
-    const answer = (await request('POST', `/auth/social/${encodeURIComponent(provider)}/authorize`, {
+    // Linking starts on its own route, with the session's bearer; the return and the exchange are the same.
+    const answer = (await request('POST', `/auth/social/${encodeURIComponent(provider)}/${socialOptions.link ? 'link' : 'authorize'}`, {
       body: { ...(socialOptions.returnTo ? { return_to: socialOptions.returnTo } : {}), handoff_challenge: challenge, handoff_challenge_method: 'S256' },
     })) as { authorization_url: string };
     sessionStorage.setItem(handoffKey, verifier);
@@ -421,8 +466,8 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     if (code === null && failure === null) return null;
     if (url.href === location.href) {
       const clean = new URL(url);
-      clean.searchParams.delete('social_code');
-      clean.searchParams.delete('social_error');
+      // Every social_* parameter (social_error_detail too) leaves the address and the history.
+      for (const name of [...url.searchParams.keys()]) if (name.startsWith('social_')) clean.searchParams.delete(name);
       history.replaceState(history.state, '', clean.href);
     }
     if (failure !== null) throw new IdentityClientError(0, failure, { message: `Social sign-in failed: ${failure}` });
@@ -441,12 +486,7 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     ready,
     register: (body) => typed('POST', '/auth/register', { body }),
     verifyEmail: (token) => typed('POST', '/auth/email/verify', { body: { token } }),
-    async login(body) {
-      const response = await call('POST', '/auth/login', body, false);
-      const answer = await readJson(response);
-      if (!response.ok) throw IdentityClientError.fromAnswer(response.status, answer);
-      return signedIn((answer as Json).data);
-    },
+    login: (body) => signInWith('/auth/login', body),
     logout: () => endWith('logout', '/auth/logout'),
     logoutAll: () => endWith('logout', '/auth/logout-all'),
     switchOrg: (organizationId) => typed('POST', '/auth/switch-org', { body: { organization_id: organizationId } }),
@@ -473,5 +513,9 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
       },
     },
     social: { start: startSocial, complete: completeSocial },
+    passwordless: {
+      start: (body) => typed('POST', '/auth/passwordless/start', { body }),
+      verify: (body) => signInWith('/auth/passwordless/verify', body),
+    },
   };
 }

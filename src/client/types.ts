@@ -81,6 +81,12 @@ export interface IdentityClientOptions {
   fetch?: typeof fetch;
   /** Other origins of the host's API that `client.fetch()` may send the access token to. */
   apiOrigins?: string[];
+  /**
+   * `'none'` only: whether `ready` may recover the session with one refresh through the host's
+   * cookie when no open tab has it (default true). A function is asked at that moment, e.g. for a
+   * script-readable "signed in" hint cookie, so a signed-out visit sends no refresh that must fail.
+   */
+  restore?: boolean | (() => boolean);
 }
 
 export type SessionEndReason = 'logout' | 'revoked';

@@ -1,7 +1,7 @@
 /**
  * Account flows of the example web app in headless Chromium: register and the verify link,
  * sign-in, the refresh cookie across reloads, profile, forgot/reset and change password,
- * sessions with revoke, logout and logout-all, account deletion.
+ * sessions with revoke, logout and logout-all, one session shared by the tabs, account deletion.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -142,6 +142,26 @@ describe('example web app: account', { skip }, () => {
       await expectHeading(other.page, 'Sign in');
     }
     for (const person of [first, second, third]) await person.context.close();
+  });
+
+  test('tabs share one session: a new tab opens signed in without a refresh, and "Log out" in one tab signs the other out', async () => {
+    const email = uniqueEmail('tabs');
+    const { context, page } = await signedInPerson(suite, email);
+    const refreshes: string[] = [];
+    context.on('request', (request) => void (request.url().endsWith('/auth/token/refresh') && refreshes.push(request.url())));
+    const second = await context.newPage();
+    await suite.open(second, '/sessions');
+    await expectHeading(second, 'Sessions');
+    assert.deepEqual(refreshes, [], 'the new tab took the open tab\'s session (identity-router/client shares it over a BroadcastChannel)');
+    assert.equal(await second.getByRole('button', { name: /^Revoke the session/ }).count(), 0, 'one session for both tabs');
+
+    await second.getByRole('banner').getByRole('button', { name: 'Log out', exact: true }).click();
+    await expectHeading(second, 'Sign in');
+    // The first tab was on its account page: it leaves for the sign-in page by itself.
+    await expectHeading(page, 'Sign in');
+    assert.equal(await navLink(page, 'Sessions').count(), 0);
+    await finishFlow(page, 'tabs-signed-out-together');
+    await context.close();
   });
 
   test('delete the account', async () => {

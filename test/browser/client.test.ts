@@ -7,7 +7,9 @@
  * - the MFA gate, and a step-up retry of a write (a wrong code asks again, null cancels);
  * - passkey registration and login through a virtual authenticator;
  * - the social round trip through the example's demo provider, bound to the tab's verifier;
- * - the cookie mode, where no refresh token is ever readable by page script.
+ * - the cookie mode, where no refresh token is ever readable by page script, and its recovery
+ *   after a reload;
+ * - switchOrg, logoutAll, session_ended, and the smaller members of CONTRACT 14.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -124,15 +126,15 @@ describe('identity-router/client in Chromium', { skip }, () => {
   const totp = (secret: string) => speakeasy.totp({ secret, encoding: 'base32', time: Math.floor(suite.clock.now() / 1000) });
 
   /**
-   * The slowest network for refreshes: each refresh request is held until three have arrived
+   * The slowest network for refreshes: each refresh request is held until `together` have arrived
    * (or 1.5 s pass), so tabs that would send the same token do overlap.
    */
-  async function holdRefreshes(context: BrowserContext, path: string): Promise<{ sent: Request[] }> {
+  async function holdRefreshes(context: BrowserContext, path: string, together = 3): Promise<{ sent: Request[] }> {
     const sent: Request[] = [];
     const waiting: Array<() => void> = [];
     await context.route(`**${path}`, async (route) => {
       sent.push(route.request());
-      if (sent.length >= 3) for (const release of waiting.splice(0)) release();
+      if (sent.length >= together) for (const release of waiting.splice(0)) release();
       else await new Promise<void>((resolve) => waiting.push(resolve) && setTimeout(resolve, 1500));
       await route.continue();
     });
@@ -192,9 +194,12 @@ BroadcastChannel.prototype.postMessage = function (message) {
     assert.equal(result.sessions, 1);
   });
 
+  /** A browser without navigator.locks (a page outside a secure context). */
+  const NO_WEB_LOCKS = `Object.defineProperty(Navigator.prototype, 'locks', { get: () => undefined });`;
+
   test('without the Web Lock the same tabs replay the refresh token and reuse detection ends the session', async () => {
     // The rule the previous test guards, removed: a browser without navigator.locks (tab rule only).
-    const result = await threeTabsRefreshTogether(`Object.defineProperty(Navigator.prototype, 'locks', { get: () => undefined });`);
+    const result = await threeTabsRefreshTogether(NO_WEB_LOCKS);
     console.log(`tab race without the Web Lock: ${result.refreshes} refresh request(s), session ${result.sessions === 1 ? 'alive' : 'ended'}`);
     assert.ok(result.refreshes >= 2, `${result.refreshes} refresh requests`);
     assert.equal(result.sessions, 0, 'reuse detection revoked the session');
@@ -400,7 +405,8 @@ BroadcastChannel.prototype.postMessage = function (message) {
     });
     const refreshBodies: Array<string | null> = [];
     page.on('request', (request) => void (request.url().endsWith('/api/auth/token/refresh') && refreshBodies.push(request.postData())));
-    await startClient(page, { baseUrl: '/api', storage: 'none' });
+    // Signed out, the host lets the client ask nothing (restore: false): the one refresh below is the expired token's.
+    await startClient(page, { baseUrl: '/api', storage: 'none', restore: false });
     await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
     suite.clock.advance(16 * 60);
     const me = await inPage(page, `async (client) => client.request('GET', '/auth/me')`);
@@ -421,6 +427,205 @@ BroadcastChannel.prototype.postMessage = function (message) {
 
     await inPage(page, `async (client) => client.logout()`);
     assert.equal((await context.cookies()).some((cookie) => cookie.name === 'example_refresh'), false, 'logout clears the cookie');
+    await context.close();
+  });
+
+  test("cookie mode after a reload: ready recovers the session through the cookie, two tabs opened together send one refresh, restore: false sends none", async () => {
+    const email = await verifiedAccount('restore');
+    const context = await newContext();
+    const refreshBodies: Array<string | null> = [];
+    const answers: string[] = [];
+    context.on('request', (request) => void (request.url().endsWith('/api/auth/token/refresh') && refreshBodies.push(request.postData())));
+    context.on('response', (response) => {
+      if (response.url().includes('/api/auth/')) void response.text().then((text) => answers.push(text), () => undefined);
+    });
+    const cookieMode = { baseUrl: '/api', storage: 'none' };
+    const first = await openTab(context);
+    await startClient(first, { ...cookieMode, restore: false });
+    const signedIn = await inPage(first, `async (client, arg) => (await client.login(arg)).session`, { email, password: STRONG_PASSWORD });
+
+    await first.reload();
+    await first.waitForSelector('body[data-ready="true"]');
+    await startClient(first, cookieMode);
+    const restored = await inPage(first, 'async (client) => client.getSession()');
+    assert.equal(restored?.sessionId, signedIn.sessionId, 'the reloaded tab is signed in to the same session');
+    assert.equal((await inPage(first, `async (client) => client.request('GET', '/auth/me')`)).email, email);
+    assert.deepEqual(refreshBodies, ['{}'], 'one refresh, which carries no token');
+
+    // Both tabs closed, then two opened together: the first recovers, the second takes its session under the lock.
+    await first.close();
+    const held = await holdRefreshes(context, '/api/auth/token/refresh', 2);
+    const tabs = [await openTab(context), await openTab(context)];
+    await Promise.all(tabs.map((tab) => startClient(tab, cookieMode)));
+    const sessions = await Promise.all(tabs.map((tab) => inPage(tab, 'async (client) => client.getSession()')));
+    console.log(`cookie mode, two tabs opened together: ${held.sent.length} refresh request(s)`);
+    assert.equal(held.sent.length, 1, 'one refresh for two tabs: the same cookie is never sent twice at once');
+    for (const session of sessions) assert.equal(session?.sessionId, signedIn.sessionId);
+    for (const tab of tabs) assert.equal((await inPage(tab, `async (client) => client.request('GET', '/auth/me')`)).email, email);
+
+    // No refresh token is ever readable by page script: not in a cookie, web storage or any answer the page saw.
+    const readable = String(await tabs[0]!.evaluate('document.cookie'));
+    const refreshCookie = (await context.cookies()).find((cookie) => cookie.name === 'example_refresh')!;
+    assert.ok(refreshCookie.httpOnly && !readable.includes(refreshCookie.value), `page script reads: ${readable}`);
+    assert.equal(await tabs[0]!.evaluate('sessionStorage.length + localStorage.length'), 0);
+    for (const answer of answers) assert.ok(!answer.includes('refresh_token'), `an answer the page saw carries a refresh token: ${answer}`);
+
+    // A host that knows the visitor is signed out (no hint cookie) lets the client ask nothing.
+    for (const tab of tabs) await tab.close();
+    const quiet = await openTab(context);
+    const before = refreshBodies.length;
+    await startClient(quiet, { ...cookieMode, restore: false });
+    assert.equal(await inPage(quiet, 'async (client) => client.getSession()'), null);
+    assert.equal(refreshBodies.length, before, 'restore: false sends no refresh');
+    await context.close();
+  });
+
+  test('switchOrg() takes the new tokens in every tab; a 401 session_ended ends the session without a refresh', async () => {
+    const email = await verifiedAccount('switch');
+    const context = await newContext();
+    const tabs = [await openTab(context), await openTab(context)];
+    await startClient(tabs[0]!);
+    await inPage(tabs[0]!, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    await startClient(tabs[1]!);
+    const org = await inPage(tabs[0]!, `async (client) => client.request('POST', '/orgs', { body: { name: 'Switchers' } })`);
+    assert.equal(typeof org.id, 'string', JSON.stringify(org));
+    assert.equal((await inPage(tabs[0]!, 'async (client) => client.getSession()')).claims.org ?? null, null);
+
+    const answer = await inPage(tabs[0]!, `async (client, arg) => client.switchOrg(arg)`, org.id);
+    assert.equal(typeof answer.access_token, 'string');
+    assert.equal((await inPage(tabs[0]!, 'async (client) => client.getSession()')).claims.org, org.id, 'this tab holds the switched session');
+    await tabs[1]!.waitForFunction((orgId) => (globalThis as any).client.getSession()?.claims.org === orgId, org.id, { timeout: 1000 });
+    const members = await inPage(tabs[1]!, `async (client, arg) => client.request('GET', '/orgs/' + arg + '/members', { query: { limit: 1 } })`, org.id);
+    assert.equal(members.length, 1, JSON.stringify(members));
+
+    // The session ends elsewhere (every session of the account); switch-org answers 401 session_ended.
+    const refreshes: string[] = [];
+    context.on('request', (request) => void (request.url().endsWith('/auth/token/refresh') && refreshes.push(request.url())));
+    const direct = await call('POST', '/auth/login', { email, password: STRONG_PASSWORD });
+    assert.equal((await call('POST', '/auth/logout-all', undefined, direct.body.data.access_token)).status, 200);
+    const refused = await inPage(tabs[0]!, `async (client, arg) => client.switchOrg(arg)`, org.id);
+    assert.deepEqual(refused.error, { name: 'IdentityClientError', code: 'session_ended', status: 401 });
+    assert.deepEqual(refreshes, [], 'no refresh after session_ended');
+    await tabs[1]!.waitForFunction(() => (globalThis as any).ended.length > 0, undefined, { timeout: 1000 });
+    for (const tab of tabs) {
+      assert.deepEqual(await tab.evaluate('globalThis.ended'), ['revoked']);
+      assert.equal(await inPage(tab, 'async (client) => client.getSession()'), null);
+    }
+    await context.close();
+  });
+
+  test('logoutAll() ends the session in every tab once and every other device is revoked; logout() ends it even when the router cannot be reached', async () => {
+    const email = await verifiedAccount('everywhere');
+    const here = await newContext();
+    const tabs = [await openTab(here), await openTab(here)];
+    await startClient(tabs[0]!);
+    await inPage(tabs[0]!, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    await startClient(tabs[1]!);
+    const elsewhere = await newContext();
+    const device = await openTab(elsewhere);
+    await startClient(device);
+    await inPage(device, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+
+    assert.equal(await inPage(tabs[1]!, 'async (client) => client.logoutAll()'), undefined);
+    await tabs[0]!.waitForFunction(() => (globalThis as any).ended.length > 0, undefined, { timeout: 1000 });
+    for (const tab of tabs) {
+      assert.deepEqual(await tab.evaluate('globalThis.ended'), ['logout'], 'each tab hears the end once');
+      assert.equal(await inPage(tab, 'async (client) => client.getSession()'), null);
+    }
+    // The other device learns it at its next call: the refused refresh ends its session.
+    const refused = await inPage(device, `async (client) => client.request('GET', '/auth/me')`);
+    assert.equal(refused.error.status, 401);
+    assert.deepEqual(await device.evaluate('globalThis.ended'), ['revoked']);
+
+    // Signed in again, then offline: logout() rejects with network_error and still ends the session.
+    await inPage(device, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    await elsewhere.setOffline(true);
+    const offline = await inPage(device, 'async (client) => client.logout()');
+    assert.deepEqual(offline.error, { name: 'IdentityClientError', code: 'network_error', status: 0 });
+    assert.deepEqual(await device.evaluate('globalThis.ended'), ['revoked', 'logout']);
+    assert.equal(await inPage(device, 'async (client) => client.getSession()'), null);
+    await here.close();
+    await elsewhere.close();
+  });
+
+  test('the smaller members: register and verifyEmail, {message} bodies whole, validation_failed, the fetch option, no bearer without a session, one refresh for a tab\'s concurrent callers, the second 401 is the answer, withStepUp on a Response, unsubscribe, social_error', async () => {
+    // Without Web Locks, so that only the tab's own single-flight rule keeps its callers to one refresh.
+    const context = await newContext(NO_WEB_LOCKS);
+    const page = await openTab(context);
+    // A string: tsx would wrap a named function given to evaluate() in a helper the page lacks.
+    await page.evaluate(`(async () => {
+      globalThis.sent = [];
+      globalThis.client = globalThis.identity.createIdentityClient({
+        baseUrl: '/identity',
+        fetch: (input, init) => {
+          globalThis.sent.push(new URL(typeof input === 'string' ? input : input.url).pathname);
+          globalThis.bearers = [...(globalThis.bearers ?? []), (input instanceof Request ? input.headers : new Headers(init?.headers)).get('authorization')];
+          return fetch(input, init);
+        },
+      });
+      await globalThis.client.ready;
+    })()`);
+    const email = uniqueEmail('members');
+    const registered = await inPage(page, `async (client, arg) => client.register({ email: arg, password: '${STRONG_PASSWORD}' })`, email);
+    assert.equal(typeof registered.message, 'string', `a {message} answer comes whole: ${JSON.stringify(registered)}`);
+    const invalid = await inPage(page, `async (client) => client.register({ email: 'not an address', password: 'x' })`);
+    assert.equal(invalid.error.code, 'validation_failed');
+    assert.equal(invalid.error.status, 422);
+    const errors = await page.evaluate(`globalThis.client.register({ email: 'not an address', password: 'x' }).catch((error) => error.errors)`);
+    assert.ok(Array.isArray(errors) && errors.length > 0, JSON.stringify(errors));
+    const mail = suite.example.inbox!.messages.find((message) => message.to === email && /token=/.test(message.text));
+    const token = decodeURIComponent(/token=([^\s&"<>]+)/.exec(mail!.text)![1]!);
+    const verified = await inPage(page, `async (client, arg) => client.verifyEmail(arg)`, token);
+    assert.ok(verified && !verified.error, JSON.stringify(verified));
+
+    // With no session, a request carries no bearer.
+    assert.equal(await inPage(page, `async (client) => (await client.fetch('/invoices')).status`), 401);
+    assert.equal((await page.evaluate('globalThis.bearers') as unknown[]).at(-1), null);
+    await page.evaluate('globalThis.sent.pop()');
+    await inPage(page, `async (client, arg) => client.login(arg)`, { email, password: STRONG_PASSWORD });
+    assert.deepEqual(await page.evaluate('globalThis.sent'), ['/identity/auth/register', '/identity/auth/register', '/identity/auth/register', '/identity/auth/email/verify', '/identity/auth/login'], 'the fetch option sends every request');
+
+    // Expired on the router's clock: three concurrent callers in one tab share one refresh (a second would be reuse).
+    suite.clock.advance(16 * 60);
+    await page.evaluate('globalThis.sent.length = 0');
+    const answers = await inPage(page, `async (client) => Promise.all([client.request('GET', '/auth/me'), client.request('GET', '/auth/sessions'), client.getAccessToken().then(() => client.request('GET', '/auth/me'))])`);
+    assert.ok(Array.isArray(answers), `every caller is answered: ${JSON.stringify(answers)}`);
+    assert.equal(answers[0].email, email);
+    assert.equal((await page.evaluate('globalThis.sent') as string[]).filter((path) => path.endsWith('/auth/token/refresh')).length, 1, 'one refresh for the tab');
+
+    // A host route that answers 401 whatever the token: one refresh, one retry, and the second 401 is the answer.
+    await context.route('**/always-unauthorized', (route) => route.fulfill({ status: 401, contentType: 'application/json', body: '{"error":"unauthorized"}' }));
+    await page.evaluate('globalThis.sent.length = 0');
+    assert.equal(await inPage(page, `async (client) => (await client.fetch('/always-unauthorized')).status`), 401);
+    assert.deepEqual(await page.evaluate('globalThis.sent'), ['/always-unauthorized', '/identity/auth/token/refresh', '/always-unauthorized']);
+    assert.notEqual(await inPage(page, 'async (client) => client.getSession()'), null, 'the session stays');
+
+    // withStepUp also takes a 401 step_up_required Response (client.fetch); an askForCode answering null cancels.
+    await context.route('**/needs-step-up', (route) => route.fulfill({ status: 401, contentType: 'application/json', body: '{"error":"step_up_required","message":"Step-up required."}' }));
+    const cancelled = await page.evaluate(`(async () => {
+      const asked = [];
+      const outcome = await globalThis.client.withStepUp(() => globalThis.client.fetch('/needs-step-up'), (prompt) => { asked.push(prompt.factors.length); return null; })
+        .then(() => 'resolved', (error) => error.code + ' ' + error.status);
+      return { asked, outcome };
+    })()`);
+    assert.deepEqual(cancelled, { asked: [0], outcome: 'step_up_required 401' });
+
+    // An unsubscribed callback hears nothing.
+    const heard = await inPage(page, `async (client) => {
+      const heard = [];
+      const unsubscribe = client.onSessionEnded((event) => heard.push('removed:' + event.reason));
+      client.onSessionEnded((event) => heard.push('kept:' + event.reason));
+      unsubscribe();
+      await client.logout();
+      return heard;
+    }`);
+    assert.deepEqual(heard, ['kept:logout']);
+
+    // social.complete rejects on social_error (status 0, the code as given) and sends nothing.
+    await page.evaluate('globalThis.sent.length = 0');
+    const failed = await inPage(page, `async (client) => client.social.complete(location.origin + '/social-return?social_error=provider_error')`);
+    assert.deepEqual(failed.error, { name: 'IdentityClientError', code: 'provider_error', status: 0 });
+    assert.deepEqual(await page.evaluate('globalThis.sent'), []);
     await context.close();
   });
 });

@@ -5,9 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
@@ -42,6 +42,52 @@ describe('identity-router/client as shipped', { skip: SKIP }, () => {
       const out = join(dir, 'openapi.d.ts');
       await promisify(execFile)(process.execPath, ['node_modules/openapi-typescript/bin/cli.js', 'docs/openapi.yaml', '-o', out]);
       assert.equal(readFileSync(join(CLIENT_DIR, 'openapi.d.ts'), 'utf8'), readFileSync(out, 'utf8'), 'run `npm run generate:client-types` and commit the result');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("docs/client.md's TypeScript compiles against the client's types", async () => {
+    // What this guards against: a guide that calls a member the client does not have, or with the wrong shape.
+    const blocks = [...readFileSync('docs/client.md', 'utf8').matchAll(/^```ts\n([\s\S]*?)^```/gm)].map((match) => match[1]!);
+    // The one block that mixes server and browser code (the cookie route beside the client) is left out.
+    const browserBlocks = blocks.filter((block) => !block.includes('refreshTokenCookie('));
+    assert.ok(browserBlocks.length >= 8, `${browserBlocks.length} blocks`);
+    const dir = mkdtempSync(join(tmpdir(), 'client-docs-'));
+    try {
+      // The names the snippets leave to the page around them.
+      const page = `declare function showAccount(session: Session): void;
+declare function showError(message: string): void;
+declare function promptForCode(factor: unknown): Promise<string>;
+declare function promptForCode(factor: unknown, message: string | undefined): Promise<string | null>;
+declare function render(value: unknown): void;
+declare function askForSecondFactor(gate: MfaGate): void;
+declare const router: { navigate(path: string): void };
+declare const email: string;
+declare const code: string;
+`;
+      const files = browserBlocks.map((block, index) => {
+        const file = join(dir, `block-${index + 1}.ts`);
+        const imports = block.includes('import ')
+          ? "import type { IdentityClient, MfaGate, Session } from 'identity-router/client';\n"
+          : "import { createIdentityClient, IdentityClientError, type IdentityClient, type MfaGate, type Session } from 'identity-router/client';\n";
+        const client = /const identity\b/.test(block) ? '' : 'declare const identity: IdentityClient;\n';
+        const unused = block.includes('import ') ? '' : 'void IdentityClientError;\nvoid createIdentityClient;\n';
+        writeFileSync(file, `${block.includes('import ') ? '' : imports}${block.includes('import ') ? block.replace(/^(import .*\n)/, `$1${imports}`) : block}\n${page}${client}${unused}export {};\n`);
+        return file;
+      });
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            target: 'ES2022', module: 'ESNext', moduleResolution: 'bundler', lib: ['ES2022', 'DOM', 'DOM.Iterable'], strict: true, noUncheckedIndexedAccess: true, noEmit: true, skipLibCheck: true,
+            paths: { 'identity-router/client': [resolve(CLIENT_DIR, 'index.ts')] },
+          },
+          files,
+        }),
+      );
+      const tsc = await promisify(execFile)(process.execPath, ['node_modules/typescript/bin/tsc', '-p', join(dir, 'tsconfig.json')]).catch((error: { stdout?: string }) => ({ stdout: error.stdout ?? String(error) }));
+      assert.equal(tsc.stdout.trim(), '', 'tsc finds no error in the docs');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

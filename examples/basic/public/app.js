@@ -1,16 +1,16 @@
 // The shell: loads every page module the server lists, routes on location.pathname, draws the
-// navigation, and restores the session from the refresh cookie on load.
+// navigation, and starts once the client is ready (the session taken from an open tab, or
+// recovered from the refresh cookie after a reload; lib/identity.js).
 //
 // A page is one file in pages/ exporting default
 //   { path, title, render(main, ctx), auth?: true (signed-in only),
 //     nav?: 'public' | 'account' | 'org' | 'developer' (menu group: signed out / signed in), navLabel?, order? }
 // (see pages/sessions.js for a small one). Nothing else needs to change to add one.
 // A file may also (or only) export `signInOption(ctx, complete)`, an element the sign-in page shows under
-// "Other ways to sign in" (a passkey or a "Sign in with …" button); it hands the token or MFA-gate
-// answer it gets to complete(data).
+// "Other ways to sign in" (a passkey or a "Sign in with …" button); it hands the client's sign-in
+// answer ({session} or {mfa}) to complete(result).
 // A file may also export `accountSection(ctx)`, a section the account page shows (linked sign-in accounts, say).
-import { api, claims, logout, mayHaveSession, refresh, signedIn } from './lib/api.js';
-import { installStepUp } from './lib/step-up.js';
+import { api, claims, identity, signedIn } from './lib/identity.js';
 import { describeError, h } from './lib/ui.js';
 
 const main = document.getElementById('main');
@@ -41,7 +41,7 @@ const ctx = {
   navigate,
   /** Re-reads /auth/me (after sign-in, switch-org, profile changes) and redraws the navigation. */
   async reloadMe() {
-    me = signedIn() ? (await api('GET', '/auth/me')).data : null;
+    me = signedIn() ? await api('GET', '/auth/me') : null;
     drawNav();
   },
 };
@@ -75,12 +75,16 @@ function drawNav() {
 }
 
 async function signOut() {
-  await logout().catch(() => undefined);
+  await identity.logout().catch(() => undefined);
   me = null;
   await navigate('/login');
 }
 
+/** Counts renders, so a page drawn after a newer navigation began is dropped: the last navigation wins. */
+let renders = 0;
+
 async function render() {
+  const ticket = ++renders;
   const page = pages.find((candidate) => candidate.path === location.pathname);
   drawNav();
   if (!page) {
@@ -97,6 +101,7 @@ async function render() {
     // A page whose first request fails (a 429, the server gone) still says what happened.
     content.replaceChildren(h('p', { role: 'alert', class: 'error' }, describeError(error)));
   }
+  if (ticket !== renders) return;
   main.replaceChildren(h('h1', {}, page.title), content);
   main.focus();
 }
@@ -117,8 +122,15 @@ document.addEventListener('click', (event) => {
 });
 window.addEventListener('popstate', render);
 
-installStepUp(document.getElementById('step-up'));
-// Signed out, the page asks nothing: without the session hint cookie there is no refresh cookie to try.
-if (mayHaveSession() && (await refresh())) await ctx.reloadMe();
+// Signed out in another tab, or ended by the router: this tab leaves its signed-in pages too.
+identity.onSessionEnded(() => {
+  me = null;
+  const page = pages.find((candidate) => candidate.path === location.pathname);
+  if (page?.auth) void navigate(`/login?return_to=${encodeURIComponent(location.pathname + location.search)}`, { replace: true });
+  else drawNav();
+});
+
+await identity.ready;
+if (signedIn()) await ctx.reloadMe().catch(() => undefined);
 await render();
 document.body.dataset.ready = 'true';

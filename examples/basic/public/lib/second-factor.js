@@ -10,17 +10,10 @@ export function factorLabel(factor) {
   return factor.type;
 }
 
-/** Asks the browser's authenticator to sign the router's request options; answers the JSON form the router takes. */
-export async function passkeyAssertion(options) {
-  if (!window.PublicKeyCredential?.parseRequestOptionsFromJSON) throw new Error('This browser cannot use passkeys.');
-  const credential = await navigator.credentials.get({ publicKey: PublicKeyCredential.parseRequestOptionsFromJSON(options) });
-  return credential.toJSON();
-}
-
 /**
- * factors: confirmed factors; challenge(factorId) sends an SMS or e-mail code (or answers a
- * passkey's request options); verify({factor_id?, code} or {factor_id, response}) checks it
- * (no factor_id: a recovery code).
+ * factors: confirmed factors; challenge(factorId) sends an SMS or e-mail code; verify(body) checks
+ * `{factor_id, code}`, `{code}` (a recovery code) or `{factor_id}` of a passkey, whose ceremony
+ * the client runs (the gate's and withStepUp's verify bodies, docs/client.md).
  */
 export function secondFactorChooser({ factors, challenge, verify }) {
   const container = h('div', { class: 'second-factor' });
@@ -42,7 +35,7 @@ export function secondFactorChooser({ factors, challenge, verify }) {
     onSubmit: async ({ factor }) => {
       const choice = choices.find((candidate) => candidate.value === factor);
       // A passkey answers the challenge itself: no code to type.
-      if (choice.factor?.type === 'webauthn') return verify({ factor_id: choice.factor.id, response: await passkeyAssertion((await challenge(choice.factor.id)).options) });
+      if (choice.factor?.type === 'webauthn') return verify({ factor_id: choice.factor.id });
       let sentTo = null;
       if (choice.factor && choice.factor.type !== 'totp') sentTo = (await challenge(choice.factor.id)).destination;
       container.replaceChildren(codeForm(choice, sentTo));

@@ -79,9 +79,23 @@ export function showError(container, error) {
   alert.textContent = describeError(error);
 }
 
+/** "in 54 minutes": when a 429 may be retried, from the body's `retry_after` (seconds). */
+export function retryWhen(seconds) {
+  if (!Number.isFinite(seconds) || seconds <= 0) return 'in a moment';
+  if (seconds < 60) return `in ${Math.ceil(seconds)} second${Math.ceil(seconds) === 1 ? '' : 's'}`;
+  const minutes = Math.ceil(seconds / 60);
+  if (minutes < 60) return `in ${minutes} minute${minutes === 1 ? '' : 's'}`;
+  const hours = Math.floor(minutes / 60);
+  const rest = minutes % 60;
+  return `in ${hours} hour${hours === 1 ? '' : 's'}${rest ? ` ${rest} minute${rest === 1 ? '' : 's'}` : ''}`;
+}
+
+/** The text for a failure; every 429 says when to come back, not only "later". */
 export function describeError(error) {
   if (error?.errors) return error.errors.join(' ');
-  return error?.message ?? String(error);
+  const message = error?.message ?? String(error);
+  if (error?.status === 429) return `${message.replace(/;? ?try again later\.?$/i, '.')} Try again ${retryWhen(Number(error.body?.retry_after))}.`;
+  return message;
 }
 
 export const section = (title, ...children) => {

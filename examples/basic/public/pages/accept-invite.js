@@ -1,4 +1,4 @@
-import { acceptTokens, api, signedIn } from '../lib/api.js';
+import { api, identity, signedIn } from '../lib/identity.js';
 import { form, h } from '../lib/ui.js';
 
 export default {
@@ -19,8 +19,8 @@ export default {
       form({
         submit: 'Accept invitation',
         onSubmit: async () => {
-          const { data } = await api('POST', '/auth/invites/accept', { token });
-          acceptTokens((await api('POST', '/auth/switch-org', { organization_id: data.organization_id })).data);
+          const accepted = await api('POST', '/auth/invites/accept', { token });
+          await identity.switchOrg(accepted.organization_id);
           await ctx.reloadMe();
           await ctx.navigate('/orgs');
         },

@@ -1,4 +1,4 @@
-import { api, forget } from '../lib/api.js';
+import { api, endSession } from '../lib/identity.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
 
 const ownedOrgs = (me) => me.orgs.filter((org) => org.roles.includes('owner'));
@@ -40,7 +40,7 @@ export default {
           async () => {
             if (!confirm('Delete your account for good?')) return;
             await api('DELETE', `/users/${me.id}`);
-            forget();
+            await endSession();
             await ctx.reloadMe();
             await ctx.navigate('/');
             document.getElementById('main').append(h('p', { role: 'status', class: 'notice' }, 'Your account is deleted.'));

@@ -1,6 +1,6 @@
 // API keys (CONTRACT 10): create one for a script (shown once), list, revoke. The key then calls
 // the host's own routes that opt in with requirePermission(key, {apiKeys: true}), like /invoices.
-import { api, claims } from '../lib/api.js';
+import { api, claims } from '../lib/identity.js';
 import { activeOrgOrHint } from '../lib/org.js';
 import { actionButton, field, form, formatTime, h, section } from '../lib/ui.js';
 
@@ -16,7 +16,7 @@ export default {
     const orgId = activeOrgOrHint(main, ctx);
     if (!orgId) return;
     const reload = () => ctx.navigate('/org/api-keys', { replace: true });
-    const [{ data }, { data: catalog }] = await Promise.all([api('GET', `/orgs/${orgId}/api-keys`), api('GET', '/permissions')]);
+    const [data, catalog] = await Promise.all([api('GET', `/orgs/${orgId}/api-keys`), api('GET', '/permissions')]);
     // Only keys the person holds here can go on a key (the server refuses the rest), never users.*.
     const scope = claims()?.scope ?? [];
     const held = new Set(Array.isArray(scope) ? scope : String(scope).split(' '));
@@ -55,7 +55,7 @@ export default {
           ],
           onSubmit: async ({ name, expires_in }, element) => {
             const permission_keys = new FormData(element).getAll('permission');
-            const { data: created } = await api('POST', `/orgs/${orgId}/api-keys`, { name, permission_keys, expires_in: Number(expires_in) });
+            const created = await api('POST', `/orgs/${orgId}/api-keys`, { name, permission_keys, expires_in: Number(expires_in) });
             await reload();
             // The key is in this answer only: the server keeps a hash of it.
             const copy = h('button', { type: 'button', class: 'secondary', onclick: () => navigator.clipboard?.writeText(created.key) }, 'Copy');

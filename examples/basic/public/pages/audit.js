@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { api } from '../lib/identity.js';
 import { activeOrgOrHint } from '../lib/org.js';
 import { actionButton, formatTime, h, section } from '../lib/ui.js';
 
@@ -16,7 +16,7 @@ export default {
     const orgId = activeOrgOrHint(main, ctx);
     if (!orgId) return;
     // People by e-mail and roles by name: the log itself holds ids and slugs.
-    const [{ data: members }, { data: roles }] = await Promise.all([api('GET', `/orgs/${orgId}/members?limit=100`), api('GET', `/orgs/${orgId}/roles`)]);
+    const [members, roles] = await Promise.all([api('GET', `/orgs/${orgId}/members?limit=100`), api('GET', `/orgs/${orgId}/roles`)]);
     const people = new Map(members.map((member) => [member.user_id, member.email ?? member.display_name]));
     if (ctx.me) people.set(ctx.me.id, ctx.me.email);
     const roleNames = new Map(roles.map((role) => [role.slug, role.name]));
@@ -33,7 +33,7 @@ export default {
     const rows = h('tbody', {});
     const more = h('div', {});
     const load = async (cursor) => {
-      const { data } = await api('GET', `/orgs/${orgId}/audit-log?limit=25${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+      const data = await api('GET', `/orgs/${orgId}/audit-log?limit=25${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
       rows.append(...data.events.map((event) => h('tr', {}, h('td', {}, formatTime(event.occurred_at)), h('td', {}, h('code', {}, event.type)), h('td', {}, person(event.actor_id)), h('td', {}, details(event)))));
       more.replaceChildren(data.next_cursor ? actionButton('Load older events', () => load(data.next_cursor), { className: 'secondary' }) : h('p', {}, 'End of the log.'));
     };

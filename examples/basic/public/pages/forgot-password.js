@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { api } from '../lib/identity.js';
 import { field, form } from '../lib/ui.js';
 
 export default {

@@ -5,7 +5,7 @@ export default {
   title: 'Identity Router Example',
   render(main, ctx) {
     main.append(
-      h('p', {}, 'A small web app on top of identity-router: every page here talks to the router mounted at /api with fetch.'),
+      h('p', {}, 'A small web app on top of identity-router: every page here talks to the router mounted at /api through its browser client, identity-router/client.'),
       ctx.me
         ? h('p', {}, 'Signed in as ', h('strong', {}, ctx.me.email), '. ', h('a', { href: '/account' }, 'Your account'))
         : h('p', {}, h('a', { href: '/register' }, 'Create an account'), ' or ', h('a', { href: '/login' }, 'sign in'), '.'),

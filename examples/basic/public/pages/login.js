@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { identity } from '../lib/identity.js';
 import { signInCompleter } from '../lib/sign-in.js';
 import { field, form, h } from '../lib/ui.js';
 
@@ -14,9 +14,9 @@ export default {
         field({ name: 'email', label: 'E-mail', type: 'email', autocomplete: 'username' }),
         field({ name: 'password', label: 'Password', type: 'password', autocomplete: 'current-password' }),
       ],
-      onSubmit: async ({ email, password }) => complete((await api('POST', '/auth/login', { email, password })).data),
+      onSubmit: async ({ email, password }) => complete(await identity.login({ email, password })),
     });
-    /** Tokens sign in; an MFA gate answer (from any first factor) asks for the second one. */
+    /** A session signs in; the MFA gate (after any first factor) asks for the second one. */
     const gate = h('div', {});
     const complete = signInCompleter(ctx, { gate, returnTo: ctx.params().get('return_to'), onGate: () => passwordForm.remove() });
     // Other first factors (passkeys, social sign-in) come from modules exporting signInOption(ctx, complete).

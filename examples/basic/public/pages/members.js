@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { api } from '../lib/identity.js';
 import { activeOrgName, activeOrgOrHint } from '../lib/org.js';
 import { actionButton, field, form, formatTime, h, section } from '../lib/ui.js';
 
@@ -13,9 +13,9 @@ export default {
     const orgId = activeOrgOrHint(main, ctx);
     if (!orgId) return;
     const reload = () => ctx.navigate('/org/members', { replace: true });
-    const [{ data: members }, { data: roles }] = await Promise.all([api('GET', `/orgs/${orgId}/members`), api('GET', `/orgs/${orgId}/roles`)]);
+    const [members, roles] = await Promise.all([api('GET', `/orgs/${orgId}/members`), api('GET', `/orgs/${orgId}/roles`)]);
     // Whether the caller may invite is the server's call (members.invite): ask, and hide the section on 403.
-    const invites = await api('GET', `/orgs/${orgId}/invites`).then(({ data }) => data, (error) => {
+    const invites = await api('GET', `/orgs/${orgId}/invites`).catch((error) => {
       if (error.status === 403) return null;
       throw error;
     });

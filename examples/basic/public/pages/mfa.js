@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { api } from '../lib/identity.js';
 import { showRecoveryCodes } from '../lib/recovery-codes.js';
 import { factorLabel } from '../lib/second-factor.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
@@ -11,7 +11,7 @@ export default {
   auth: true,
   async render(main, ctx) {
     const reload = () => ctx.navigate('/mfa', { replace: true });
-    const { data } = await api('GET', '/auth/mfa/factors');
+    const data = await api('GET', '/auth/mfa/factors');
     const confirmed = data.factors.filter((factor) => factor.confirmed);
     const enrollArea = h('div', {});
 
@@ -22,7 +22,7 @@ export default {
         submit: 'Confirm',
         fields: [field({ name: 'code', label, autocomplete: 'one-time-code', inputmode: 'numeric' })],
         onSubmit: async ({ code }) => {
-          const { data: result } = await api('POST', `/auth/mfa/${type}/confirm`, { factor_id: factorId, code: code.trim() });
+          const result = await api('POST', `/auth/mfa/${type}/confirm`, { factor_id: factorId, code: code.trim() });
           // The codes are shown once: even if redrawing the page fails, they must reach the screen.
           try {
             await ctx.reloadMe();
@@ -35,7 +35,7 @@ export default {
       });
 
     const enrollTotp = async () => {
-      const { data: enrollment } = await api('POST', '/auth/mfa/totp/enroll');
+      const enrollment = await api('POST', '/auth/mfa/totp/enroll');
       enrollArea.replaceChildren(
         section(
           'Scan this code with your authenticator app',
@@ -58,7 +58,7 @@ export default {
         ],
         onSubmit: async (values) => {
           const body = type === 'sms' ? { phone_e164: values.phone_e164.trim() } : values.email ? { email: values.email } : {};
-          const { data: sent } = await api('POST', `/auth/mfa/${type}/enroll`, body);
+          const sent = await api('POST', `/auth/mfa/${type}/enroll`, body);
           enrollArea.replaceChildren(section(`Confirm ${factorLabel({ type, destination: sent.destination })}`, confirmForm(type, sent.factor_id, `Code sent to ${sent.destination}`)));
           enrollArea.querySelector('input').focus();
         },
@@ -105,7 +105,7 @@ export default {
             'Recovery codes',
             h('p', {}, `${ctx.me.recovery_codes_remaining} left. New codes replace the old ones.`),
             actionButton('Generate new recovery codes', async () => {
-              const { data: fresh } = await api('POST', '/auth/mfa/recovery-codes/regenerate');
+              const fresh = await api('POST', '/auth/mfa/recovery-codes/regenerate');
               showRecoveryCodes(fresh.recovery_codes);
               await ctx.reloadMe();
             }),

@@ -1,4 +1,4 @@
-import { acceptTokens, api, forget } from '../lib/api.js';
+import { api, endSession, identity } from '../lib/identity.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
 
 export default {
@@ -8,10 +8,10 @@ export default {
   nav: 'org',
   auth: true,
   async render(main, ctx) {
-    const { data: orgs } = await api('GET', '/orgs');
+    const orgs = await api('GET', '/orgs');
     const switchTo = (org) => async () => {
       // The session is re-pointed too, so a refresh (or a reload) stays in this organization.
-      acceptTokens((await api('POST', '/auth/switch-org', { organization_id: org.id })).data);
+      await identity.switchOrg(org.id);
       await ctx.reloadMe();
       await ctx.navigate('/orgs', { replace: true });
     };
@@ -64,7 +64,7 @@ export default {
  * the account has one.
  */
 async function ownerSection(ctx, org) {
-  const { data: members } = await api('GET', `/orgs/${org.id}/members?limit=100`);
+  const members = await api('GET', `/orgs/${org.id}/members?limit=100`);
   const candidates = members.filter((member) => member.status === 'active' && member.user_id !== ctx.me.id);
   const afterChange = async (message) => {
     await ctx.reloadMe();
@@ -92,7 +92,7 @@ async function ownerSection(ctx, org) {
         if (!confirm(`Delete ${org.name} for good?`)) return;
         await api('DELETE', `/orgs/${org.id}`);
         // Sessions whose active organization is deleted end with it (docs/organizations.md), this one included.
-        forget();
+        await endSession();
         await ctx.reloadMe();
         await ctx.navigate('/login');
         document.querySelector('#main > div').prepend(h('p', { role: 'status', class: 'notice' }, `${org.name} is deleted. Your session was in it, so it ended: sign in again.`));

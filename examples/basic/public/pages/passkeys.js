@@ -1,11 +1,11 @@
 // Passkeys (docs/mfa.md, "Passkeys"): add one to the account (it is a `webauthn` second factor,
 // listed with the others on the two-step sign-in page), and sign in with one, no password needed.
-import { api } from '../lib/api.js';
+import { api, identity, withStepUp } from '../lib/identity.js';
 import { showRecoveryCodes } from '../lib/recovery-codes.js';
-import { passkeyAssertion } from '../lib/second-factor.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
 
-const supported = () => Boolean(window.PublicKeyCredential?.parseCreationOptionsFromJSON && window.PublicKeyCredential?.parseRequestOptionsFromJSON);
+// The client runs the ceremonies, with or without the browser's JSON helpers.
+const supported = () => Boolean(window.PublicKeyCredential && navigator.credentials);
 
 export default {
   path: '/passkeys',
@@ -15,17 +15,15 @@ export default {
   auth: true,
   async render(main, ctx) {
     const reload = () => ctx.navigate('/passkeys', { replace: true });
-    const { data } = await api('GET', '/auth/mfa/factors');
+    const data = await api('GET', '/auth/mfa/factors');
     const passkeys = data.factors.filter((factor) => factor.type === 'webauthn' && factor.confirmed);
     const addForm = form({
       name: 'Add a passkey',
       submit: 'Add a passkey',
       fields: [field({ name: 'label', label: 'Name for this passkey', required: false, hint: 'For example the device it lives on' })],
       onSubmit: async ({ label }) => {
-        // Once you have a second factor, adding another asks for it first: api() runs the step-up dialog.
-        const { data: options } = await api('POST', '/auth/passkeys/register/options', {});
-        const credential = await navigator.credentials.create({ publicKey: PublicKeyCredential.parseCreationOptionsFromJSON(options) });
-        const { data: result } = await api('POST', '/auth/passkeys/register/verify', { response: credential.toJSON(), ...(label.trim() ? { label: label.trim() } : {}) });
+        // Once you have a second factor, adding another asks for it first: the step-up dialog.
+        const result = await withStepUp(() => identity.passkeys.register(label.trim() ? { label: label.trim() } : {}));
         // The codes are shown once: even if redrawing the page fails, they must reach the screen.
         try {
           await ctx.reloadMe();
@@ -66,9 +64,7 @@ export function signInOption(_ctx, complete) {
   return actionButton(
     'Sign in with a passkey',
     async () => {
-      const { data } = await api('POST', '/auth/passkeys/login/options', {});
-      const response = await passkeyAssertion(data.options);
-      await complete((await api('POST', '/auth/passkeys/login/verify', { challenge_id: data.challenge_id, response })).data);
+      await complete(await identity.passkeys.login());
     },
     { className: 'secondary' },
   );

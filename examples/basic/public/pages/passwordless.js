@@ -4,11 +4,11 @@
 // The link never signs in by being opened: mail scanners open every link in a mail. The page
 // reads the token from the fragment (which never reaches a server) and POSTs it when the person
 // clicks "Sign in".
-import { api } from '../lib/api.js';
+import { identity } from '../lib/identity.js';
 import { signInCompleter } from '../lib/sign-in.js';
 import { field, form, h } from '../lib/ui.js';
 
-/** Start, then ask for the mailed code; the answer (tokens or the MFA gate) goes to complete(data). */
+/** Start, then ask for the mailed code; the answer (a session or the MFA gate) goes to complete(result). */
 export function signInOption(_ctx, complete) {
   const container = h('div', {});
   const askForAddress = () =>
@@ -17,8 +17,8 @@ export function signInOption(_ctx, complete) {
       submit: 'E-mail me a code',
       fields: [field({ name: 'email', label: 'Address for a sign-in code', type: 'email', autocomplete: 'username' })],
       onSubmit: async ({ email }) => {
-        const { data } = await api('POST', '/auth/passwordless/start', { email });
-        container.replaceChildren(askForCode(data.challenge_id));
+        const started = await identity.passwordless.start({ email });
+        container.replaceChildren(askForCode(started.challenge_id));
         container.querySelector('input').focus();
       },
     });
@@ -30,7 +30,7 @@ export function signInOption(_ctx, complete) {
         h('p', {}, 'If the address can sign in, a code is on its way. It also holds a link you can open instead.'),
         field({ name: 'code', label: 'Code we mailed you', autocomplete: 'one-time-code', inputmode: 'numeric' }),
       ],
-      onSubmit: async ({ code }) => complete((await api('POST', '/auth/passwordless/verify', { challenge_id: challengeId, code: code.trim() })).data),
+      onSubmit: async ({ code }) => complete(await identity.passwordless.verify({ challenge_id: challengeId, code: code.trim() })),
     });
   // The router answers 404 without a passwordless config: then there is nothing to offer.
   container.replaceChildren(askForAddress());
@@ -52,7 +52,7 @@ export default {
       onSubmit: async () => {
         // Spent once: the token leaves the address bar before it is used.
         history.replaceState(null, '', location.pathname);
-        await complete((await api('POST', '/auth/passwordless/verify', { token })).data);
+        await complete(await identity.passwordless.verify({ token }));
       },
     });
     const complete = signInCompleter(ctx, { gate, returnTo: '/account', onGate: () => signIn.remove() });

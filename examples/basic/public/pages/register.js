@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { identity } from '../lib/identity.js';
 import { field, form, h } from '../lib/ui.js';
 
 export default {
@@ -17,7 +17,7 @@ export default {
           field({ name: 'display_name', label: 'Display name', autocomplete: 'name', required: false }),
         ],
         onSubmit: async ({ email, password, display_name }) => {
-          await api('POST', '/auth/register', { email, password, ...(display_name ? { display_name } : {}) });
+          await identity.register({ email, password, ...(display_name ? { display_name } : {}) });
           return `Check ${email} for a verification link${ctx.development ? ' (in the development inbox)' : ''}.`;
         },
       }),

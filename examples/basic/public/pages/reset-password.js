@@ -1,4 +1,4 @@
-import { api, forget } from '../lib/api.js';
+import { api, endSession } from '../lib/identity.js';
 import { field, form, h } from '../lib/ui.js';
 
 export default {
@@ -16,7 +16,7 @@ export default {
         fields: [field({ name: 'new_password', label: 'New password', type: 'password', autocomplete: 'new-password' })],
         onSubmit: async ({ new_password }) => {
           await api('POST', '/auth/password/reset', { token, new_password });
-          forget(); // a reset ends every session, this one included
+          await endSession(); // a reset ends every session, this one included
           await ctx.reloadMe();
           main.append(h('p', {}, h('a', { href: '/login' }, 'Sign in with the new password')));
           return 'Your password is changed and every session is signed out.';

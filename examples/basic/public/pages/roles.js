@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { api } from '../lib/identity.js';
 import { activeOrgOrHint } from '../lib/org.js';
 import { actionButton, field, form, h, section } from '../lib/ui.js';
 
@@ -13,7 +13,7 @@ export default {
     const orgId = activeOrgOrHint(main, ctx);
     if (!orgId) return;
     const reload = () => ctx.navigate('/org/roles', { replace: true });
-    const [{ data: roles }, { data: catalog }] = await Promise.all([api('GET', `/orgs/${orgId}/roles`), api('GET', '/permissions')]);
+    const [roles, catalog] = await Promise.all([api('GET', `/orgs/${orgId}/roles`), api('GET', '/permissions')]);
     main.append(
       section(
         'Roles',

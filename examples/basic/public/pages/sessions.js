@@ -1,4 +1,4 @@
-import { api, logout } from '../lib/api.js';
+import { api, identity } from '../lib/identity.js';
 import { actionButton, describeDevice, formatTime, h, section } from '../lib/ui.js';
 
 export default {
@@ -8,9 +8,9 @@ export default {
   nav: 'account',
   auth: true,
   async render(main, ctx) {
-    const { data } = await api('GET', '/auth/sessions');
+    const data = await api('GET', '/auth/sessions');
     const signOut = (everywhere) => async () => {
-      await logout(everywhere);
+      await (everywhere ? identity.logoutAll() : identity.logout());
       await ctx.reloadMe();
       await ctx.navigate('/login');
     };

@@ -1,18 +1,18 @@
 // Social sign-in (CONTRACT 9): "Sign in with …" buttons on the sign-in page, the page the
 // provider's round trip lands on (/social-return), and the linked accounts on the account page.
 //
-// The handoff: before leaving for the provider the page keeps a random 32-byte verifier in
-// sessionStorage (only the verifier: tokens stay in memory and in the httpOnly cookie) and sends
-// its SHA-256 as handoff_challenge. Back on /social-return, the one-time social_code is traded
-// for tokens together with the verifier, so a code planted in someone else's browser is useless.
-import { ApiError, api, signedIn } from '../lib/api.js';
+// The handoff is the client's (docs/client.md): before leaving for the provider it keeps a random
+// verifier in this tab's sessionStorage (only the verifier: tokens stay in memory and in the
+// httpOnly cookie) and sends its SHA-256; back on /social-return it trades the one-time
+// social_code for tokens together with the verifier, so a code planted in someone else's browser
+// is useless.
+import { api, identity, IdentityClientError, signedIn, withStepUp } from '../lib/identity.js';
 import { signInCompleter } from '../lib/sign-in.js';
 import { actionButton, formatTime, h, section, showError } from '../lib/ui.js';
 
-const VERIFIER_KEY = 'social_handoff_verifier';
-
 const MESSAGES = {
   social_state_invalid: 'The sign-in took too long or was already used. Please start again.',
+  handoff_missing: 'This page was opened without a sign-in in progress in this tab. Please start again.',
   provider_error: 'The provider did not sign you in (cancelled or refused).',
   provider_response_invalid: 'The provider answered something we cannot trust.',
   provider_unavailable: 'The provider cannot be reached right now.',
@@ -31,42 +31,22 @@ const MESSAGES = {
 
 const describe = (code, fallback) => `${MESSAGES[code] ?? fallback ?? 'Social sign-in failed.'} (${code})`;
 
-function base64url(bytes) {
-  let binary = '';
-  for (const byte of bytes) binary += String.fromCharCode(byte);
-  return btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
-}
-
-/** Starts a login or link flow (`path`) and leaves for the provider. */
-async function leaveForProvider(path) {
-  const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
-  const challenge = base64url(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier))));
-  sessionStorage.setItem(VERIFIER_KEY, verifier);
-  try {
-    const { data } = await api('POST', path, { handoff_challenge: challenge, handoff_challenge_method: 'S256' });
-    location.assign(data.authorization_url);
-  } catch (error) {
-    sessionStorage.removeItem(VERIFIER_KEY);
-    throw error;
-  }
-}
-
-const errorText = (error) => (error instanceof ApiError && error.code ? describe(error.code, error.message) : (error?.message ?? String(error)));
+const errorText = (error) => (error instanceof IdentityClientError ? describe(error.code, error.message) : (error?.message ?? String(error)));
 
 /** "Sign in with …", one button per configured provider, on the sign-in page. */
 export function signInOption() {
   const container = h('div', { class: 'actions' });
   const alert = h('p', { role: 'alert', class: 'error' });
   api('GET', '/auth/social/providers')
-    .then(({ data }) => {
+    .then((providers) => {
       container.replaceChildren(
-        ...data.map((provider) =>
+        ...providers.map((provider) =>
           h(
             'button',
             {
               type: 'button',
               class: 'secondary',
-              onclick: () => leaveForProvider(`/auth/social/${encodeURIComponent(provider.id)}/authorize`).catch((error) => {
+              onclick: () => identity.social.start(provider.id).catch((error) => {
                   alert.textContent = errorText(error);
                 }),
             },
@@ -85,7 +65,7 @@ export function accountSection() {
   const body = h('div', {}, h('p', {}, 'Loading…'));
   const container = section('Linked sign-in accounts', body);
   const load = async () => {
-    const [{ data: providers }, { data: linked }] = await Promise.all([api('GET', '/auth/social/providers'), api('GET', '/auth/social/identities')]);
+    const [providers, linked] = await Promise.all([api('GET', '/auth/social/providers'), api('GET', '/auth/social/identities')]);
     const names = new Map(providers.map((provider) => [provider.id, provider.name]));
     const unlinkedProviders = providers.filter((provider) => !linked.identities.some((identity) => identity.provider === provider.id));
     body.replaceChildren(
@@ -113,7 +93,7 @@ export function accountSection() {
                     actionButton(
                       'Unlink',
                       async () => {
-                        // Step-up (401 step_up_required) is asked for by api(); the last way to sign in answers 409.
+                        // Step-up (401 step_up_required) is asked for by api()'s dialog; the last way to sign in answers 409.
                         try {
                           await api('DELETE', `/auth/social/identities/${identity.id}`);
                         } catch (error) {
@@ -140,9 +120,9 @@ export function accountSection() {
               unlinkedProviders.map((provider) =>
                 actionButton(`Link a ${provider.name} account`, async () => {
                   try {
-                    await leaveForProvider(`/auth/social/${encodeURIComponent(provider.id)}/link`);
+                    await withStepUp(() => identity.social.start(provider.id, { link: true }));
                   } catch (error) {
-                    if (error instanceof ApiError && error.code === 'reauthentication_required') {
+                    if (error instanceof IdentityClientError && error.code === 'reauthentication_required') {
                       showError(container, { message: errorText(error) });
                       container.querySelector('.section-alert').append(' ', h('a', { href: '/login?return_to=/account' }, 'Sign in again'));
                       return;
@@ -157,7 +137,7 @@ export function accountSection() {
   };
   load().catch((error) => {
     // Without social login configured the router answers 404: the section stays away.
-    if (error instanceof ApiError && error.status === 404) container.remove();
+    if (error instanceof IdentityClientError && error.status === 404) container.remove();
     else showError(container, { message: errorText(error) });
   });
   return container;
@@ -167,38 +147,30 @@ export default {
   path: '/social-return',
   title: 'Signing in',
   render(main, ctx) {
-    const params = ctx.params();
-    const code = params.get('social_code');
-    const failure = params.get('social_error');
-    // The one-time values leave the address bar (and the history) at once.
-    history.replaceState(null, '', '/social-return');
-    const verifier = sessionStorage.getItem(VERIFIER_KEY);
-    sessionStorage.removeItem(VERIFIER_KEY);
     const back = () => h('p', {}, signedIn() ? h('a', { href: '/account' }, 'Back to your account') : h('a', { href: '/login' }, 'Back to sign-in'));
     const fail = (text) => main.append(h('p', { role: 'alert', class: 'error' }, text), back());
-    if (failure) return fail(describe(failure));
-    if (!code || !verifier) return fail(describe('social_state_invalid', 'This page was opened without a sign-in in progress.'));
-
     const progress = h('p', { role: 'status' }, 'Finishing the sign-in…');
     const gate = h('div', {});
     main.append(progress, gate);
     const exchange = async () => {
-      let data;
+      let result;
       try {
-        // Signed in (a link flow), api() sends the access token the exchange of a link needs.
-        ({ data } = await api('POST', '/auth/social/exchange', { code, handoff_verifier: verifier }));
+        // The client takes social_code or social_error out of the address (and the history) and,
+        // signed in (a link flow), sends the access token the exchange of a link needs.
+        result = await identity.social.complete();
       } catch (error) {
         progress.remove();
         return fail(errorText(error));
       }
       progress.remove();
-      if (data.identity) {
+      if (result === null) return fail(describe('social_state_invalid', 'This page was opened without a sign-in in progress.'));
+      if (result.identity) {
         await ctx.navigate('/account', { replace: true });
         document.getElementById('main').append(h('p', { role: 'status', class: 'notice' }, 'Your account is linked.'));
         return;
       }
-      // Tokens sign in (the refresh token went to the cookie on the way); mfa_required shows the gate.
-      await signInCompleter(ctx, { gate, returnTo: '/account' })(data);
+      // A session signs in (the refresh token went to the cookie on the way); the MFA gate asks for the second factor.
+      await signInCompleter(ctx, { gate, returnTo: '/account' })(result);
     };
     // After the shell has drawn this page: a navigation from inside render() would be drawn over.
     setTimeout(() => void exchange(), 0);

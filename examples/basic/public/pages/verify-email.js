@@ -1,4 +1,4 @@
-import { api } from '../lib/api.js';
+import { api, identity } from '../lib/identity.js';
 import { field, form, h, section } from '../lib/ui.js';
 
 export default {
@@ -12,7 +12,7 @@ export default {
         form({
           submit: 'Verify my e-mail address',
           onSubmit: async () => {
-            await api('POST', '/auth/email/verify', { token });
+            await identity.verifyEmail(token);
             main.append(h('p', {}, h('a', { href: ctx.me ? '/account' : '/login' }, ctx.me ? 'Go to your account' : 'Sign in')));
             if (ctx.me) await ctx.reloadMe();
             return 'Your e-mail address is verified.';

@@ -1,7 +1,7 @@
 // Webhooks (docs/webhooks.md): the organization's endpoints, the signing secret shown once, the
 // delivery log with replay, and a test event. In development the example's own receiver
 // (/dev/webhook-receiver) stands in for your endpoint, and can be told to fail to show retries.
-import { api } from '../lib/api.js';
+import { api } from '../lib/identity.js';
 import { activeOrgOrHint } from '../lib/org.js';
 import { actionButton, field, form, formatTime, h, section } from '../lib/ui.js';
 
@@ -42,7 +42,7 @@ export default {
     const orgId = activeOrgOrHint(main, ctx);
     if (!orgId) return;
     const reload = () => ctx.navigate('/org/webhooks', { replace: true });
-    const { data } = await api('GET', `/orgs/${orgId}/webhooks`);
+    const data = await api('GET', `/orgs/${orgId}/webhooks`);
     const logs = await Promise.all(data.webhooks.map((webhook) => api('GET', `/orgs/${orgId}/webhooks/${webhook.id}/deliveries?limit=10`)));
     const shown = h('div', { 'aria-live': 'polite' });
 
@@ -60,7 +60,7 @@ export default {
           ),
           h('h3', {}, 'Delivery log'),
           actionButton('Refresh', reload, { className: 'secondary', ariaLabel: `Refresh the delivery log of ${webhook.url}` }),
-          deliveryLog(orgId, webhook, logs[index].data.deliveries, reload),
+          deliveryLog(orgId, webhook, logs[index].deliveries, reload),
         ));
 
     const receiver = ctx.development ? await receiverState() : undefined;
@@ -94,7 +94,7 @@ export default {
           ],
           onSubmit: async ({ url, events }) => {
             const list = String(events).split(',').map((type) => type.trim()).filter(Boolean);
-            const { data: created } = await api('POST', `/orgs/${orgId}/webhooks`, { url, events: list });
+            const created = await api('POST', `/orgs/${orgId}/webhooks`, { url, events: list });
             await reload();
             // The secret is in this answer only: the server keeps it encrypted and never shows it again.
             document.querySelector('#main [aria-live]')?.replaceChildren(
