@@ -13,6 +13,8 @@ export const ORGANIZATION_MEMBERS = 11;
  * the rest.
  */
 export const LOGIN_ACCOUNTS = 40;
+/** Connections in the router's PostgreSQL pool, one per load connection. */
+export const PG_POOL = 20;
 
 export interface IdentitySeed {
   origin: string;
@@ -23,5 +25,7 @@ export interface IdentitySeed {
   /** Credentials of the LOGIN_ACCOUNTS accounts the login rows use in turn. */
   logins: Array<{ email: string; password: string }>;
   passwordWorkers: number | undefined;
+  /** What the scale bench bulk-inserted (BENCH_SCALE_USERS). */
+  scale?: { users: number; organizations: number; membersAdded: number; seconds: number };
 }
 
