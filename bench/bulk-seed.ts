@@ -9,8 +9,11 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { tableNames } from '../src/store/table-names.js';
 
-/** Rows per INSERT: under SQLite's 32,766 bound variables and PostgreSQL's 65,535 for the widest row here. */
-const CHUNK = 2000;
+/**
+ * Rows per INSERT: Knex writes SQLite's multi-row insert as a compound SELECT, which SQLite
+ * caps at 500 terms; PostgreSQL's bound is 65,535 values, 2,000 of the widest row here.
+ */
+const chunkOf = (trx: Knex.Transaction) => (trx.client.config.client === 'pg' ? 2000 : 500);
 
 export interface BulkSeedResult {
   users: number;
@@ -20,9 +23,10 @@ export interface BulkSeedResult {
 }
 
 async function insertChunks(trx: Knex.Transaction, table: string, count: number, row: (i: number) => Record<string, unknown>): Promise<void> {
-  for (let start = 0; start < count; start += CHUNK) {
+  const chunk = chunkOf(trx);
+  for (let start = 0; start < count; start += chunk) {
     const rows: Record<string, unknown>[] = [];
-    for (let i = start; i < Math.min(count, start + CHUNK); i += 1) rows.push(row(i));
+    for (let i = start; i < Math.min(count, start + chunk); i += 1) rows.push(row(i));
     await trx(table).insert(rows);
   }
 }

@@ -157,6 +157,7 @@ async function identity(): Promise<void> {
 process.on('SIGINT', () => process.exit(0));
 const mode = process.argv[2];
 (mode === 'bare' ? bare() : mode === 'identity' ? identity() : mode === 'startup' ? startup() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
-  console.error(error);
+  // A failed bulk insert's message quotes its whole statement: the start of it says enough.
+  console.error(String(error instanceof Error ? (error.stack ?? error.message) : error).slice(0, 2000));
   process.exit(1);
 });
