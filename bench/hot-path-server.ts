@@ -19,7 +19,8 @@
  * It tells the parent over IPC where it listens and what it seeded, answers `stats` messages
  * with its memory and access-cache sizes, and runs until killed.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -150,11 +151,36 @@ async function identity(): Promise<void> {
     }
   }
   const seed: IdentitySeed = { origin, token, organizationId: organization.id, refreshTokens, logins, passwordWorkers: workers, ...(scale ? { scale } : {}) };
+  if (process.env.BENCH_PROFILE_DIR) await startProfile(process.env.BENCH_PROFILE_DIR);
   process.send!(seed);
 }
 
-// SIGINT from the parent: exit normally, so a CPU profile (BENCH_PROFILE_DIR) is written.
-process.on('SIGINT', () => process.exit(0));
+/**
+ * BENCH_PROFILE_DIR: a CPU profile of the measured load only. It starts once the seeding is
+ * done (which signs up accounts through HTTP and would swamp a single row's profile) and is
+ * written when the parent stops the server.
+ */
+async function startProfile(dir: string): Promise<void> {
+  const session = new Session();
+  session.connect();
+  const post = (method: string, params?: object) =>
+    new Promise<any>((resolve, reject) => session.post(method, params ?? {}, (error, result) => (error ? reject(error) : resolve(result))));
+  await post('Profiler.enable');
+  await post('Profiler.setSamplingInterval', { interval: 100 });
+  await post('Profiler.start');
+  stopProfile = async () => {
+    const { profile } = await post('Profiler.stop');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, `identity-${process.pid}.cpuprofile`), JSON.stringify(profile));
+  };
+}
+
+let stopProfile: (() => Promise<void>) | undefined;
+
+// SIGINT from the parent: exit normally, after writing the CPU profile (BENCH_PROFILE_DIR).
+process.on('SIGINT', () => {
+  void (stopProfile?.() ?? Promise.resolve()).finally(() => process.exit(0));
+});
 const mode = process.argv[2];
 (mode === 'bare' ? bare() : mode === 'identity' ? identity() : mode === 'startup' ? startup() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
   // A failed bulk insert's message quotes its whole statement: the start of it says enough.

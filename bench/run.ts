@@ -26,7 +26,8 @@
  *   BENCH_SKIP_SCALE=1                                  skip the member-page scale bench
  *   BENCH_SKIP_API_KEYS=1                               skip the API-key vs access-token rows
  *   BENCH_PASSWORD_WORKERS=n                            password.workers of the router
- *   BENCH_PROFILE_DIR=dir                               CPU profile of the router's process
+ *   BENCH_PROFILE_DIR=dir                               CPU profile of the router's process during the load
+ *                                                       (after its seeding), one file per server
  */
 import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { createHmac, randomUUID } from 'node:crypto';
@@ -113,8 +114,7 @@ interface Row {
 type Server = { child: ChildProcess; info: IdentitySeed };
 
 function startServer<T>(mode: 'bare' | 'identity' | 'startup', env: Record<string, string> = {}): Promise<{ child: ChildProcess; info: T }> {
-  const profile = process.env.BENCH_PROFILE_DIR && mode === 'identity' ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [];
-  const child = fork(join(here, 'hot-path-server.ts'), [mode], { execArgv: ['--import', 'tsx', ...profile], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
+  const child = fork(join(here, 'hot-path-server.ts'), [mode], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
   return new Promise((resolve, reject) => {
     child.once('message', (info) => resolve({ child, info: info as T }));
     child.once('exit', (code) => reject(new Error(`${mode} server exited with ${code} before it was ready`)));
