@@ -14,7 +14,8 @@
  * The environment chooses the rest: BENCH_DATABASE_URL (PostgreSQL, 20 pool connections) or
  * BENCH_SQLITE_FILE (else a SQLite file in a temporary directory); BENCH_LISTENER=1 configures
  * an `onEvent` listener (which does nothing); BENCH_SCALE_USERS=n adds the scale bench's
- * bulk-inserted rows (bench/bulk-seed.ts) after the seeding through HTTP.
+ * bulk-inserted rows (bench/bulk-seed.ts) after the seeding through HTTP; BENCH_ROUTER_MODULE
+ * loads the router from another copy of its source (bench/compare.ts).
  *
  * It tells the parent over IPC where it listens and what it seeded, answers `stats` messages
  * with its memory and access-cache sizes, and runs until killed.
@@ -26,8 +27,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express from 'express';
 import knexFactory from 'knex';
-import { createIdentityRouter, type IdentityConfig } from '../src/index.js';
+import type { IdentityConfig } from '../src/index.js';
 import { bulkSeed } from './bulk-seed.js';
+
+// BENCH_ROUTER_MODULE: another copy of the router's source (a checkout of the code before a
+// change) to hold against this one in the same run.
+const { createIdentityRouter } = (await import(process.env.BENCH_ROUTER_MODULE ?? '../src/index.js')) as typeof import('../src/index.js');
 
 import { BCRYPT_COST, HOST_ROUTE, LOGIN_ACCOUNTS, MOUNT, ORGANIZATION_MEMBERS, PASSWORD, PG_POOL, REFRESH_SESSIONS, type IdentitySeed } from './hot-path-shared.js';
 
