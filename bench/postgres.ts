@@ -76,7 +76,10 @@ export async function startThrowawayPostgres(databases: string[]): Promise<Throw
   }
   const asPostgres = { asPostgres: true, cwd: dir };
   let running = false;
+  let removed = false;
   const stop = () => {
+    if (removed) return;
+    removed = true;
     if (running) {
       running = false;
       try {
