@@ -7,16 +7,37 @@
  *                                11 members, the sessions the load needs and the accounts
  *                                the login rows sign in as
  *
- * It tells the parent over IPC where it listens and what it seeded, and runs until killed.
+ *   hot-path-server.ts startup   opens the router on the database the environment names
+ *                                (migrations already applied), reports the milliseconds from
+ *                                construction to `ready`, and exits
+ *
+ * The environment chooses the rest: BENCH_DATABASE_URL (PostgreSQL, 20 pool connections) or
+ * BENCH_SQLITE_FILE (else a SQLite file in a temporary directory); BENCH_LISTENER=1 configures
+ * an `onEvent` listener (which does nothing); BENCH_SCALE_USERS=n adds the scale bench's
+ * bulk-inserted rows (bench/bulk-seed.ts) after the seeding through HTTP; BENCH_ROUTER_MODULE
+ * loads the router from another copy of its source (bench/compare.ts).
+ *
+ * It tells the parent over IPC where it listens and what it seeded, answers `stats` messages
+ * with its memory and access-cache sizes, and runs until killed.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express from 'express';
-import { createIdentityRouter } from '../src/index.js';
+import knexFactory from 'knex';
+import type { IdentityConfig } from '../src/index.js';
+import { servicesOf } from '../src/create-identity-router.js';
+import { bulkSeed } from './bulk-seed.js';
 
-import { BCRYPT_COST, HOST_ROUTE, LOGIN_ACCOUNTS, MOUNT, ORGANIZATION_MEMBERS, PASSWORD, REFRESH_SESSIONS, type IdentitySeed } from './hot-path-shared.js';
+// BENCH_ROUTER_MODULE: another copy of the router's source (a checkout of the code before a
+// change) to hold against this one in the same run.
+const { createIdentityRouter } = (await import(process.env.BENCH_ROUTER_MODULE ?? '../src/index.js')) as typeof import('../src/index.js');
+
+/** The access cache behind a router: through the package's internals, or an older revision's `service.context`. */
+const accessCacheOf = (router: any) => (router.service.context ?? servicesOf(router).context).accessCache;
+import { BCRYPT_COST, HOST_ROUTE, LOGIN_ACCOUNTS, MOUNT, ORGANIZATION_MEMBERS, PASSWORD, PG_POOL, REFRESH_SESSIONS, type IdentitySeed } from './hot-path-shared.js';
 
 function listen(app: express.Express): Promise<string> {
   return new Promise((resolve) => {
@@ -32,14 +53,23 @@ async function bare(): Promise<void> {
   process.send!({ origin: await listen(app) });
 }
 
-async function identity(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'identity-bench-'));
-  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
-  const mail: Array<{ to: string; template: string; context: Record<string, unknown> }> = [];
+/** The database of this run: PostgreSQL with the pool the bench gives it, or a SQLite file. */
+function databaseConfig(): IdentityConfig['database'] {
+  if (process.env.BENCH_DATABASE_URL) return { client: 'pg', connection: process.env.BENCH_DATABASE_URL, pool: { min: 2, max: PG_POOL } };
+  let filename = process.env.BENCH_SQLITE_FILE;
+  if (!filename) {
+    const dir = mkdtempSync(join(tmpdir(), 'identity-bench-'));
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+    filename = join(dir, 'bench.sqlite');
+  }
+  return { client: 'better-sqlite3', connection: { filename }, useNullAsDefault: true };
+}
+
+function createRouter(mail: Array<{ to: string; template: string; context: Record<string, unknown> }>) {
   const workers = process.env.BENCH_PASSWORD_WORKERS ? Number(process.env.BENCH_PASSWORD_WORKERS) : undefined;
   const router = createIdentityRouter(
     {
-      database: { client: 'better-sqlite3', connection: { filename: join(dir, 'bench.sqlite') }, useNullAsDefault: true },
+      database: databaseConfig(),
       secret: 'bench-secret-that-is-at-least-32-characters',
       issuer: 'https://bench.example',
       password: { bcryptCost: BCRYPT_COST, ...(workers ? { workers } : {}) },
@@ -50,9 +80,30 @@ async function identity(): Promise<void> {
       logger: { debug() {}, info() {}, warn() {}, error: (msg, meta) => console.error(msg, meta) },
       mailer: { send: async (message) => void mail.push(message) },
       sms: { send: async () => {} },
+      // A listener that does nothing: the row measures what delivering to one costs the router.
+      ...(process.env.BENCH_LISTENER ? { onEvent: () => {} } : {}),
     },
   );
+  return { router, workers };
+}
+
+async function startup(): Promise<void> {
+  const started = performance.now();
+  const { router } = createRouter([]);
   await router.ready;
+  const milliseconds = performance.now() - started;
+  await router.close();
+  process.send!({ milliseconds }, () => process.exit(0));
+}
+
+async function identity(): Promise<void> {
+  const mail: Array<{ to: string; template: string; context: Record<string, unknown> }> = [];
+  const { router, workers } = createRouter(mail);
+  await router.ready;
+  process.on('message', (message) => {
+    if (message !== 'stats') return;
+    process.send!({ stats: { rssBytes: process.memoryUsage().rss, heapUsedBytes: process.memoryUsage().heapUsed, accessCache: accessCacheOf(router).sizes() } });
+  });
   const app = express();
   app.use(MOUNT, router);
   app.get(HOST_ROUTE, router.requirePermission('reports.read'), (_req, res) => {
@@ -95,14 +146,52 @@ async function identity(): Promise<void> {
   }
   const logins = Array.from({ length: LOGIN_ACCOUNTS }, (_, i) => ({ email: `storm${i}@bench.example`, password: PASSWORD }));
   for (let i = 0; i < logins.length; i += 4) await Promise.all(logins.slice(i, i + 4).map(({ email }) => signUp(email)));
-  const seed: IdentitySeed = { origin, token, organizationId: organization.id, refreshTokens, logins, passwordWorkers: workers };
+  let scale: IdentitySeed['scale'];
+  const scaleUsers = Number(process.env.BENCH_SCALE_USERS ?? 0);
+  if (scaleUsers > 0) {
+    const knex = knexFactory({ ...(databaseConfig() as object), pool: { min: 1, max: 1 } });
+    try {
+      const memberRole = await knex('identity_roles').where({ organization_id: organization.id, slug: 'member' }).first('id');
+      const passwordHash = (await knex('identity_users').where({ email: 'owner@bench.example' }).first('password_hash')).password_hash as string;
+      scale = await bulkSeed(knex, { users: scaleUsers, passwordHash, organizationId: organization.id, memberRoleId: memberRole.id });
+    } finally {
+      await knex.destroy();
+    }
+  }
+  const seed: IdentitySeed = { origin, token, organizationId: organization.id, refreshTokens, logins, passwordWorkers: workers, ...(scale ? { scale } : {}) };
+  if (process.env.BENCH_PROFILE_DIR) await startProfile(process.env.BENCH_PROFILE_DIR);
   process.send!(seed);
 }
 
-// SIGINT from the parent: exit normally, so a CPU profile (BENCH_PROFILE_DIR) is written.
-process.on('SIGINT', () => process.exit(0));
+/**
+ * BENCH_PROFILE_DIR: a CPU profile of the measured load only. It starts once the seeding is
+ * done (which signs up accounts through HTTP and would swamp a single row's profile) and is
+ * written when the parent stops the server.
+ */
+async function startProfile(dir: string): Promise<void> {
+  const session = new Session();
+  session.connect();
+  const post = (method: string, params?: object) =>
+    new Promise<any>((resolve, reject) => session.post(method, params ?? {}, (error, result) => (error ? reject(error) : resolve(result))));
+  await post('Profiler.enable');
+  await post('Profiler.setSamplingInterval', { interval: 100 });
+  await post('Profiler.start');
+  stopProfile = async () => {
+    const { profile } = await post('Profiler.stop');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, `identity-${process.pid}.cpuprofile`), JSON.stringify(profile));
+  };
+}
+
+let stopProfile: (() => Promise<void>) | undefined;
+
+// SIGINT from the parent: exit normally, after writing the CPU profile (BENCH_PROFILE_DIR).
+process.on('SIGINT', () => {
+  void (stopProfile?.() ?? Promise.resolve()).finally(() => process.exit(0));
+});
 const mode = process.argv[2];
-(mode === 'bare' ? bare() : mode === 'identity' ? identity() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
-  console.error(error);
+(mode === 'bare' ? bare() : mode === 'identity' ? identity() : mode === 'startup' ? startup() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
+  // A failed bulk insert's message quotes its whole statement: the start of it says enough.
+  console.error(String(error instanceof Error ? (error.stack ?? error.message) : error).slice(0, 2000));
   process.exit(1);
 });

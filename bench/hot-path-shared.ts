@@ -3,8 +3,8 @@ export const MOUNT = '/identity';
 export const HOST_ROUTE = '/api/reports';
 export const BCRYPT_COST = 10;
 export const PASSWORD = 'bench password 1234';
-/** Sessions for the refresh load: each run strands one token per connection in flight when it stops, so two runs of 20 need 40 and more. */
-export const REFRESH_SESSIONS = 64;
+/** Sessions for the refresh load: each run strands one token per connection in flight when it stops, so two runs of 20 need 40 and more (bench/compare.ts asks for more). */
+export const REFRESH_SESSIONS = Number(process.env.BENCH_REFRESH_SESSIONS ?? 64);
 export const ORGANIZATION_MEMBERS = 11;
 /**
  * Accounts the login rows log in as, in turn. A storm is many users signing in: twenty
@@ -13,6 +13,8 @@ export const ORGANIZATION_MEMBERS = 11;
  * the rest.
  */
 export const LOGIN_ACCOUNTS = 40;
+/** Connections in the router's PostgreSQL pool, one per load connection. */
+export const PG_POOL = 20;
 
 export interface IdentitySeed {
   origin: string;
@@ -23,5 +25,7 @@ export interface IdentitySeed {
   /** Credentials of the LOGIN_ACCOUNTS accounts the login rows use in turn. */
   logins: Array<{ email: string; password: string }>;
   passwordWorkers: number | undefined;
+  /** What the scale bench bulk-inserted (BENCH_SCALE_USERS). */
+  scale?: { users: number; organizations: number; membersAdded: number; seconds: number };
 }
 

@@ -50,36 +50,56 @@ export interface Repositories {
   hostPermissions: HostPermissionRepository;
 }
 
+const REPOSITORY_CLASSES: { [K in keyof Repositories]: new (context: RepositoryContext) => Repositories[K] } = {
+  users: UserRepository,
+  sessions: SessionRepository,
+  refreshTokens: RefreshTokenRepository,
+  oneTimeTokens: OneTimeTokenRepository,
+  signingKeys: SigningKeyRepository,
+  audit: AuditRepository,
+  rateEvents: RateEventRepository,
+  mfaFactors: MfaFactorRepository,
+  otpChallenges: OtpChallengeRepository,
+  mfaTickets: MfaTicketRepository,
+  recoveryCodes: RecoveryCodeRepository,
+  organizations: OrganizationRepository,
+  roles: RoleRepository,
+  memberships: MembershipRepository,
+  invites: InviteRepository,
+  socialIdentities: SocialIdentityRepository,
+  socialFlows: SocialFlowRepository,
+  rateLimitCounters: RateLimitCounterRepository,
+  passkeys: PasskeyRepository,
+  apiKeys: ApiKeyRepository,
+  webhooks: WebhookRepository,
+  eventDeliveries: EventDeliveryRepository,
+  orgDomains: OrgDomainRepository,
+  ssoConnections: SsoConnectionRepository,
+  ssoIdentities: SsoIdentityRepository,
+  passwordlessChallenges: PasswordlessChallengeRepository,
+  hostPermissions: HostPermissionRepository,
+};
+
+/**
+ * The repositories of one connection, each made when it is first used. Every transaction
+ * gets its own set, and a refresh or a login uses four or five of the 27: building all of
+ * them was a measurable share of a refresh's CPU (docs/performance.md).
+ */
+class BoundRepositories {
+  constructor(readonly context: RepositoryContext) {}
+}
+for (const [name, RepositoryClass] of Object.entries(REPOSITORY_CLASSES) as Array<[string, new (context: RepositoryContext) => unknown]>) {
+  Object.defineProperty(BoundRepositories.prototype, name, {
+    get(this: BoundRepositories) {
+      const repository = new RepositoryClass(this.context);
+      Object.defineProperty(this, name, { value: repository, enumerable: true });
+      return repository;
+    },
+  });
+}
+
 function bindRepositories(context: RepositoryContext): Repositories {
-  return {
-    users: new UserRepository(context),
-    sessions: new SessionRepository(context),
-    refreshTokens: new RefreshTokenRepository(context),
-    oneTimeTokens: new OneTimeTokenRepository(context),
-    signingKeys: new SigningKeyRepository(context),
-    audit: new AuditRepository(context),
-    rateEvents: new RateEventRepository(context),
-    mfaFactors: new MfaFactorRepository(context),
-    otpChallenges: new OtpChallengeRepository(context),
-    mfaTickets: new MfaTicketRepository(context),
-    recoveryCodes: new RecoveryCodeRepository(context),
-    organizations: new OrganizationRepository(context),
-    roles: new RoleRepository(context),
-    memberships: new MembershipRepository(context),
-    invites: new InviteRepository(context),
-    socialIdentities: new SocialIdentityRepository(context),
-    socialFlows: new SocialFlowRepository(context),
-    rateLimitCounters: new RateLimitCounterRepository(context),
-    passkeys: new PasskeyRepository(context),
-    apiKeys: new ApiKeyRepository(context),
-    webhooks: new WebhookRepository(context),
-    eventDeliveries: new EventDeliveryRepository(context),
-    orgDomains: new OrgDomainRepository(context),
-    ssoConnections: new SsoConnectionRepository(context),
-    ssoIdentities: new SsoIdentityRepository(context),
-    passwordlessChallenges: new PasswordlessChallengeRepository(context),
-    hostPermissions: new HostPermissionRepository(context),
-  };
+  return new BoundRepositories(context) as unknown as Repositories;
 }
 
 export class Store {

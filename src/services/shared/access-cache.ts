@@ -167,6 +167,11 @@ export class AccessCache {
     this.apply(['all']);
   }
 
+  /** @internal What the cache holds against its bound (the bench's soak reports it, docs/performance.md). */
+  sizes(): { entries: number; invalidations: number; maxEntries: number } {
+    return { entries: this.entries.size, invalidations: this.invalidated.size, maxEntries: this.options.maxEntries };
+  }
+
   private isFresh(entry: Entry, now: number): boolean {
     if (now >= entry.expiresAt || entry.stamp < this.everythingInvalidatedAt) return false;
     for (const scope of entry.dependsOn) {

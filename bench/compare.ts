@@ -1,0 +1,112 @@
+/**
+ * One row, on the code before a change and on the code after it, in the same run:
+ *
+ *   npx tsx bench/compare.ts <git revision> <row> [rounds]
+ *   npx tsx bench/compare.ts main members 4
+ *
+ * The source of the revision is exported to a temporary directory (its node_modules linked to
+ * this checkout's), and two routers are started side by side: that one and this checkout's.
+ * The row (host, me, orgs, members, refresh) is then measured on each in turn, `rounds`
+ * times, so load from elsewhere on the machine falls on both alike. It prints the server CPU
+ * per request of each measurement and the medians: the figure to judge a change by on a
+ * shared machine, where throughput moves with everyone else's work.
+ */
+import { type ChildProcess, execSync, fork } from 'node:child_process';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+// autocannon ships no types.
+// @ts-expect-error no declaration file
+import autocannon from 'autocannon';
+import { cpuMicros } from './process-cpu.js';
+import { HOST_ROUTE, MOUNT, type IdentitySeed } from './hot-path-shared.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..');
+const [revision, row = 'members', roundsArg = '4'] = process.argv.slice(2);
+if (!revision) throw new Error('usage: compare.ts <git revision> <host|me|orgs|members|refresh> [rounds]');
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 1);
+// Every autocannon run strands up to one refresh token per connection: two runs a round.
+process.env.BENCH_REFRESH_SESSIONS ??= String(20 + 2 * 20 * Number(roundsArg));
+
+function start(env: Record<string, string>): Promise<{ child: ChildProcess; seed: IdentitySeed }> {
+  const child = fork(join(here, 'hot-path-server.ts'), ['identity'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
+  return new Promise((resolve, reject) => {
+    child.once('message', (seed) => resolve({ child, seed: seed as IdentitySeed }));
+    child.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
+  });
+}
+
+function load(seed: IdentitySeed): object {
+  const headers = { authorization: `Bearer ${seed.token}` };
+  if (row === 'refresh') {
+    const pool = [...seed.refreshTokens];
+    const path = `${MOUNT}/auth/token/refresh`;
+    return {
+      url: seed.origin + path,
+      requests: [
+        {
+          method: 'POST',
+          path,
+          headers: { 'content-type': 'application/json' },
+          setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify({ refresh_token: pool.shift() }) }),
+          onResponse: (status: number, body: string) => {
+            if (status === 200) pool.push(JSON.parse(body).data.refresh_token);
+          },
+        },
+      ],
+    };
+  }
+  const paths: Record<string, string> = { host: HOST_ROUTE, me: `${MOUNT}/auth/me`, orgs: `${MOUNT}/orgs`, members: `${MOUNT}/orgs/${seed.organizationId}/members` };
+  if (!paths[row]) throw new Error(`unknown row ${row}`);
+  return { url: seed.origin + paths[row], headers };
+}
+
+async function cpuPerRequest(server: { child: ChildProcess; seed: IdentitySeed }, request: object): Promise<number> {
+  await autocannon({ ...request, connections: 20, duration: WARMUP });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const before = cpuMicros(server.child.pid)!;
+  const result = await autocannon({ ...request, connections: 20, duration: SECONDS });
+  if (result.non2xx > 0) throw new Error(`${result.non2xx} answers were not 2xx`);
+  return (cpuMicros(server.child.pid)! - before) / result['2xx'];
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'identity-bench-compare-'));
+  const servers: ChildProcess[] = [];
+  try {
+    execSync(`git -C ${JSON.stringify(root)} archive ${revision} src | tar -x -C ${JSON.stringify(dir)}`);
+    symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
+    const before = await start({ BENCH_ROUTER_MODULE: join(dir, 'src', 'index.ts') });
+    servers.push(before.child);
+    const after = await start({});
+    servers.push(after.child);
+    const beforeLoad = load(before.seed);
+    const afterLoad = load(after.seed);
+    const figures = { before: [] as number[], after: [] as number[] };
+    for (let round = 1; round <= Number(roundsArg); round += 1) {
+      // Alternate which goes first, so a trend in the machine's load favours neither.
+      const order = round % 2 === 1 ? (['before', 'after'] as const) : (['after', 'before'] as const);
+      for (const which of order) {
+        const value = await cpuPerRequest(which === 'before' ? before : after, which === 'before' ? beforeLoad : afterLoad);
+        figures[which].push(value);
+        console.log(`  round ${round}, ${which === 'before' ? revision : 'this checkout'}: ${Math.round(value)} µs of server CPU per request`);
+      }
+    }
+    const b = median(figures.before);
+    const a = median(figures.after);
+    console.log(`${row}: median ${Math.round(b)} µs (${revision}) against ${Math.round(a)} µs (this checkout): ${(((a - b) / b) * 100).toFixed(1)}%`);
+  } finally {
+    for (const child of servers) child.kill('SIGINT');
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
