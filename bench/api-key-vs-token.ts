@@ -1,7 +1,7 @@
 /**
  * A host route behind `requirePermission(key, {apiKeys: true})`: an API key against an
  * access token, with bare Express (the same handler, no middleware) as the baseline of the
- * same run (issue 16: a key must run at least as fast as a token).
+ * same run (a key must run at least as fast as a token).
  *
  *   npx tsx bench/api-key-vs-token.ts
  *
@@ -12,7 +12,7 @@
  * and organization state, membership). The key also pays its per-key rate limiter, set high
  * enough here never to answer 429, so the comparison does not flatter it.
  *
- * `runApiKeyVsToken()` is exported so `bench/run.ts` can fold the rows into its own table.
+ * `runApiKeyVsToken` is exported so `bench/run.ts` can fold the rows into its own table.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';

@@ -9,7 +9,7 @@ export const ORGANIZATION_MEMBERS = 11;
 /**
  * Accounts the login rows log in as, in turn. A storm is many users signing in: twenty
  * connections on one account would mostly measure the lockout, which lets at most
- * `auth.lockout.threshold` attempts on an account be compared at once (issue 10) and refuses
+ * `auth.lockout.threshold` attempts on an account be compared at once and refuses
  * the rest.
  */
 export const LOGIN_ACCOUNTS = 40;

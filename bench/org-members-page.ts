@@ -1,5 +1,5 @@
 /**
- * Member-list paging cost versus organization size (spec 4.3 "Scale").
+ * Member-list paging cost versus organization size (docs/organizations.md "Scale").
  *
  *   npx tsx bench/org-members-page.ts
  *

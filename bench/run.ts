@@ -1,5 +1,5 @@
 /**
- * The hot-path benchmark (issues 11, 26, 28): every row against its floor measured in the
+ * The hot-path benchmark: every row against its floor measured in the
  * same run, on the same machine, with the same load generator.
  *
  *   npm run bench                              the hot path on SQLite

@@ -33,7 +33,7 @@ import { describeError } from './services/shared/unit-of-work.js';
 import { EventDelivery } from './services/webhooks/event-delivery.js';
 import { OutboundGuard } from './outbound/outbound-guard.js';
 
-/** Adapters a host may supply; every one has a default (CONTRACT 3). */
+/** Adapters a host may supply; every one has a default (docs/adapters.md). */
 export interface IdentityAdapters {
   /** Default: the development mailer, which logs messages (codes and tokens included). */
   mailer?: Mailer;
@@ -45,7 +45,7 @@ export interface IdentityAdapters {
   clock?: Clock;
   /** Default: console. */
   logger?: Logger;
-  /** Name resolution of outbound requests (webhooks, CONTRACT 13.3). Default: `node:dns/promises`. */
+  /** Name resolution of outbound requests (webhooks, docs/webhooks.md). Default: `node:dns/promises`. */
   dns?: DnsResolver;
 }
 
@@ -57,8 +57,8 @@ export interface IdentityRouter extends Router {
   service: IdentityService;
   /**
    * Middleware for the host's own routes: an access token of a live session, under every
-   * gate the router's own routes apply (CONTRACT 6). Read the caller with `caller(req)`.
-   * With `{apiKeys: true}` a working API key is accepted too (CONTRACT 10).
+   * gate the router's own routes apply (docs/getting-started.md). Read the caller with `caller(req)`.
+   * With `{apiKeys: true}` a working API key is accepted too (docs/api-keys.md).
    */
   authenticate(options?: HostMiddlewareOptions): RequestHandler;
   /**
@@ -152,7 +152,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
 
   const readiness = new Readiness(async () => {
     try {
-      // Instances started together take turns: migrations and the first keys are made once (CONTRACT 7).
+      // Instances started together take turns: migrations and the first keys are made once (docs/multiple-instances.md).
       await withStartupLock(database.knex, database.dialect, resolved.tablePrefix, async () => {
         if (resolved.migrate) await database.knex.migrate.latest(migrationConfig(table, resolved.tablePrefix));
         await keyRing.initialise();

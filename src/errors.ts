@@ -34,7 +34,7 @@ export type IdentityErrorCode =
   | WebhookErrorCode
   | SsoErrorCode;
 
-/** Single sign-on per organization (CONTRACT 12.7); the last three travel as `social_error`. */
+/** Single sign-on per organization (docs/sso.md); the last three travel as `social_error`. */
 export type SsoErrorCode =
   | 'invalid_domain'
   | 'domain_not_verified'
@@ -46,11 +46,11 @@ export type SsoErrorCode =
   | 'sso_not_member'
   | 'sso_member_suspended';
 
-/** Webhook failures (CONTRACT 13.2, 13.3). */
+/** Webhook failures (docs/webhooks.md). */
 export type WebhookErrorCode = 'invalid_webhook_url' | 'webhook_limit' | 'webhook_disabled';
 
 /**
- * Social login failures (CONTRACT 9.7). Callback failures travel as `?social_error=<code>`
+ * Social login failures (docs/social-login.md). Callback failures travel as `?social_error=<code>`
  * on the redirect; the rest are JSON answers.
  */
 export type SocialErrorCode =
@@ -120,11 +120,11 @@ export const errors = {
     new IdentityError(401, 'session_ended', 'This session has been revoked.', { headers: { 'WWW-Authenticate': BEARER_CHALLENGE } }),
   forbidden: (message = 'You do not have permission to do this.') => new IdentityError(403, 'forbidden', message),
   noActiveOrganization: () => new IdentityError(403, 'forbidden', 'Select an organization first (POST /auth/switch-org).'),
-  /** CONTRACT 5: an unproven address; `resend` points at the way to prove it. */
+  /** docs/security.md: an unproven address; `resend` points at the way to prove it. */
   emailUnverified: (message = 'Verify your e-mail address first.') =>
     new IdentityError(403, 'email_unverified', message, { extra: { resend: '/auth/email/verify/resend' } }),
   accountDisabled: () => new IdentityError(403, 'account_disabled', 'This account has been disabled.'),
-  /** CONTRACT 9.5: a user without a factor whose sign-in is older than `security.stepUp.maxAge`. */
+  /** docs/social-login.md: a user without a factor whose sign-in is older than `security.stepUp.maxAge`. */
   reauthenticationRequired: () =>
     new IdentityError(401, 'reauthentication_required', 'Your sign-in is too old for this action; sign in again.', {
       headers: { 'WWW-Authenticate': 'Bearer error="reauthentication_required"' },

@@ -1,4 +1,4 @@
-/** Spec section 6: `<entity>.<past-verb>`. */
+/** docs/events.md: `<entity>.<past-verb>`. */
 export const EVENT_TYPES = [
   'user.registered',
   'user.email_verified',
@@ -34,16 +34,16 @@ export const EVENT_TYPES = [
   'user.disabled',
   'user.enabled',
   'user.deleted',
-  // Privilege changes made through identity.service or by an administrator (issue 23).
+  // Privilege changes made through identity.service or by an administrator.
   'user.superadmin_granted',
   'user.superadmin_revoked',
   'user.mfa_enforcement_changed',
   'api_key.created',
   'api_key.revoked',
-  // CONTRACT 9.8
+  // docs/social-login.md
   'user.social_linked',
   'user.social_unlinked',
-  // CONTRACT 12.7: single sign-on per organization
+  // docs/sso.md: single sign-on per organization
   'org.domain_added',
   'org.domain_verified',
   'org.domain_removed',
@@ -51,7 +51,7 @@ export const EVENT_TYPES = [
   'sso.connection_updated',
   'sso.connection_deleted',
   'user.sso_linked',
-  // CONTRACT 13.4: audited and handed to onEvent, never sent to a webhook (webhook.test goes only to its webhook)
+  // docs/webhooks.md: audited and handed to onEvent, never sent to a webhook (webhook.test goes only to its webhook)
   'webhook.created',
   'webhook.updated',
   'webhook.deleted',
@@ -62,7 +62,7 @@ export const EVENT_TYPES = [
 
 export type IdentityEventType = (typeof EVENT_TYPES)[number];
 
-/** What `onEvent` receives after the change that caused it has committed (CONTRACT 4). */
+/** What `onEvent` receives after the change that caused it has committed (docs/events.md). */
 export interface IdentityEvent {
   id: string;
   type: IdentityEventType;

@@ -94,7 +94,7 @@ export interface OtpCodeContext extends BaseTemplateContext {
   purpose: OtpPurpose;
 }
 
-/** Context of `login_code` (CONTRACT 11): a passwordless sign-in. */
+/** Context of `login_code` (docs/passwordless.md): a passwordless sign-in. */
 export interface LoginCodeContext extends BaseTemplateContext {
   /** The one-time code, as digits. */
   code: string;
@@ -122,7 +122,7 @@ export interface ResolvedAddress {
 }
 
 /**
- * Name resolution for outbound requests (webhooks, CONTRACT 13.3; single sign-on, 12.2). Each
+ * Name resolution for outbound requests (webhooks, docs/webhooks.md; single sign-on, 12.2). Each
  * method is optional; an absent one uses `node:dns/promises`.
  */
 export interface DnsResolver {

@@ -1,4 +1,4 @@
-/** Every failure of the client: `code` is the router's `error`, or a client-side code with `status` 0 (CONTRACT 14). */
+/** Every failure of the client: `code` is the router's `error`, or a client-side code with `status` 0 (docs/client.md). */
 export class IdentityClientError extends Error {
   override readonly name = 'IdentityClientError';
   readonly status: number;

@@ -1,13 +1,13 @@
 /// <reference lib="dom" />
 /**
- * identity-router/client: the browser side of the router (CONTRACT 14, docs/client.md).
+ * identity-router/client: the browser side of the router (docs/client.md).
  * ESM with relative imports only: no Node built-in, no framework, nothing of the server entry.
  *
  * One session per router mount (`key`) and origin, shared by every instance over a
  * BroadcastChannel. Refresh rotation is single-use (a replayed refresh token revokes the whole
  * session), so a refresh is sent only under one Web Lock for all tabs. A lock and a channel
  * message arrive separately, so the tab that refreshed also holds a shared lock named after its
- * new generation while it has it: the next lock holder sees, in `navigator.locks.query()`, that a
+ * new generation while it has it: the next lock holder sees, in `navigator.locks.query`, that a
  * newer generation exists and waits for its message instead of replaying the old token.
  */
 import { IdentityClientError } from './error.js';

@@ -4,7 +4,7 @@ const MINUTE = 60;
 const HOUR = 60 * MINUTE;
 const DAY = 24 * HOUR;
 
-/** Spec section 8, fixed windows. */
+/** docs/configuration.md, fixed windows. */
 export const DEFAULT_RATE_LIMITS: Record<RateLimitGroup, RateLimitRule> = {
   login: { limit: 10, windowSec: 300 },
   register: { limit: 5, windowSec: 3600 },
@@ -14,7 +14,7 @@ export const DEFAULT_RATE_LIMITS: Record<RateLimitGroup, RateLimitRule> = {
   mfa_send: { limit: 5, windowSec: 600 },
   mfa_confirm: { limit: 10, windowSec: 300 },
   mfa_enroll: { limit: 5, windowSec: 3600 },
-  // CONTRACT 9.9: authorize (both), callback and exchange, per IP.
+  // docs/social-login.md: authorize (both), callback and exchange, per IP.
   social: { limit: 20, windowSec: 300 },
   authenticated: { limit: 600, windowSec: 60 },
 };
@@ -54,7 +54,7 @@ export const DEFAULTS = {
     },
   },
   stepUpMaxAge: 5 * MINUTE,
-  // CONTRACT 13.1: Svix's retry schedule, in seconds.
+  // docs/events.md: Svix's retry schedule, in seconds.
   eventDelivery: {
     worker: true,
     pollMs: 1000,
@@ -65,6 +65,6 @@ export const DEFAULTS = {
     retentionDays: 30,
   },
   webhooks: { enabled: false, maxPerOrg: 10, timeoutMs: 10_000, rotationOverlapSec: DAY, allowHttp: false, allowPrivateNetworks: false },
-  /** CONTRACT 11: one lifetime for a passwordless code and its link. */
+  /** docs/passwordless.md: one lifetime for a passwordless code and its link. */
   passwordlessTtl: 10 * MINUTE,
 } as const;

@@ -112,7 +112,7 @@ function resolveRateLimits(input: NonNullable<IdentityConfig['auth']>['rateLimit
 }
 
 /**
- * CONTRACT 2: `otp.totp.issuer`, else `appName`, else the host name of `issuer` (a URL's
+ * docs/configuration.md: `otp.totp.issuer`, else `appName`, else the host name of `issuer` (a URL's
  * `https:` and port would put a `:` in the label), else `issuer` as written.
  */
 function defaultTotpIssuer(input: IdentityConfig): string {
@@ -145,12 +145,12 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   const totpIssuer = defaultTotpIssuer(input);
   if (!error && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
   if (input.webauthn && !error?.details.some((detail) => detail.path[0] === 'webauthn')) problems.push(...webauthnProblems(input.webauthn));
-  // An attempt must end under its lease, or a second instance could make the same attempt (CONTRACT 13.1).
+  // An attempt must end under its lease, or a second instance could make the same attempt (docs/events.md).
   const leaseSec = input.events?.delivery?.leaseSec ?? DEFAULTS.eventDelivery.leaseSec;
   const timeoutMs = input.webhooks?.timeoutMs ?? DEFAULTS.webhooks.timeoutMs;
   if (!error && leaseSec * 1000 < 2 * timeoutMs) problems.push(`"events.delivery.leaseSec" (${leaseSec} s) must be at least twice "webhooks.timeoutMs" (${timeoutMs} ms): an attempt must end under its lease`);
   if (input.passwordless?.link === true && input.links?.passwordlessLogin === undefined) {
-    problems.push('"passwordless.link" needs "links.passwordlessLogin", the URL of the page that POSTs the token (CONTRACT 11)');
+    problems.push('"passwordless.link" needs "links.passwordlessLogin", the URL of the page that POSTs the token (docs/passwordless.md)');
   }
   if (problems.length > 0) throw new IdentityConfigError(problems);
 

@@ -1,6 +1,6 @@
 import Joi from 'joi';
 
-/** One OpenID Connect provider (CONTRACT 9.1). */
+/** One OpenID Connect provider (docs/social-login.md). */
 export interface SocialProviderConfig {
   /** OIDC discovery runs at `{issuer}/.well-known/openid-configuration`. */
   issuer: string;
@@ -18,7 +18,7 @@ export interface SocialProviderConfig {
   allowSignup?: boolean;
 }
 
-/** `social` (CONTRACT 9.1); without it the social routes answer 404. */
+/** `social` (docs/social-login.md); without it the social routes answer 404. */
 export interface SocialConfig {
   /** Public URL where the router is mounted; `redirect_uri` is `{redirectBase}/auth/social/{id}/callback`. */
   redirectBase: string;
@@ -26,7 +26,7 @@ export interface SocialConfig {
   returnUrls: string[];
   /** Must be covered by `returnUrls`; default `returnUrls[0]`. */
   errorUrl?: string;
-  /** CONTRACT 9.4 rule 3; default true. */
+  /** docs/social-login.md rule 3; default true. */
   autoLinkByEmail?: boolean;
   /** seconds, default 600: the authorization round trip. */
   stateTtl?: number;
@@ -114,7 +114,7 @@ export function checkAbsoluteUrl(value: unknown, label: string, problems: string
 }
 
 /**
- * The `return_to` rule (CONTRACT 9.2), also used for `errorUrl`: same scheme, host and port as
+ * The `return_to` rule (docs/social-login.md), also used for `errorUrl`: same scheme, host and port as
  * an allowed entry, and a path equal to the entry's or below it on a segment boundary; no
  * userinfo, no fragment, no backslash, no dot segment, and none of `%2f`, `%5c`, `%2e` or `;`
  * in the path as sent.

@@ -1,7 +1,7 @@
 import Joi from 'joi';
 import { checkAbsoluteUrl, matchesReturnUrl } from './social.js';
 
-/** `sso` (CONTRACT 12.1); without it every single sign-on route answers 404. */
+/** `sso` (docs/sso.md); without it every single sign-on route answers 404. */
 export interface SsoConfig {
   /** Public URL where the router is mounted; callbacks are `{redirectBase}/auth/sso/{connection_id}/callback`. */
   redirectBase: string;

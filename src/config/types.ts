@@ -121,17 +121,17 @@ export interface IdentityConfig {
   permissions?: PermissionDefinition[];
   /** URL templates with `{token}`; when set, the mail context also carries `url`. */
   links?: { verifyEmail?: string; resetPassword?: string; acceptInvite?: string; passwordlessLogin?: string };
-  /** Passwordless sign-in by e-mail (CONTRACT 11); without it the passwordless routes answer 404. */
+  /** Passwordless sign-in by e-mail (docs/passwordless.md); without it the passwordless routes answer 404. */
   passwordless?: PasswordlessConfig;
-  /** Social login through OpenID Connect providers (CONTRACT 9); without it the social routes answer 404. */
+  /** Social login through OpenID Connect providers (docs/social-login.md); without it the social routes answer 404. */
   social?: SocialConfig;
-  /** Single sign-on per organization (CONTRACT 12); without it the SSO routes answer 404. */
+  /** Single sign-on per organization (docs/sso.md); without it the SSO routes answer 404. */
   sso?: SsoConfig;
-  /** Passkeys (CONTRACT 8). Without it the passkey routes answer 404 and passkeys are not offered as factors. */
+  /** Passkeys (docs/mfa.md). Without it the passkey routes answer 404 and passkeys are not offered as factors. */
   webauthn?: WebauthnConfig;
-  /** Durable delivery of events to `onEvent` and webhooks (CONTRACT 13.1). */
+  /** Durable delivery of events to `onEvent` and webhooks (docs/events.md). */
   events?: { delivery?: EventDeliveryConfig };
-  /** Organization webhooks in the Standard Webhooks format (CONTRACT 13). Off by default. */
+  /** Organization webhooks in the Standard Webhooks format (docs/webhooks.md). Off by default. */
   webhooks?: WebhooksConfig;
 }
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { keyedHash } from './keyed-hash.js';
 
-/** Every key starts with this, so scanners (and people) can tell what leaked (CONTRACT 10). */
+/** Every key starts with this, so scanners (and people) can tell what leaked (docs/api-keys.md). */
 export const API_KEY_PREFIX = 'irk_';
 
 /** `irk_` and 32 random bytes in base64url (43 characters, no padding). */
@@ -25,7 +25,7 @@ export function looksLikeApiKey(value: string): boolean {
   return value.startsWith(API_KEY_PREFIX);
 }
 
-/** The stored form of a key: HMAC-SHA-256 under the API-key sub-key of the secret (CONTRACT 10). */
+/** The stored form of a key: HMAC-SHA-256 under the API-key sub-key of the secret (docs/api-keys.md). */
 export function apiKeyDigest(hashKey: Buffer, key: string): string {
   return keyedHash(hashKey, key);
 }

@@ -19,19 +19,19 @@ export interface DerivedKeys {
   passwordPepper: Buffer;
   /** HMAC key for identifiers kept out of plain sight: tombstone e-mails, rate-budget keys. */
   identifierHash: Buffer;
-  /** AES-256-GCM key for the PKCE verifier and nonce of a social-login flow (CONTRACT 9.10). */
+  /** AES-256-GCM key for the PKCE verifier and nonce of a social-login flow (docs/social-login.md). */
   socialFlowEncryption: Buffer;
   /** HMAC key for social-login `state` values and exchange codes. */
   socialFlowHash: Buffer;
-  /** HS256 key of MFA tickets: never published, so no JWKS verifier can accept a ticket (CONTRACT 5). */
+  /** HS256 key of MFA tickets: never published, so no JWKS verifier can accept a ticket (docs/security.md). */
   mfaTicketSigning: Buffer;
   /** HMAC key for WebAuthn challenges (stored only as keyed hashes). */
   passkeyChallengeHash: Buffer;
-  /** HMAC key for API keys (CONTRACT 10), separate so no other digest can be replayed as one. */
+  /** HMAC key for API keys (docs/api-keys.md), separate so no other digest can be replayed as one. */
   apiKeyHash: Buffer;
-  /** AES-256-GCM key for webhook signing secrets (CONTRACT 13.2). */
+  /** AES-256-GCM key for webhook signing secrets (docs/webhooks.md). */
   webhookSecretEncryption: Buffer;
-  /** HMAC key for passwordless sign-in links and the addresses they are started for (CONTRACT 11). */
+  /** HMAC key for passwordless sign-in links and the addresses they are started for (docs/passwordless.md). */
   passwordlessHash: Buffer;
   /** AES-256-GCM key for the address of a passwordless sign-up, kept until its verify creates the account. */
   passwordlessAddressEncryption: Buffer;

@@ -27,7 +27,7 @@ export const ACCESS_TOKEN_TYP = 'at+jwt';
 export const MFA_TICKET_TYP = 'mfa+jwt';
 export const MFA_TICKET_PURPOSE = 'login_mfa';
 
-/** Spec 2.1. */
+/** docs/database.md. */
 export interface AccessTokenClaims {
   sub: string;
   jti: string;

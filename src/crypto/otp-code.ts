@@ -17,14 +17,14 @@ export function otpCodeMatches(key: Buffer, challengeId: string, code: string, l
   return digestsEqual(hashOtpCode(key, challengeId, code), storedHash);
 }
 
-/** CONTRACT 5: `+*******4567`, keeping only the last four digits. */
+/** docs/security.md: `+*******4567`, keeping only the last four digits. */
 export function maskPhone(phone: string): string {
   const digits = phone.replace(/^\+/, '');
   const kept = digits.slice(-4);
   return `+${'*'.repeat(Math.max(0, digits.length - kept.length))}${kept}`;
 }
 
-/** CONTRACT 5: `a***@example.com`, keeping the first character and the domain. */
+/** docs/security.md: `a***@example.com`, keeping the first character and the domain. */
 export function maskEmail(email: string): string {
   const at = email.lastIndexOf('@');
   if (at <= 0) return '***';

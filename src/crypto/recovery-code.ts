@@ -11,7 +11,7 @@ export function generateRecoveryCode(): string {
   return `${characters.slice(0, 5)}-${characters.slice(5)}`;
 }
 
-/** Case-insensitive, dash and spaces optional (CONTRACT 5); undefined when it cannot be a recovery code. */
+/** Case-insensitive, dash and spaces optional (docs/security.md); undefined when it cannot be a recovery code. */
 export function normaliseRecoveryCode(input: string): string | undefined {
   const compact = input.replace(/[\s-]/g, '').toLowerCase();
   return /^[a-z2-7]{10}$/.test(compact) ? compact : undefined;

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import speakeasy from 'speakeasy';
 
-/** Spec 5 / 8: 6 digits, 30 s, SHA-1, window plus or minus one step. */
+/** docs/security.md / 8: 6 digits, 30 s, SHA-1, window plus or minus one step. */
 export const TOTP_DIGITS = 6;
 export const TOTP_PERIOD_SECONDS = 30;
 export const TOTP_WINDOW_STEPS = 1;
-const SECRET_BYTES = 20; // 160 bits (spec 4.2)
+const SECRET_BYTES = 20; // 160 bits (docs/mfa.md)
 
 const BASE32_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
 

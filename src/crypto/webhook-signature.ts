@@ -2,7 +2,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 
 const SECRET_PREFIX = 'whsec_';
 
-/** CONTRACT 13.2: `whsec_` + 32 random bytes in standard base64 (the Standard Webhooks secret form). */
+/** docs/webhooks.md: `whsec_` + 32 random bytes in standard base64 (the Standard Webhooks secret form). */
 export function newWebhookSecret(): string {
   return `${SECRET_PREFIX}${randomBytes(32).toString('base64')}`;
 }

@@ -45,7 +45,7 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
       continue;
     }
     const chain: RequestHandler[] = [whenReady];
-    // Per-IP groups count before anything else, so even malformed requests are budgeted (spec 8).
+    // Per-IP groups count before anything else, so even malformed requests are budgeted (docs/configuration.md).
     if (route.rateLimit) chain.push(limiters[route.rateLimit]);
     // Only routes that take a body read one; elsewhere a body (and its encoding) is ignored.
     if (route.body) chain.push(requireJsonBody, json);
@@ -100,7 +100,7 @@ function unmatched(routes: RouteDefinition[]): RequestHandler {
 }
 
 function readinessGate(readiness: Readiness): RequestHandler {
-  // Requests that arrive during start-up wait for it instead of failing (CONTRACT 1).
+  // Requests that arrive during start-up wait for it instead of failing (docs/getting-started.md).
   return (_req, _res, next) => {
     if (readiness.ready) return next();
     readiness.ensure().then(() => next(), (error: unknown) => next(errors.unavailable(error)));

@@ -2,7 +2,7 @@ import type { Request } from 'express';
 import { looksLikeApiKey } from '../crypto/api-key.js';
 import { errors } from '../errors.js';
 
-/** The one credential a request presents (CONTRACT 6 and 10). */
+/** The one credential a request presents (docs/getting-started.md and docs/api-keys.md). */
 export type PresentedCredential = { kind: 'none' } | { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string };
 
 /** Lines of a header as sent: Node keeps only the first `Authorization` in `req.headers`. */
@@ -17,7 +17,7 @@ function headerLines(req: Request, name: string): string[] {
 /**
  * The bearer value of `Authorization: Bearer <value>`, or undefined. Two `Authorization`
  * lines are ambiguous (Node keeps the first and drops the rest), so they answer undefined
- * and the request is refused (CONTRACT 6).
+ * and the request is refused (docs/getting-started.md).
  */
 export function bearerValue(req: Request): string | undefined {
   const lines = headerLines(req, 'authorization');

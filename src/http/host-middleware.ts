@@ -29,17 +29,17 @@ export interface HostMiddlewareParts {
 }
 
 export interface HostMiddlewareOptions {
-  /** Also accept API keys (CONTRACT 10), from `Authorization: Bearer irk_…` or `X-API-Key`. Default false. */
+  /** Also accept API keys (docs/api-keys.md), from `Authorization: Bearer irk_…` or `X-API-Key`. Default false. */
   apiKeys?: boolean;
 }
 
 /**
- * Host middleware (CONTRACT 6). `identity.authenticate()` with no permission,
+ * Host middleware (docs/getting-started.md). `identity.authenticate` with no permission,
  * `identity.requirePermission(key)` with one: both evaluate the same access policy as the
  * router's own routes (grace enrollment, the active organization's `require_mfa`, a live
  * session of a user who may authenticate, the active-organization rule) and answer in the
  * router's error shapes. With `{apiKeys: true}` an API key is one more kind of caller for
- * the same policy (CONTRACT 10): its own organization, its share of its owner's authority.
+ * the same policy (docs/api-keys.md): its own organization, its share of its owner's authority.
  */
 export function hostMiddleware({ services, readiness, logger, authenticatedLimiter }: HostMiddlewareParts, permission?: string, options: HostMiddlewareOptions = {}): RequestHandler {
   if (permission !== undefined && !services.catalog.has(permission)) {
@@ -52,7 +52,7 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     refusesLockedAccount: true,
   };
   const answerError = errorHandler(logger);
-  // Each key has its own budget in the `authenticated` group (CONTRACT 10), counted before
+  // Each key has its own budget in the `authenticated` group (docs/api-keys.md), counted before
   // the permission check so a key probing for permissions spends it too.
   const countKeyRequest = (req: Request, res: Response) =>
     new Promise<void>((resolve, reject) => {

@@ -3,7 +3,7 @@ import type { ClientRateLimitInfo, IncrementResponse, Options, Store as RateLimi
 import type { RateLimitGroup } from '../config/types.js';
 import { errors } from '../errors.js';
 
-/** A store that does not answer within this long counts as down (CONTRACT 1: never a hang). */
+/** A store that does not answer within this long counts as down (docs/getting-started.md: never a hang). */
 const STORE_TIMEOUT_MS = 5000;
 /** Ended windows are deleted at most this often per instance. */
 const PRUNE_EVERY_MS = 60_000;

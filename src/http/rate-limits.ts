@@ -18,10 +18,10 @@ function storeFor(group: RateLimitGroup, config: ResolvedConfig, counters: RateL
 }
 
 /**
- * One express-rate-limit instance per group of spec section 8 (fixed windows). Per-IP
+ * One express-rate-limit instance per group of docs/configuration.md (fixed windows). Per-IP
  * groups use the library's IP key (IPv6 grouped by subnet); `authenticated` is keyed by
  * user id and runs after token authentication; a request made with an API key is keyed by
- * the key's id instead, so each key has its own budget (CONTRACT 10).
+ * the key's id instead, so each key has its own budget (docs/api-keys.md).
  */
 export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCounters, logger: Logger): Record<RateLimitGroup, RequestHandler> {
   return Object.fromEntries(
@@ -31,7 +31,7 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
       const limiter = rateLimit({
         windowMs: rule.windowSec * 1000,
         limit: rule.limit,
-        // X-RateLimit-Limit / -Remaining / -Reset, plus Retry-After on a 429 (spec 7).
+        // X-RateLimit-Limit / -Remaining / -Reset, plus Retry-After on a 429 (docs/openapi.yaml).
         legacyHeaders: true,
         standardHeaders: false,
         identifier: group,
@@ -46,7 +46,7 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
         // credential, not the IP, and it is counted once by construction, so the library's
         // per-request double-count bookkeeping (a map per request) is left out.
         ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res), validate: false } : {}),
-        // CONTRACT 9.9: the social group counts each of its routes separately, per IP.
+        // docs/social-login.md: the social group counts each of its routes separately, per IP.
         ...(group === 'social' ? { keyGenerator: (req: Request) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${String(req.route?.path ?? '')}` } : {}),
         handler: (req, _res, next) => {
           const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;

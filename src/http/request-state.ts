@@ -15,7 +15,7 @@ const STATE = Symbol.for('identity-router.request-state');
 interface RequestState {
   principal?: Principal;
   ticket?: MfaTicket;
-  /** Set instead of `principal` when the host middleware accepted an API key (CONTRACT 10). */
+  /** Set instead of `principal` when the host middleware accepted an API key (docs/api-keys.md). */
   apiKeyPrincipal?: ApiKeyPrincipal;
   /** What the access policy admitted on a bearer route. */
   grant?: AccessGrant;
@@ -51,7 +51,7 @@ export function setApiKeyPrincipal(res: Response, principal: ApiKeyPrincipal): v
   stateOf(res).apiKeyPrincipal = principal;
 }
 
-/** The API-key actor of a host-middleware request, if a key authenticated it (CONTRACT 10). */
+/** The API-key actor of a host-middleware request, if a key authenticated it (docs/api-keys.md). */
 export function findApiKeyPrincipal(res: Response): ApiKeyPrincipal | undefined {
   return stateOf(res).apiKeyPrincipal;
 }

@@ -39,16 +39,16 @@ export interface RouteResponse {
 export interface RouteDefinition extends AccessRequirement {
   method: 'get' | 'post' | 'patch' | 'delete';
   path: string;
-  /** The per-IP group of spec section 8 this route counts against. */
+  /** The per-IP group of docs/configuration.md this route counts against. */
   rateLimit?: RateLimitGroup;
   /** A feature the host did not configure (e.g. social login): the route answers 404 before any guard. */
   unavailable?: boolean;
   /**
    * GET and HEAD of this path answer 404 `not_found`, not 405: a path whose every use spends a
-   * one-time value offers no method a mail scanner's prefetch could call (CONTRACT 11).
+   * one-time value offers no method a mail scanner's prefetch could call (docs/passwordless.md).
    */
   noGet?: boolean;
-  /** A valid token of a session that has ended answers 401 `session_ended`, not `unauthorized` (spec 7: switch-org). */
+  /** A valid token of a session that has ended answers 401 `session_ended`, not `unauthorized` (docs/openapi.yaml: switch-org). */
   answersSessionEnded?: boolean;
   body?: Joi.ObjectSchema;
   query?: Joi.ObjectSchema;
@@ -64,8 +64,8 @@ export const accepted = (message: string): RouteResponse => ({ status: 202, body
 export const redirect = (status: 302 | 303, location: string, headers?: Record<string, string>): RouteResponse => ({ status, body: undefined, location, ...(headers ? { headers } : {}) });
 
 /**
- * The answer of a login, the same wherever it opens (spec 4.1 login; a passkey login and the
- * social exchange answer "exactly that of POST /auth/login", CONTRACT 8 and 9.2): tokens and
+ * The answer of a login, the same wherever it opens (docs/security.md login; a passkey login and the
+ * social exchange answer "exactly that of POST /auth/login", docs/mfa.md and docs/social-login.md): tokens and
  * the user, or the MFA gate. `extra` adds route-specific fields such as `is_new_user`.
  */
 export const loginAnswer = (result: LoginResult, extra: Record<string, unknown> = {}): RouteResponse =>

@@ -2,7 +2,7 @@ import Joi from 'joi';
 import { CONTROL_CHARACTERS_ALLOWED } from './validate.js';
 
 /**
- * Spec 2.4: RFC 5321 address, at most 320 octets. Bodies are validated without type
+ * docs/database.md: RFC 5321 address, at most 320 octets. Bodies are validated without type
  * conversion, but an address is trimmed (convert on for this schema only), so ` A@x.io `
  * signs in like `a@x.io`.
  */

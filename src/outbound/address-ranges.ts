@@ -1,7 +1,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 
 /**
- * Where an address points, for the outbound guard (CONTRACT 12.2 and 13.3). `link_local` is
+ * Where an address points, for the outbound guard (docs/sso.md and docs/webhooks.md). `link_local` is
  * its own class because no configuration admits it: 169.254.169.254 and fe80::/10 are where
  * cloud metadata services answer with credentials.
  */

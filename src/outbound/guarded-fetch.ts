@@ -4,7 +4,7 @@ import type { OutboundGuard } from './outbound-guard.js';
 const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 
 /**
- * The outbound guard as a Fetch function, for openid-client's `customFetch` (CONTRACT 12.2):
+ * The outbound guard as a Fetch function, for openid-client's `customFetch` (docs/sso.md):
  * every request to an organization's IdP (discovery, token, JWKS, UserInfo) is resolved,
  * checked and pinned by the one guard, and a redirect comes back as an answer, never followed.
  */

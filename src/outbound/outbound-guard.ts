@@ -7,7 +7,7 @@ import { classifyAddress } from './address-ranges.js';
 
 /**
  * The one gate for every request the router sends to an address a tenant chose: webhooks
- * (CONTRACT 13.3) and organization IdPs (12.2). It resolves the name once, refuses private
+ * (docs/webhooks.md) and organization IdPs (12.2). It resolves the name once, refuses private
  * addresses unless the deployment allows them, always refuses link-local (cloud metadata),
  * connects to exactly the address it checked (no second resolution, so DNS rebinding reaches
  * nothing), and follows no redirect.

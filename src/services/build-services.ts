@@ -118,17 +118,17 @@ export class IdentityServices {
   readonly roles: RoleService;
   readonly users: UserAdminService;
   readonly apiKeys: ApiKeyService;
-  /** Organization webhooks (CONTRACT 13); the routes answer 404 unless `webhooks.enabled`. */
+  /** Organization webhooks (docs/webhooks.md); the routes answer 404 unless `webhooks.enabled`. */
   readonly webhooks: WebhookService;
-  /** Present only with a `social` config (CONTRACT 9). */
+  /** Present only with a `social` config (docs/social-login.md). */
   readonly social: SocialService | undefined;
-  /** Present only with an `sso` config (CONTRACT 12). */
+  /** Present only with an `sso` config (docs/sso.md). */
   readonly sso: SsoService | undefined;
-  /** "Require SSO" (CONTRACT 12.6): the one rule every sign-in path asks. */
+  /** "Require SSO" (docs/sso.md): the one rule every sign-in path asks. */
   readonly signInRules: SignInRules;
   /** The federated round trip shared by social login and single sign-on. */
   readonly flows: FederatedFlows;
-  /** Present only with a `passwordless` config (CONTRACT 11). */
+  /** Present only with a `passwordless` config (docs/passwordless.md). */
   readonly passwordless: PasswordlessService | undefined;
 
   constructor(readonly context: ServiceContext, { accessReads, dns }: { accessReads: AccessReads; dns?: DnsResolver | undefined }) {
@@ -155,7 +155,7 @@ export class IdentityServices {
   }
 
   /**
-   * POST /auth/social/exchange (CONTRACT 9.2, 12.5): the code is burned and the handoff
+   * POST /auth/social/exchange (docs/social-login.md and docs/sso.md): the code is burned and the handoff
    * verifier matched once, then the flow's own feature completes it: its organization's
    * connection for a single sign-on flow, else its social provider.
    */
@@ -172,7 +172,7 @@ export class IdentityServices {
 
   /** Start-up work that needs the schema (called once `ready` has migrated). */
   async initialise(): Promise<void> {
-    // With `sso`, owners of organizations created before it hold sso.manage too (CONTRACT 12.1).
+    // With `sso`, owners of organizations created before it hold sso.manage too (docs/sso.md).
     if (this.sso) await this.context.store.repos.ssoConnections.grantToOwnerRoles('sso.manage', this.context.clock.now());
     // The global superadmin role: one row (fixed id, so concurrent start-ups insert it once) holding the full catalog.
     await this.context.store.repos.roles.ensureSuperadminRole(this.catalog.entries.map((entry) => entry.key), this.context.clock.now());
@@ -191,21 +191,21 @@ export class IdentityServices {
     return this.users.revokeSuperadmin(userId);
   }
 
-  /** The per-user MFA enforcement flag (CONTRACT 5); audited (`user.mfa_enforcement_changed`). */
+  /** The per-user MFA enforcement flag (docs/security.md); audited (`user.mfa_enforcement_changed`). */
   setMfaEnforced(userId: string, on: boolean): Promise<void> {
     return this.users.setMfaEnforced(userId, on);
   }
 
   /**
    * Claims every event delivery due by the injected clock, makes one attempt on each and
-   * resolves once the outcomes are recorded (CONTRACT 13.1). Rows leased by another instance
+   * resolves once the outcomes are recorded (docs/events.md). Rows leased by another instance
    * are skipped. For `events.delivery.worker: false`, cron jobs and tests.
    */
   deliverDueEvents(): Promise<DeliveryTotals> {
     return this.context.delivery.deliverDue();
   }
 
-  /** The published next key becomes active and a fresh next key is published; the retiring one stays in the JWKS until the last token it signed has expired (CONTRACT 7). */
+  /** The published next key becomes active and a fresh next key is published; the retiring one stays in the JWKS until the last token it signed has expired (docs/multiple-instances.md). */
   rotateSigningKey(): Promise<{ kid: string }> {
     return this.keyRing.rotate();
   }

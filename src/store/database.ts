@@ -57,7 +57,7 @@ export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDa
   const client = String(knexConfig.client);
   const isSqlite = /sqlite/i.test(client);
   const knex = knexFactory({
-    // A database that cannot be reached answers 503 within 5 s instead of hanging (CONTRACT 1).
+    // A database that cannot be reached answers 503 within 5 s instead of hanging (docs/getting-started.md).
     acquireConnectionTimeout: 5000,
     // Knex's own warnings go through the host's logger, not straight to the console.
     log: {

@@ -4,7 +4,7 @@ import { Repository } from './repository.js';
 export type DeliveryTarget = 'listener' | 'webhook';
 export type DeliveryStatus = 'pending' | 'delivered' | 'dead';
 
-/** One row of the outbox (CONTRACT 13.1): one target of one event. */
+/** One row of the outbox (docs/events.md): one target of one event. */
 export interface DeliveryRecord {
   id: string;
   eventId: string;
@@ -161,14 +161,14 @@ export class EventDeliveryRepository extends Repository {
     return row ? mapDelivery(row) : undefined;
   }
 
-  /** CONTRACT 13.2: pending, due now, a fresh budget of attempts. */
+  /** docs/webhooks.md: pending, due now, a fresh budget of attempts. */
   async replay(id: string, now: number): Promise<void> {
     await this.db(this.table.eventDeliveries)
       .where({ id })
       .update({ status: 'pending', attempts: 0, next_attempt_at: now, delivered_at: null, locked_until: null, lease_owner: null, updated_at: now });
   }
 
-  /** A disabled webhook's pending deliveries end (CONTRACT 13.4). */
+  /** A disabled webhook's pending deliveries end (docs/webhooks.md). */
   async endPendingForWebhook(webhookId: string, now: number): Promise<void> {
     await this.db(this.table.eventDeliveries)
       .where({ webhook_id: webhookId, status: 'pending' })
@@ -180,7 +180,7 @@ export class EventDeliveryRepository extends Repository {
     await this.db(this.table.eventDeliveries).whereIn('webhook_id', webhookIds).delete();
   }
 
-  /** Drops finished rows older than `before` (CONTRACT 13.1 `retentionDays`). */
+  /** Drops finished rows older than `before` (docs/events.md `retentionDays`). */
   async pruneFinishedBefore(before: number): Promise<number> {
     return this.db(this.table.eventDeliveries).whereIn('status', ['delivered', 'dead']).andWhere('updated_at', '<', before).delete();
   }

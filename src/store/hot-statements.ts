@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 import type { Dialect } from './database.js';
 
 /**
- * The statements every request of the hot path runs (issue 11), shaped once and then run
+ * The statements every request of the hot path runs, shaped once and then run
  * straight on the driver.
  *
  * Knex builds, compiles and wraps every query anew, which costs more CPU than a bare Express

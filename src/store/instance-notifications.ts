@@ -4,7 +4,7 @@ import type { Dialect } from './database.js';
 
 /**
  * Messages between instances that share one database, for caches that must drop an entry
- * when another instance changes what it holds (CONTRACT 7, STYLE 18).
+ * when another instance changes what it holds (docs/multiple-instances.md, STYLE 18).
  *
  * - `publish(topic, payload, trx?)` reaches every instance, this one included. On PostgreSQL
  *   it is a `NOTIFY`: sent inside a transaction (pass it), it is delivered at commit and

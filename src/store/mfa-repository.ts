@@ -95,7 +95,7 @@ export class MfaFactorRepository extends Repository {
     return this.db(this.table.mfaFactors).where({ user_id: userId, type }).whereNull('confirmed_at').delete();
   }
 
-  /** Spec 2.6: a factor never confirmed is pruned (here: once it is older than `createdBefore`). */
+  /** docs/database.md: a factor never confirmed is pruned (here: once it is older than `createdBefore`). */
   async pruneUnconfirmed(userId: string, createdBefore: number): Promise<number> {
     return this.db(this.table.mfaFactors).where({ user_id: userId }).whereNull('confirmed_at').andWhere('created_at', '<=', createdBefore).delete();
   }
@@ -187,7 +187,7 @@ export class OtpChallengeRepository extends Repository {
   }
 
   /**
-   * When the factor last had a code sent (the resend cooldown, CONTRACT 5: per factor).
+   * When the factor last had a code sent (the resend cooldown, docs/mfa.md: per factor).
    * `exceptPurpose` leaves out one kind of send (a confirmed factor's enrollment code).
    */
   async lastSentAt(factorId: string, exceptPurpose?: OtpPurpose): Promise<number | undefined> {

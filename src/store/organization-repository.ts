@@ -315,7 +315,7 @@ function mapMembership(row: Record<string, unknown>): MembershipRecord {
   };
 }
 
-/** A member as listed (spec 2.10), before e-mail gating. */
+/** A member as listed (docs/database.md), before e-mail gating. */
 export interface MemberRow {
   membershipId: string;
   userId: string;

@@ -1,7 +1,7 @@
 import { toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
 
-/** A passwordless sign-in challenge (CONTRACT 11). `codeHash` null: a challenge no code or link opens. */
+/** A passwordless sign-in challenge (docs/passwordless.md). `codeHash` null: a challenge no code or link opens. */
 export interface PasswordlessChallengeRecord {
   id: string;
   userId: string | null;

@@ -29,9 +29,9 @@ export interface SocialFlowRecord {
   consumedAt: number | null;
   exchangeExpiresAt: number | null;
   exchangeConsumedAt: number | null;
-  /** The provider's validated claims, sealed, stored by the callback for the exchange (CONTRACT 9.2). */
+  /** The provider's validated claims, sealed, stored by the callback for the exchange (docs/social-login.md). */
   claimsEnc: string | null;
-  /** The organization's connection a single sign-on flow was issued for (CONTRACT 12.5); null for social login. */
+  /** The organization's connection a single sign-on flow was issued for (docs/sso.md); null for social login. */
   connectionId: string | null;
 }
 
@@ -69,7 +69,7 @@ function mapFlow(row: Record<string, unknown>): SocialFlowRecord {
   };
 }
 
-/** Links between local users and provider subjects (CONTRACT 9.10 `social_identities`). */
+/** Links between local users and provider subjects (docs/social-login.md `social_identities`). */
 export class SocialIdentityRepository extends Repository {
   async findByProviderSubject(provider: string, subject: string): Promise<SocialIdentityRecord | undefined> {
     const row = await this.db(this.table.socialIdentities).where({ provider, subject }).first();
@@ -126,7 +126,7 @@ export class SocialIdentityRepository extends Repository {
   }
 
   /**
-   * Links whose provider did not assert `email_verified` for `email` (CONTRACT 9.4 rule 5):
+   * Links whose provider did not assert `email_verified` for `email` (docs/social-login.md rule 5):
    * before the address was proven, whoever made them may have been a squatter.
    */
   async listNotVouchingFor(userId: string, email: string): Promise<SocialIdentityRecord[]> {
@@ -134,14 +134,14 @@ export class SocialIdentityRepository extends Repository {
     return rows.filter((identity) => !(identity.emailVerified && identity.email !== null && identity.email.toLowerCase() === email));
   }
 
-  /** Confirmed passkeys count as a way to sign in (CONTRACT 8). */
+  /** Confirmed passkeys count as a way to sign in (docs/mfa.md). */
   async countPasskeys(userId: string): Promise<number> {
     const row = await this.db(this.table.mfaFactors).where({ user_id: userId, type: 'webauthn' }).whereNotNull('confirmed_at').count({ count: '*' }).first();
     return toNumber(row?.count ?? 0);
   }
 }
 
-/** Authorization round trips (CONTRACT 9.10 `social_flows`): single-use by conditional updates. */
+/** Authorization round trips (docs/social-login.md `social_flows`): single-use by conditional updates. */
 export class SocialFlowRepository extends Repository {
   async insert(
     flow: Pick<SocialFlowRecord, 'id' | 'provider' | 'purpose' | 'userId' | 'sessionId' | 'secretsEnc' | 'returnTo' | 'handoffChallenge' | 'expiresAt' | 'connectionId'> & { stateHash: string; now: number },
@@ -193,7 +193,7 @@ export class SocialFlowRepository extends Repository {
     return row ? mapFlow(row) : undefined;
   }
 
-  /** Flows older than `before` (one day, CONTRACT 9.10) are dropped. */
+  /** Flows older than `before` (one day, docs/social-login.md) are dropped. */
   async pruneCreatedBefore(before: number): Promise<number> {
     return this.db(this.table.socialFlows).where('created_at', '<', before).delete();
   }

@@ -85,7 +85,7 @@ function mapIdentity(row: Record<string, unknown>): SsoIdentityRecord {
   };
 }
 
-/** Domains an organization claims, and their DNS TXT proof (CONTRACT 12.4). */
+/** Domains an organization claims, and their DNS TXT proof (docs/sso.md). */
 export class OrgDomainRepository extends Repository {
   async listForOrganization(organizationId: string): Promise<OrgDomainRecord[]> {
     const rows = await this.db(this.table.orgDomains).where({ organization_id: organizationId }).orderBy([{ column: 'created_at' }, { column: 'id' }]);
@@ -142,7 +142,7 @@ export class OrgDomainRepository extends Repository {
   }
 }
 
-/** The organization's OpenID provider (CONTRACT 12.3); one per organization. */
+/** The organization's OpenID provider (docs/sso.md); one per organization. */
 export class SsoConnectionRepository extends Repository {
   async findForOrganization(organizationId: string): Promise<SsoConnectionRecord | undefined> {
     const row = await this.db(this.table.ssoConnections).where({ organization_id: organizationId }).first();
@@ -155,7 +155,7 @@ export class SsoConnectionRepository extends Repository {
   }
 
   /**
-   * CONTRACT 12.1: every organization's `owner` system role holds `sso.manage` once `sso` is
+   * docs/sso.md: every organization's `owner` system role holds `sso.manage` once `sso` is
    * configured, organizations created before it included. Idempotent; answers how many changed.
    */
   async grantToOwnerRoles(key: string, now: number): Promise<number> {
@@ -193,7 +193,7 @@ export class SsoConnectionRepository extends Repository {
   }
 
   /**
-   * The enforcing connection whose organization verified `domain` (CONTRACT 12.6): enabled,
+   * The enforcing connection whose organization verified `domain` (docs/sso.md): enabled,
    * `enforce` on, and the domain verified by that organization (so the connection is active).
    */
   async findEnforcingForDomain(domain: string): Promise<{ connectionId: string; organizationId: string; organizationSlug: string } | undefined> {
@@ -227,7 +227,7 @@ function toRow(connection: SsoConnectionRecord): Record<string, unknown> {
   };
 }
 
-/** Users known to a connection by the IdP's subject (CONTRACT 12.5 step 2). */
+/** Users known to a connection by the IdP's subject (docs/sso.md step 2). */
 export class SsoIdentityRepository extends Repository {
   /** Keyed by (connection, subject): a subject seen through another connection is another identity. */
   async findByConnectionSubject(connectionId: string, subject: string): Promise<SsoIdentityRecord | undefined> {

@@ -19,7 +19,7 @@ const STARTUP_LOCK_TIMEOUT_MS = 120_000;
 /**
  * Runs start-up work (migrations, the first signing keys) while holding a PostgreSQL
  * session-level advisory lock, so instances started together on an empty database take turns
- * instead of racing Knex's migration tables and lock row (CONTRACT 7). The lock is taken on a
+ * instead of racing Knex's migration tables and lock row (docs/multiple-instances.md). The lock is taken on a
  * connection of its own, outside the pool, so the work keeps every pooled connection; if the
  * holder dies, PostgreSQL ends its session and the lock with it, so a loser never waits on a
  * corpse. SQLite runs the work as it is: one file is served by one process's migrations

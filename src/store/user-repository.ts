@@ -86,7 +86,7 @@ export class UserRepository extends Repository {
 
   /**
    * Inserts unless the address is taken; answers whether this call created the account. A
-   * social sign-up (CONTRACT 9.4 rule 4) has no password and takes the provider's verification.
+   * social sign-up (docs/social-login.md rule 4) has no password and takes the provider's verification.
    */
   async insertIfEmailFree(user: { id: string; email: string; displayName: string | null; passwordHash: string | null; emailVerified?: boolean; now: number }): Promise<boolean> {
     const inserted = await this.db(this.table.users)
@@ -117,7 +117,7 @@ export class UserRepository extends Repository {
     await this.db(this.table.users).where({ id }).update({ password_hash: passwordHash, updated_at: now });
   }
 
-  /** The account signs in without a password from now on (a passwordless first proof, CONTRACT 11); answers whether it had one. */
+  /** The account signs in without a password from now on (a passwordless first proof, docs/passwordless.md); answers whether it had one. */
   async removePassword(id: string, now: number): Promise<boolean> {
     return (await this.db(this.table.users).where({ id }).whereNotNull('password_hash').update({ password_hash: null, updated_at: now })) === 1;
   }
@@ -141,11 +141,11 @@ export class UserRepository extends Repository {
   }
 
   /**
-   * Takes one failed-attempt slot before a password or code is compared (issue 10: parallel
+   * Takes one failed-attempt slot before a password or code is compared (parallel
    * guesses cannot beat the cap). One conditional update, so of any number of concurrent
    * attempts at most `threshold` minus the failures already in the window hold a slot at once.
    * Answers false when the account is locked or every free slot is held: `attemptState` tells
-   * the two apart (issue 22).
+   * the two apart.
    */
   async reserveFailedAttempt(id: string, now: number, lockout: { threshold: number; windowMs: number }): Promise<boolean> {
     // One statement, so one write and commit per attempt: a fresh window when the previous one
@@ -261,7 +261,7 @@ export class UserRepository extends Repository {
   }
 
   /**
-   * Organizations in which `userId` is the only active owner (spec 4.3 invariant 3: the
+   * Organizations in which `userId` is the only active owner (docs/organizations.md invariant 3: the
    * account cannot go while an organization would be left without one). On PostgreSQL the
    * organization rows are locked first, in id order, so two owners of one organization
    * deleting their accounts at once are serialised and the second sees the first's removal.

@@ -6,7 +6,7 @@ import { Harness, STRONG_PASSWORD, TEST_DB, decodeJwt, uniqueEmail, type SignedU
 import { addMember, createOrg, roleIdOf, superadmin, switchOrg, type CreatedOrg } from '../helpers/orgs.js';
 
 /*
- * Threat (issue 11, CONTRACT 7): sessions and authority are cached in process, so a
+ * Threat (docs/multiple-instances.md): sessions and authority are cached in process, so a
  * revocation could go on being honoured from the cache. Every revocation must be in force
  * on the instance that made it at once, and on another instance of the same database within
  * 1 s. Each test first makes both instances cache the caller's session and authority (a
@@ -18,7 +18,7 @@ import { addMember, createOrg, roleIdOf, superadmin, switchOrg, type CreatedOrg 
  */
 
 /*
- * CONTRACT 7 allows 1 s, which the cache expiry alone would meet. Half of it proves the
+ * docs/multiple-instances.md allows 1 s, which the cache expiry alone would meet. Half of it proves the
  * notification: each revocation follows its warm-up by far less than the expiry.
  */
 const CROSS_INSTANCE_DEADLINE_MS = 500;

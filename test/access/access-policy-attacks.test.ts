@@ -174,7 +174,7 @@ describe('attack 3: host middleware applies every gate the router applies', () =
   });
 
   test('two Authorization header lines answer 401 on router and host routes', async () => {
-    // Threat (issue 10): Node keeps the first line and drops the rest, so "valid, then garbage" passed.
+    // Threat: Node keeps the first line and drops the rest, so "valid, then garbage" passed.
     const user = await h.signUp();
     const other = await h.signUp();
     // fetch would join the lines into one; node:http sends each array item as its own line.
@@ -286,7 +286,7 @@ describe('attack 6: pre-hijack and invites', () => {
     const email = uniqueEmail('prehijack');
     await registerOnly(h, email, STRONG_PASSWORD);
     const squatter = await h.post('/auth/login', { email, password: STRONG_PASSWORD });
-    // CONTRACT 5: an unproven address binds no factor today ...
+    // docs/security.md: an unproven address binds no factor today ...
     assertError(await h.post('/auth/mfa/totp/enroll', undefined, { token: squatter.body.data.access_token }), 403, 'email_unverified');
     // ... but one enrolled before that rule (simulated here) must not survive the owner's proof either.
     const users = () => h.knex(`${h.tablePrefix}users`).where({ id: squatter.body.data.user.id });

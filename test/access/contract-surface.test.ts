@@ -1,5 +1,5 @@
 /*
- * CONTRACT 1 and 2 points that hosts rely on: requests during start-up wait for it, the
+ * docs/getting-started.md and docs/configuration.md points that hosts rely on: requests during start-up wait for it, the
  * rate-limit store factory is used per group, appName and links reach the mail context,
  * and a configured audience is stamped and enforced.
  */

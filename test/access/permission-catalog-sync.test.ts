@@ -5,7 +5,7 @@ import express from 'express';
 import { Harness, TEST_DB, type HarnessOptions } from '../helpers/harness.js';
 import { addMember, createOrg, roleIdOf, switchOrg } from '../helpers/orgs.js';
 
-// CONTRACT 5: the owner and admin templates hold the host's permission keys, and hosts add
+// docs/security.md: the owner and admin templates hold the host's permission keys, and hosts add
 // keys as their product grows. Defect guarded against: a key added to `config.permissions`
 // after organizations exist reached only organizations created afterwards, so the owner of an
 // older organization got 403 on the host route a new organization's owner could use. Instances

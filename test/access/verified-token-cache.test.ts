@@ -8,7 +8,7 @@ import { assertUnauthorized } from '../helpers/account.js';
 // Issue 11: an access token verified once is answered from memory the next time it is
 // presented. Only time and the key ring can make a signature invalid, so a remembered token
 // must still fail the moment it expires or its key leaves the ring, and a revoked session
-// must fail at once (CONTRACT 7) whether or not its token was verified before.
+// must fail at once (docs/multiple-instances.md) whether or not its token was verified before.
 
 let h: Harness;
 before(async () => {

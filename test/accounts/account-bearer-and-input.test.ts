@@ -6,7 +6,7 @@ import { Harness, STRONG_PASSWORD, decodeJwt, decodeJwtHeader, uniqueEmail, type
 import { assertError, assertNoInternals, assertUnauthorized, assertValidationErrors } from '../helpers/account.js';
 import { servicesOf } from '../../src/create-identity-router.js';
 
-// Spec 5 bearer rules and CONTRACT 1 input handling (invalid_json, payload_too_large, no 500s).
+// docs/security.md bearer rules and docs/getting-started.md input handling (invalid_json, payload_too_large, no 500s).
 
 let h: Harness;
 let user: SignedUpUser;
@@ -119,7 +119,7 @@ test('a JSON body that is not an object is 422', async () => {
   }
   // null is no body at all: the required fields are missing.
   assertValidationErrors(await h.request('POST', '/auth/login', { rawBody: 'null' }), /required/);
-  // A body of another media type is refused, naming the type expected (issue 10).
+  // A body of another media type is refused, naming the type expected.
   const form = await h.request('POST', '/auth/login', { rawBody: 'email=a@b.io', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
   assertError(form, 415, 'unsupported_media_type');
   assert.match(form.body.message, /application\/json/);
@@ -162,7 +162,7 @@ test('fuzzed bodies never produce a 500 or leak internals', async () => {
   }
   assertNoInternals(await h.request('POST', '/auth/login', { rawBody: '{"email":"a@b.io"', headers: { 'content-type': 'application/json; charset=utf-16' } }), 'charset');
   assert.equal((await h.get('/auth/me', { token: fresh.accessToken })).status, 200, 'the account still works');
-  // The odd current_password values above count toward the lockout (issue 9); lift it to log in again.
+  // The odd current_password values above count toward the lockout; lift it to log in again.
   await servicesOf(h.identity).context.store.repos.users.clearFailedLogins(fresh.userId);
   for (const value of odd) assertNoInternals(await h.post('/auth/logout-all', value, { token: (await h.post('/auth/login', { email: fresh.email, password: fresh.password })).body.data.access_token }), `logout-all ${JSON.stringify(value)?.slice(0, 40)}`);
   assert.equal(h.logs.filter((line) => line.msg === 'unexpected error').length, 0, JSON.stringify(h.logs.filter((line) => line.msg === 'unexpected error')));

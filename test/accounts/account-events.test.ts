@@ -5,7 +5,7 @@ import { EVENT_TYPES } from '../../src/index.js';
 import { Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
 import { countRows } from '../helpers/account.js';
 
-// Spec 6 and CONTRACT 3/4: events are audited in the transaction, handed to onEvent after commit,
+// docs/events.md and docs/adapters.md and docs/events.md: events are audited in the transaction, handed to onEvent after commit,
 // never carry secrets, and a failing listener or mailer never fails the request.
 
 let h: Harness;
@@ -71,7 +71,7 @@ test('a full account flow emits the spec events, each audited and delivered afte
   assert.ok(seen.length >= mine.length);
   assert.ok(seen.every(Boolean), 'every event reached the listener after its audit row committed');
 
-  // Threat: secrets leaking into the audit trail or the host's event pipeline (CONTRACT 4).
+  // Threat: secrets leaking into the audit trail or the host's event pipeline (docs/events.md).
   const secrets = [password, newPassword, thirdPassword, verifyToken, resetToken, accessToken, refreshToken, refreshed.body.data.refresh_token, refreshed.body.data.access_token, 'a wrong password!'];
   const published = JSON.stringify(h.events);
   const audited = JSON.stringify(await h.knex(`${h.tablePrefix}audit_events`).select());

@@ -4,7 +4,7 @@ import { Harness, STRONG_PASSWORD, decodeJwt, decodeJwtHeader, uniqueEmail } fro
 import { assertError, assertValidationErrors, median, registerOnly } from '../helpers/account.js';
 import { signUpWithTotp } from '../helpers/mfa.js';
 
-// Spec 4.1 POST /auth/login, spec 3 user status (lockout), spec 6 user.logged_in / login_failed / locked.
+// docs/security.md POST /auth/login, docs/security.md user status (lockout), docs/events.md user.logged_in / login_failed / locked.
 
 let h: Harness;
 before(async () => {
@@ -94,7 +94,7 @@ test('a disabled account answers 403 account_disabled (and 401 with a wrong pass
   assertError(await h.post('/auth/login', { email: user.email, password: 'wrong wrong wrong' }), 401, 'invalid_credentials');
 });
 
-// Threat: online password guessing; spec 3 lockout, CONTRACT 5 status reads locked while it lasts.
+// Threat: online password guessing; docs/security.md lockout, docs/security.md status reads locked while it lasts.
 test('lockout: five failures lock the account; the right password is refused until the duration passes', async () => {
   const user = await h.signUp();
   const lockedBefore = h.eventsOfType('user.locked').length;

@@ -3,7 +3,7 @@ import { after, before, test } from 'node:test';
 import { Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
 import { assertError, assertUnauthorized, assertValidationErrors, registerOnly } from '../helpers/account.js';
 
-// Spec 4.1 password forgot / reset / change; spec 6 user.password_reset_requested / user.password_changed.
+// docs/security.md password forgot / reset / change; docs/events.md user.password_reset_requested / user.password_changed.
 
 const NEW_PASSWORD = 'a brand new passphrase 42';
 

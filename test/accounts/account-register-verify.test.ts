@@ -3,7 +3,7 @@ import { after, before, test } from 'node:test';
 import { Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
 import { assertError, assertValidationErrors, countRows, registerOnly } from '../helpers/account.js';
 
-// Spec 4.1 register, e-mail verify and resend; spec 6 user.registered / user.email_verified.
+// docs/security.md register, e-mail verify and resend; docs/events.md user.registered / user.email_verified.
 
 let h: Harness;
 before(async () => {
@@ -29,7 +29,7 @@ test('register answers 202 with a generic message, sends mail and emits user.reg
   assert.ok(registered.some((event) => event.user_id === row.id));
 });
 
-// Threat: account enumeration through register (spec 4.1 "enumeration-safe").
+// Threat: account enumeration through register (docs/security.md "enumeration-safe").
 test('register of an existing address answers exactly like a new one and sends no mail', async () => {
   const email = uniqueEmail('enum');
   const first = await h.post('/auth/register', { email, password: STRONG_PASSWORD });
@@ -51,11 +51,11 @@ test('register validation: 422 {errors} for missing, invalid and wrongly typed f
   assertValidationErrors(await h.post('/auth/register', { email: 12345, password: STRONG_PASSWORD }), /"email" must be a string/);
   assertValidationErrors(await h.post('/auth/register', { email: uniqueEmail(), password: 12345678 }), /"password" must be a string/);
   assertValidationErrors(await h.post('/auth/register', {}));
-  // Spec 2.4 / 8: at most 320 octets.
+  // docs/database.md / 8: at most 320 octets.
   const longEmail = `${'a'.repeat(309)}@example.com`; // 321 octets
   assert.equal(Buffer.byteLength(longEmail), 321);
   assertValidationErrors(await h.post('/auth/register', { email: longEmail, password: STRONG_PASSWORD }), /320/);
-  // Spec 2.4: display_name at most 120 characters.
+  // docs/database.md: display_name at most 120 characters.
   assertValidationErrors(await h.post('/auth/register', { email: uniqueEmail(), password: STRONG_PASSWORD, display_name: 'x'.repeat(121) }), /"display_name"/);
   assertValidationErrors(await h.post('/auth/register', { email: uniqueEmail(), password: STRONG_PASSWORD, display_name: 42 }), /"display_name"/);
   assertValidationErrors(await h.post('/auth/register', { email: uniqueEmail(), password: STRONG_PASSWORD, display_name: 'Ada\u0000Lovelace' }), /control characters/);

@@ -24,7 +24,7 @@ test('switch-org with a token of a revoked session answers 401 session_ended (sp
   assertError(ended, 401, 'session_ended');
   assert.match(ended.headers.get('www-authenticate') ?? '', /^Bearer/);
   assertUnauthorized(await h.post('/auth/switch-org', { organization_id: randomUUID() }, { token: `${user.accessToken}x` }));
-  // Other routes keep spec 5's answer for the same token.
+  // Other routes keep docs/security.md's answer for the same token.
   assertUnauthorized(await h.get('/auth/me', { token: user.accessToken }));
 });
 

@@ -12,7 +12,7 @@ import {
   tableOf,
 } from '../helpers/users.js';
 
-// Spec 4.4 DELETE /users/{id} and the "deleted tombstone" rows of spec 3.
+// docs/security.md DELETE /users/{id} and the "deleted tombstone" rows of docs/security.md.
 
 let h: Harness;
 before(async () => {
@@ -175,7 +175,7 @@ describe('DELETE /users/{id}: the anonymizing tombstone', () => {
 });
 
 describe('DELETE /users/{id}: memberships and ownership', () => {
-  // Threat: an organization left without any owner (spec 4.3 invariant 3), even through an
+  // Threat: an organization left without any owner (docs/organizations.md invariant 3), even through an
   // account deletion.
   test('the last active owner of an organization cannot delete the account (409), a co-owned one can', async () => {
     const first = await h.signUp();

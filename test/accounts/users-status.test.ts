@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import { Harness, STRONG_PASSWORD } from '../helpers/harness.js';
 import { insertConfirmedTotpFactor, signUpSuperadmin, tableOf } from '../helpers/users.js';
 
-// Spec 3 (user status) and 4.4: disable, enable, lockout, and the step-up guard.
+// docs/security.md (user status) and 4.4: disable, enable, lockout, and the step-up guard.
 
 let h: Harness;
 before(async () => {

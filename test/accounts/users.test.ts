@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import { Harness } from '../helpers/harness.js';
 import { createOrganizationOwnedBy, grantSuperadmin, signUpSuperadmin, tableOf } from '../helpers/users.js';
 
-// Spec 4.4: GET and PATCH /users/{id}, and who may call them.
+// docs/security.md: GET and PATCH /users/{id}, and who may call them.
 
 let h: Harness;
 before(async () => {

@@ -13,7 +13,7 @@ import { addMember, createOrg, superadmin, switchOrg, type CreatedOrg, type OrgM
 import { servicesOf } from '../../src/create-identity-router.js';
 
 /*
- * CONTRACT 10, API keys. Threats: a key that outlives the authority that granted it (revoked,
+ * docs/api-keys.md, API keys. Threats: a key that outlives the authority that granted it (revoked,
  * expired, owner disabled/deleted/suspended/removed, organization deleted, permission lost);
  * a key that escalates past its creator; a key that reaches the router's own routes; a
  * request whose caller is ambiguous; a per-key budget that is skipped, shared or answered
@@ -98,7 +98,7 @@ async function createKey(h: Harness, orgId: string, token: string, body: Record<
 
 /**
  * A fresh sign-in of the shared organization's owner, scoped to it: creating a key needs a fresh
- * authentication (CONTRACT 10), and earlier tests moved the clock past the owner's first sign-in.
+ * authentication (docs/api-keys.md), and earlier tests moved the clock past the owner's first sign-in.
  */
 async function freshOwnerToken(): Promise<string> {
   const login = await h.post('/auth/login', { email: org.owner.email, password: org.owner.password });

@@ -1,5 +1,5 @@
 /**
- * API keys in the example web app (CONTRACT 10) in headless Chromium: a member creates a key
+ * API keys in the example web app (docs/api-keys.md) in headless Chromium: a member creates a key
  * for invoices.read, sees it once, a script calls the host's /invoices with it, and revoking
  * it on the page stops it at once.
  */

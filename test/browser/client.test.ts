@@ -1,5 +1,5 @@
 /**
- * identity-router/client in headless Chromium (CONTRACT 14), against the example server: the
+ * identity-router/client in headless Chromium (docs/client.md), against the example server: the
  * client is bundled from src/client with esbuild and served, with a blank page that loads it, on
  * the example's own origin. Each test names the rule it guards:
  * - three tabs whose access tokens expire together send one refresh and keep the session; with
@@ -9,7 +9,7 @@
  * - the social round trip through the example's demo provider, bound to the tab's verifier;
  * - the cookie mode, where no refresh token is ever readable by page script, and its recovery
  *   after a reload;
- * - switchOrg, logoutAll, session_ended, and the smaller members of CONTRACT 14.
+ * - switchOrg, logoutAll, session_ended, and the smaller members of docs/client.md.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';

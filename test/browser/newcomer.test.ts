@@ -1,5 +1,5 @@
 /**
- * The example as a newcomer meets it (issue 27): development limits that a second pass through
+ * The example as a newcomer meets it: development limits that a second pass through
  * the flows never trips, a 429 that says when to retry, a quiet signed-out load, "Log out" in a
  * grouped header on every page, recovery codes that replace the old ones on screen, sessions by
  * browser and OS, an owner who hands over or deletes an organization and can then delete the

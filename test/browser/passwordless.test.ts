@@ -1,5 +1,5 @@
 /**
- * Passwordless sign-in in the example web app, in headless Chromium (CONTRACT 11): "E-mail me a
+ * Passwordless sign-in in the example web app, in headless Chromium (docs/passwordless.md): "E-mail me a
  * code" on the sign-in page with the code read from the development inbox, the mailed link whose
  * page POSTs the token on a click, and both through the MFA gate of a person with an
  * authenticator app.

@@ -105,7 +105,7 @@ describe('example web app: social sign-in', { skip }, () => {
 
   test('a stale sign-in must sign in again before linking; a cancelled provider login shows its error code', async () => {
     const { context, page } = await signedInPerson(suite, uniqueEmail('stale'));
-    // Past security.stepUp.maxAge (5 minutes) a user without a factor must sign in again (CONTRACT 9.5).
+    // Past security.stepUp.maxAge (5 minutes) a user without a factor must sign in again (docs/social-login.md).
     suite.clock.advance(6 * 60);
     await page.getByRole('button', { name: 'Link a Demo account' }).click();
     const alert = linkedSection(page).getByRole('alert').filter({ hasText: 'reauthentication_required' });

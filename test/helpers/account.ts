@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import type { Harness, TestResponse } from './harness.js';
 
-/** Spec 5: every bearer failure is 401 {error: unauthorized, message} with WWW-Authenticate: Bearer. */
+/** docs/security.md: every bearer failure is 401 {error: unauthorized, message} with WWW-Authenticate: Bearer. */
 export function assertUnauthorized(response: TestResponse, context = ''): void {
   assert.equal(response.status, 401, `${context} ${response.text}`);
   assert.equal(response.body?.error, 'unauthorized', context);
@@ -9,7 +9,7 @@ export function assertUnauthorized(response: TestResponse, context = ''): void {
   assert.match(response.headers.get('www-authenticate') ?? '', /^Bearer/, context);
 }
 
-/** Spec 1: 422 {errors: [strings]} and nothing else. */
+/** README.md: 422 {errors: [strings]} and nothing else. */
 export function assertValidationErrors(response: TestResponse, pattern?: RegExp, context = ''): string[] {
   assert.equal(response.status, 422, `${context} ${response.text}`);
   assert.ok(Array.isArray(response.body?.errors), `${context} ${response.text}`);

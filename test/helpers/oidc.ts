@@ -1,14 +1,14 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-// oidc-provider ships no types; the tests use the small surface CONTRACT 9.11 names.
+// oidc-provider ships no types; the tests use the small surface docs/social-login.md names.
 // eslint-disable-next-line @typescript-eslint/ban-ts-comment
 // @ts-expect-error
 import Provider from 'oidc-provider';
 import { Harness, type HarnessOptions, type TestResponse } from './harness.js';
 
 /*
- * A real OpenID provider in the test process (CONTRACT 9.11): oidc-provider on a loopback
+ * A real OpenID provider in the test process (docs/social-login.md): oidc-provider on a loopback
  * port, a static client, PKCE required, and a programmatic interaction that logs in the
  * account the test names. The browser is the test itself: it follows redirects with
  * fetch(..., {redirect: 'manual'}) and a small cookie map until the router's callback appears.
@@ -51,7 +51,7 @@ export class TestOpenIdProvider {
 
   /**
    * Lets the static client also use redirect URIs under `prefix`: a single sign-on
-   * connection's callback carries its id, known only once the connection exists (CONTRACT 12.3).
+   * connection's callback carries its id, known only once the connection exists (docs/sso.md).
    */
   allowRedirectPrefix(prefix: string): void {
     const original = this.provider.Client.prototype.redirectUriAllowed;
@@ -213,7 +213,7 @@ export async function socialRoundTrip(h: Harness, op: TestOpenIdProvider, accoun
 }
 
 /**
- * The SPA's exchange of a round trip's social_code (CONTRACT 9.2): where the account is
+ * The SPA's exchange of a round trip's social_code (docs/social-login.md): where the account is
  * resolved or the link made, and where every refusal but the provider's own is answered.
  */
 export async function exchangeCode(h: Harness, trip: CallbackResult & SocialStart, token?: string): Promise<TestResponse> {

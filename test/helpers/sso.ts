@@ -4,7 +4,7 @@ import { authorizeAtProvider, callRouterCallback, CLIENT_ID, CLIENT_SECRET, hand
 import { createOrg, type CreatedOrg } from './orgs.js';
 
 /*
- * Single sign-on (CONTRACT 12) in tests: a stub `adapters.dns` playing the organization's
+ * Single sign-on (docs/sso.md) in tests: a stub `adapters.dns` playing the organization's
  * DNS (TXT records and name resolution, never real DNS), an organization with a verified
  * domain, and a connection to a real oidc-provider on loopback. Loopback is an exempt origin
  * through `sso.allowPrivateNetworks`, the guard's documented test allowance.

@@ -21,7 +21,7 @@ export interface VirtualAuthenticator {
 }
 
 /**
- * A platform authenticator as CONTRACT 8's tests require it: CTAP2, internal transport,
+ * A platform authenticator as docs/mfa.md's tests require it: CTAP2, internal transport,
  * resident keys and user verification, the user always verified and present. It belongs to
  * the page's tab, so another context with its own authenticator holds other credentials.
  */

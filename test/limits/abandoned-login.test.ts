@@ -22,7 +22,7 @@ async function failedLoginCount(email: string): Promise<number> {
   return Number(row.failed_login_count);
 }
 
-/** Failed-attempt slots held by attempts still being compared (issue 22: counted apart from failures). */
+/** Failed-attempt slots held by attempts still being compared (counted apart from failures). */
 async function slotsInFlight(email: string): Promise<number> {
   const row = await h.knex(`${h.tablePrefix}users`).where({ email }).first('attempts_in_flight');
   return Number(row.attempts_in_flight);

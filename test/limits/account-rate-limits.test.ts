@@ -3,7 +3,7 @@ import { after, test } from 'node:test';
 import { Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 
-// Spec 8 rate limits (fixed windows, per group, configurable through auth.rateLimits) and spec 7 429 headers.
+// docs/configuration.md rate limits (fixed windows, per group, configurable through auth.rateLimits) and docs/openapi.yaml 429 headers.
 // Threat: brute force and resource exhaustion from one client.
 
 const started: Harness[] = [];

@@ -4,7 +4,7 @@ import { Harness, uniqueEmail } from '../helpers/harness.js';
 import { enrollSms, loginForTicket, signUpWithTotp } from '../helpers/mfa.js';
 import { createOrg } from '../helpers/orgs.js';
 
-// The invite and OTP send budgets (CONTRACT 2 `invites.sendBudget`, `otp.sendBudget`) are a
+// The invite and OTP send budgets (docs/configuration.md `invites.sendBudget`, `otp.sendBudget`) are a
 // count and an insert: two transactions that count at once must not both fit under the limit. On PostgreSQL each
 // bucket is locked for the transaction before it is counted; SQLite serialises writers.
 

@@ -1,10 +1,10 @@
 /*
- * Issue 22 (CONTRACT 5, the lockout bullet): concurrent attempts on one account never compare
+ * Issue 22 (docs/security.md, the lockout bullet): concurrent attempts on one account never compare
  * more secrets than the failures left before the lock allow, and an attempt that finds no free
  * slot while others are being compared waits for one; past a short bound it answers 429
  * rate_limited with Retry-After, never invalid_credentials for a right password.
  * Threats: a user with several tabs (or a script with a few workers) told that a right
- * password is wrong; parallel guesses beating the cap (issue 10).
+ * password is wrong; parallel guesses beating the cap.
  * The single-instance versions of test/platform/several-instances.test.ts; they run on SQLite and
  * PostgreSQL:
  *   node scripts/run-tests.mjs --sqlite-only test/limits/concurrent-attempts.test.ts

@@ -1,6 +1,6 @@
 /*
  * Issue 10: parallel guesses cannot beat the cap, and exhausted second-factor state
- * answers 422 invalid_code (CONTRACT 5). The race is meaningful on PostgreSQL:
+ * answers 422 invalid_code (docs/security.md). The race is meaningful on PostgreSQL:
  *   node scripts/run-tests.mjs --pg-only test/limits/lockout-race.test.ts
  */
 import assert from 'node:assert/strict';

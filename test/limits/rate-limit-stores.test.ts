@@ -6,7 +6,7 @@ import { Harness, uniqueEmail } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 
 // auth.rateLimitStore: 'database' (counters shared by every instance on one database, for hosts
-// without Redis) and passOnStoreError per group (CONTRACT 7; issue 12).
+// without Redis) and passOnStoreError per group (docs/multiple-instances.md).
 // Threat: a brute force spread over several instances getting N times the configured budget,
 // and a rate-limit store outage turning into 500s or silently dropping the limit.
 

@@ -1,5 +1,5 @@
 /*
- * Issue 22 (CONTRACT 2 `otp.sendBudget`): the per-destination send budget counts sends to a
+ * Issue 22 (docs/configuration.md `otp.sendBudget`): the per-destination send budget counts sends to a
  * destination that is not yet a confirmed factor (enrollment) per destination across all
  * accounts, and sends to a user's own confirmed factor (login, step-up) in a bucket of that
  * user and destination. The single-instance versions of test/platform/several-instances.test.ts.

@@ -7,7 +7,7 @@ import { Harness } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 import { enrollEmail, enrollSms, lastMailCode, lastSmsCode, loginForTicket, uniquePhone } from '../helpers/mfa.js';
 
-// Issue 10: TOTP label (CONTRACT 2), replacing a pending TOTP enrollment, the enrollment
+// Issue 10: TOTP label (docs/configuration.md), replacing a pending TOTP enrollment, the enrollment
 // cooldown after confirmation, and send budgets of unconfirmed factors.
 
 let h: Harness;
@@ -78,8 +78,8 @@ test('confirming a factor ends its enrollment cooldown: the first login challeng
 });
 
 test('enrolling someone else\'s phone spends the number\'s budget shared by all accounts, never the owner\'s login codes', async () => {
-  // Threats: SMS pumping through many accounts (issue 22), and an attacker exhausting the
-  // owner's login codes by enrolling the owner's number (issue 10).
+  // Threats: SMS pumping through many accounts, and an attacker exhausting the
+  // owner's login codes by enrolling the owner's number.
   const owner = await h.signUp();
   const phone = uniquePhone();
   const { factorId } = await enrollSms(h, owner.accessToken, phone);

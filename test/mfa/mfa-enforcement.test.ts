@@ -14,7 +14,7 @@ after(async () => {
   for (const h of harnesses) await h.close();
 });
 
-/** CONTRACT 5: in grace mode only these answer until a factor is confirmed. */
+/** docs/mfa.md: in grace mode only these answer until a factor is confirmed. */
 async function assertGraceRestrictions(h: Harness, token: string): Promise<void> {
   for (const [method, path] of [['GET', '/auth/sessions'], ['POST', '/auth/logout-all'], ['GET', '/permissions'], ['POST', '/auth/mfa/step-up/challenge'], ['PATCH', '/auth/mfa/factors/x']]) {
     const response = await h.request(method!, path!, { token, ...(method === 'GET' ? {} : { body: {} }) });

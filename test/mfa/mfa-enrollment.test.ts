@@ -290,7 +290,7 @@ describe('POST /auth/mfa/email/enroll and confirm', () => {
 describe('send and verify budgets kept in the database', () => {
   test('per-destination budget is shared by two router instances on one database (429 rate_limited)', async () => {
     // Threat: SMS pumping to one number through several instances. An unconfirmed factor's
-    // sends are budgeted per destination across accounts (issue 22); one account pumps here.
+    // sends are budgeted per destination across accounts; one account pumps here.
     const first = await Harness.start({ config: { otp: { sendBudget: { perDestination: { limit: 2, windowSec: 3600 }, perAccount: { limit: 50, windowSec: 3600 } } } } });
     const second = await Harness.start({ shareDatabaseWith: first, config: { otp: { sendBudget: { perDestination: { limit: 2, windowSec: 3600 }, perAccount: { limit: 50, windowSec: 3600 } } } } });
     try {

@@ -216,7 +216,7 @@ describe('POST /auth/mfa/verify failures', () => {
     const failures = h.eventsOfType('mfa.verify_failed').filter((event) => event.user_id === user.userId);
     assert.equal(failures.length, 5);
     assert.equal(failures[0]!.data.factor_id, totp.factorId);
-    // CONTRACT 5 (spec 7 "exhausted"): an exhausted ticket answers 422 invalid_code, whatever the code.
+    // docs/mfa.md (docs/openapi.yaml "exhausted"): an exhausted ticket answers 422 invalid_code, whatever the code.
     const dead = await h.post('/auth/mfa/verify', { factor_id: totp.factorId, code: good }, { token: ticket });
     assert.equal(dead.status, 422);
     assert.equal(dead.body.error, 'invalid_code');

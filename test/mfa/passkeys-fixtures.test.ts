@@ -148,7 +148,7 @@ describe(`passkey lifecycle on ${TEST_DB}`, () => {
   });
 
   test('step-up with the passkey before deleting another factor', async () => {
-    // Enrolling a second factor through the API would itself need a step-up (CONTRACT 5), and each
+    // Enrolling a second factor through the API would itself need a step-up (docs/mfa.md), and each
     // recorded assertion moves the counter once, so the other factor is planted as a row.
     const totp = { factorId: randomUUID() };
     await h.knex(`${h.tablePrefix}mfa_factors`).insert({ id: totp.factorId, user_id: owner.userId, type: 'totp', label: null, destination: null, secret_sealed: 'planted', is_default: false, last_used_step: null, confirmed_at: h.clock.now(), created_at: h.clock.now() });
@@ -291,7 +291,7 @@ describe(`origin, RP id and unknown credentials on ${TEST_DB}`, () => {
   });
 
   test('login/options never lists credentials: an e-mail, known or unknown, changes nothing in the answer', async () => {
-    // CONTRACT 8: allowCredentials is always empty, so the answer tells no account or credential id.
+    // docs/mfa.md: allowCredentials is always empty, so the answer tells no account or credential id.
     const known = await h.post('/auth/passkeys/login/options', { email: owner.email });
     assert.equal(known.status, 200);
     assert.deepEqual(known.body.data.options.allowCredentials, []);

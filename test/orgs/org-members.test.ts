@@ -113,7 +113,7 @@ test('granting the owner role needs step-up when the actor has a confirmed facto
   const stale = await h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['owner'] }, { token: org.owner.token });
   assert.equal(stale.status, 401);
   assert.equal(stale.body.error, 'step_up_required');
-  // The admin template holds roles.manage: owner-equivalent, so it needs step-up too (CONTRACT 5).
+  // The admin template holds roles.manage: owner-equivalent, so it needs step-up too (docs/organizations.md).
   assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['admin'] }, { token: org.owner.token })).body.error, 'step_up_required');
   // Other role changes need no step-up.
   assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: [] }, { token: org.owner.token })).status, 200);

@@ -73,7 +73,7 @@ test('the superadmin role: full catalog everywhere, granted and revoked through 
   assert.equal(rows.length, 1);
   assert.equal(rows[0].slug, 'superadmin');
   assert.ok([true, 1].includes(rows[0].is_system));
-  assert.equal(JSON.parse(rows[0].permission_keys).length, 14); // spec 2.13, webhooks.manage (CONTRACT 13.2) and the host key
+  assert.equal(JSON.parse(rows[0].permission_keys).length, 14); // docs/database.md, webhooks.manage (docs/webhooks.md) and the host key
 
   const switched = await h.post('/auth/switch-org', { organization_id: org.id }, { token: root.accessToken });
   assert.equal(switched.status, 200, switched.text);

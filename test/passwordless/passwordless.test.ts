@@ -1,5 +1,5 @@
 /*
- * CONTRACT 11: passwordless sign-in by e-mail. Each block names the threat it closes:
+ * docs/passwordless.md: passwordless sign-in by e-mail. Each block names the threat it closes:
  * the MFA bypass (better-auth #9552, #11287), mail scanners spending a link (better-auth
  * #9690), enumeration at start (better-auth #10603) and unlimited guesses. Frozen clock;
  * SQLite and PostgreSQL (the race block means most on PostgreSQL):

@@ -1,6 +1,6 @@
 /*
  * Threat: a database outage turns into hung requests (exhausting the host's sockets) or
- * into 500s that leak driver messages. CONTRACT 1: 503 {"error":"unavailable"} within 5 s,
+ * into 500s that leak driver messages. docs/getting-started.md: 503 {"error":"unavailable"} within 5 s,
  * never a hang, and recovery without a restart once the database is back.
  */
 import assert from 'node:assert/strict';

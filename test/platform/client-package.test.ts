@@ -1,5 +1,5 @@
 /**
- * identity-router/client as shipped (CONTRACT 14): small (< 12 kB minified and gzipped), browser
+ * identity-router/client as shipped (docs/client.md): small (< 12 kB minified and gzipped), browser
  * ESM with relative imports only and nothing of the server entry, and typed from the OpenAPI
  * document it was generated from. Its behaviour is tested in Chromium: test/browser/client.test.ts.
  */

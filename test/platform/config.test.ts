@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { createIdentityRouter, IdentityConfigError, type IdentityConfig } from '../../src/index.js';
 import { resolveConfig } from '../../src/config/schema.js';
 
-// CONTRACT 2: the config is checked at construction and every problem is listed at once (STYLE 8).
+// docs/configuration.md: the config is checked at construction and every problem is listed at once (STYLE 8).
 
 const database = { client: 'better-sqlite3', connection: { filename: ':memory:' }, useNullAsDefault: true };
 const valid: IdentityConfig = { database, secret: 's'.repeat(32), issuer: 'https://id.example.test' };

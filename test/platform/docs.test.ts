@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-// Docs that run as written (issue 27). What this guards against: a guide whose code throws for
+// Docs that run as written. What this guards against: a guide whose code throws for
 // a newcomer (an unset SMTP_URL, CommonJS where the code is ESM, a port the example holds, names
 // the snippet never defines) while every other test passes, since none of them reads the docs.
 // Every fenced block of README.md and docs/getting-started.md carries a marker comment saying

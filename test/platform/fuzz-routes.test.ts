@@ -215,7 +215,7 @@ function rawRequest(method: string, url: string, headers: Record<string, string>
   });
 }
 
-/** Spec 1 response shapes, independent of the OpenAPI document. */
+/** README.md response shapes, independent of the OpenAPI document. */
 function shapeProblem(status: number, body: unknown): string | undefined {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return 'the body is not a JSON object';
   const record = body as Record<string, unknown>;
@@ -291,7 +291,7 @@ test(`${REQUESTS_PER_ROUTE} hostile requests per route, with and without credent
       }
       const problems: string[] = [];
       if (response.status >= 500) problems.push(`answered ${response.status}: ${text.slice(0, 200)}`);
-      // The social authorize (GET) and callback answer redirects (CONTRACT 9.2): no body, an absolute
+      // The social authorize (GET) and callback answer redirects (docs/social-login.md): no body, an absolute
       // Location at the provider or at a configured return URL, and still no-store.
       if (response.status === 302 || response.status === 303) {
         problems.push(...redirectProblems(method, route.path, response));

@@ -122,7 +122,7 @@ describe('the document and the router agree', () => {
       expect(operation['x-rate-limit-group'] === route.rateLimit, `${key}: x-rate-limit-group ${operation['x-rate-limit-group']}, route ${route.rateLimit}`);
       expect(operation['x-permission'] === (route.permission ?? undefined), `${key}: x-permission ${operation['x-permission']}, route ${route.permission}`);
       expect((operation['x-step-up'] === true) === (route.stepUp === true), `${key}: x-step-up ${operation['x-step-up']}, route ${route.stepUp}`);
-      // The credential gate (CONTRACT 5, 8, 9.5, 10): declared per route, documented per operation.
+      // The credential gate (docs/security.md and docs/mfa.md and docs/social-login.md and docs/api-keys.md): declared per route, documented per operation.
       expect(operation['x-adds-credential'] === route.addsCredential, `${key}: x-adds-credential ${operation['x-adds-credential']}, route ${route.addsCredential}`);
       expect(
         (operation['x-allowed-during-enrollment'] === true) === (route.allowedDuringEnrollment === true),

@@ -115,8 +115,8 @@ main().catch((error) => {
 `;
 
 /**
- * A CommonJS host with social login configured (CONTRACT 9.10): openid-client is ESM-only and is
- * loaded by a dynamic import() on first use. The provider is a closed loopback port, so the
+ * A CommonJS host with social login configured (docs/social-login.md): openid-client is ESM-only and is
+ * loaded by a dynamic import on first use. The provider is a closed loopback port, so the
  * authorize call answers 502 provider_unavailable once openid-client loaded and tried discovery.
  */
 const CJS_SOCIAL_CONSUMER = `'use strict';
@@ -294,7 +294,7 @@ describe('the packed tarball', { skip: SKIP, timeout: 240_000 }, () => {
     }
     const strays = files.filter((file) => /^(src|test|scripts|bench|examples|node_modules|\.tmp)\//.test(file) || file.endsWith('.sqlite'));
     assert.deepEqual(strays, [], 'the tarball holds no sources, tests or local data');
-    // Package hygiene (CHANGELOG, issue 27): no source maps (dist/ is not minified; maps would name
+    // Package hygiene (CHANGELOG): no source maps (dist/ is not minified; maps would name
     // src/ files the package does not ship), and bundlers may drop the package when nothing is used.
     assert.deepEqual(files.filter((file) => file.endsWith('.map')), [], 'the tarball ships no source maps');
     const manifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { sideEffects?: unknown };

@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify } from 'jose';
 import knexFactory, { type Knex } from 'knex';
 
-// CONTRACT 7 (several instances), proven with separate processes: three instances of the BUILT
+// docs/multiple-instances.md (several instances), proven with separate processes: three instances of the BUILT
 // package (test/instances/instance.mjs imports dist/) on one throwaway PostgreSQL and one Redis,
 // and a client that spreads its requests over them.
 // Threats: a rolling deploy onto a new database bricking it (migration race); a revoked session
@@ -424,7 +424,7 @@ describe('several instances on one PostgreSQL (and Redis)', { skip: SKIP }, () =
       await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
       // The enrollment send counted in the number's budget shared by all accounts; the login
       // codes to the now confirmed factor count in this user's own bucket for the number
-      // (issue 22), whose budget of 3 holds the sends from A, C and A.
+      // whose budget of 3 holds the sends from A, C and A.
       assert.equal((await challenge(A)).status, 200);
       await new Promise((resolveWait) => setTimeout(resolveWait, 1100));
       const overBudget = await challenge(B);
@@ -503,7 +503,7 @@ describe('several instances on one PostgreSQL (and Redis)', { skip: SKIP }, () =
     }
   });
 
-  // Issue 22 (CONTRACT 5 lockout, CONTRACT 2 otp.sendBudget): limits that refuse only what
+  // Issue 22 (docs/security.md lockout, docs/configuration.md otp.sendBudget): limits that refuse only what
   // they should. Threats: a user with several tabs told a right password is wrong; parallel
   // guesses beating the lockout; SMS pumping to one number through many accounts; another
   // account's enrollments exhausting a victim's login codes.

@@ -4,7 +4,7 @@ import { after, before, test } from 'node:test';
 import knexFactory, { type Knex } from 'knex';
 import { createIdentityRouter, migrateIdentityDatabase } from '../../src/index.js';
 
-// CONTRACT 7 start-up on PostgreSQL. Threat: a start-up that crashed between setting and
+// docs/multiple-instances.md start-up on PostgreSQL. Threat: a start-up that crashed between setting and
 // clearing Knex's migration lock, or two start-ups that both created the lock row, leaving every
 // later start-up failing with MigrationLocked (a bricked database after a rolling deploy).
 // The several-instances test races real processes; this one plants the broken states directly.

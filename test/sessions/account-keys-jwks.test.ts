@@ -12,7 +12,7 @@ async function waitFor(condition: () => Promise<boolean>, withinMs: number): Pro
   }
 }
 
-// Spec 2.3 JWKS, spec 9 key rotation, CONTRACT 1 rotateSigningKey and several instances on one database.
+// docs/database.md JWKS, docs/openapi.yaml key rotation, docs/getting-started.md rotateSigningKey and several instances on one database.
 
 let h: Harness;
 before(async () => {

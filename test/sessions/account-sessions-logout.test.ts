@@ -4,7 +4,7 @@ import { after, before, test } from 'node:test';
 import { Harness, decodeJwt } from '../helpers/harness.js';
 import { assertError, assertUnauthorized, assertValidationErrors } from '../helpers/account.js';
 
-// Spec 4.1 logout, logout-all, sessions, switch-org and GET /auth/me; spec 6 auth.sessions_revoked.
+// docs/security.md logout, logout-all, sessions, switch-org and GET /auth/me; docs/events.md auth.sessions_revoked.
 
 let h: Harness;
 before(async () => {

@@ -3,7 +3,7 @@ import { after, before, test } from 'node:test';
 import { Harness, TEST_DB, decodeJwt } from '../helpers/harness.js';
 import { assertError, assertUnauthorized, assertValidationErrors } from '../helpers/account.js';
 
-// Spec 4.1 POST /auth/token/refresh, spec 3 session and refresh token, spec 6 auth.token_refreshed / auth.refresh_reuse_detected.
+// docs/security.md POST /auth/token/refresh, docs/security.md session and refresh token, docs/events.md auth.token_refreshed / auth.refresh_reuse_detected.
 
 let h: Harness;
 before(async () => {
@@ -29,7 +29,7 @@ test('refresh rotates: a new access token and a new refresh token; the old one i
   assert.equal(claims.sid, before.sid, 'same session');
   assert.equal(claims.sub, user.userId);
   assert.equal(claims.iat, before.iat + 60);
-  // mfa, amr and auth_time survive refresh (spec 2.1).
+  // mfa, amr and auth_time survive refresh (docs/database.md).
   assert.equal(claims.mfa, before.mfa);
   assert.deepEqual(claims.amr, before.amr);
   assert.equal(claims.auth_time, before.auth_time);
@@ -121,7 +121,7 @@ test('sequential double use on any database: one 200, then invalid_grant', async
   assertError(second, 401, 'invalid_grant');
 });
 
-// Threat (issue 10): a stolen refresh token kept alive forever by sliding refresh. The
+// Threat: a stolen refresh token kept alive forever by sliding refresh. The
 // session has an absolute lifetime from login that no rotation extends.
 test('tokens.sessionMaxAge ends the session however often it is refreshed', async () => {
   const DAY = 24 * 3600;

@@ -21,7 +21,7 @@ import {
   type SocialStart,
 } from '../helpers/oidc.js';
 
-// CONTRACT 9: each attack the issue lists, refused as section 9 says, against a real provider.
+// docs/social-login.md: each attack the issue lists, refused as section 9 says, against a real provider.
 // Every test states the threat it guards against.
 
 let op: TestOpenIdProvider;
@@ -231,7 +231,7 @@ describe('return_to', () => {
     for (const returnTo of refused) {
       const response = await h.post(`/auth/social/${PROVIDER_ID}/authorize`, { return_to: returnTo, handoff_challenge: handoffPair().challenge, handoff_challenge_method: 'S256' });
       assert.equal(response.status, 422, `${JSON.stringify(returnTo)} was accepted`);
-      // A control character is refused earlier, by the validation layer (issue 10), with its own message.
+      // A control character is refused earlier, by the validation layer, with its own message.
       const expected = /[\u0000-\u001f\u007f]/.test(returnTo) ? '"return_to" must not contain control characters' : 'return_to is not allowed';
       assert.deepEqual(response.body, { errors: [expected] }, returnTo);
     }

@@ -4,7 +4,7 @@ import { IdentityConfigError } from '../../src/config/schema.js';
 import { matchesReturnUrl } from '../../src/config/social.js';
 import { createIdentityRouter, type IdentityConfig } from '../../src/index.js';
 
-// CONTRACT 9.1: the social config is validated at construction with every problem listed.
+// docs/social-login.md: the social config is validated at construction with every problem listed.
 
 const base = {
   database: { client: 'better-sqlite3', connection: { filename: ':memory:' }, useNullAsDefault: true },

@@ -20,7 +20,7 @@ import {
   type SocialStart,
 } from '../helpers/oidc.js';
 
-// CONTRACT 9: social login against a real OpenID provider (oidc-provider in this process).
+// docs/social-login.md: social login against a real OpenID provider (oidc-provider in this process).
 // Happy paths, MFA, events; the attacks are in social-attacks.test.ts.
 
 let op: TestOpenIdProvider;

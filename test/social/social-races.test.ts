@@ -4,7 +4,7 @@ import { countRows } from '../helpers/account.js';
 import { type Harness, uniqueEmail } from '../helpers/harness.js';
 import { authorizeAtProvider, newSubject, startLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
 
-// CONTRACT 9.10: single-use by one conditional update, and one user per new subject, under
+// docs/social-login.md: single-use by one conditional update, and one user per new subject, under
 // concurrency. Meaningful on PostgreSQL (real concurrent transactions); SQLite serialises
 // writers and must give the same answers.
 
@@ -42,7 +42,7 @@ test('two first logins of the same new subject at once create one user and one l
   const responses = await Promise.all(callbackPaths.map((path) => h.get(path)));
   const codes = responses.map((response) => new URL(response.headers.get('location')!).searchParams.get('social_code'));
   assert.ok(codes.every(Boolean), responses.map((response) => response.headers.get('location')).join(' | '));
-  // The callback creates nothing (CONTRACT 9.2): the account is resolved at the exchange, so the race is there.
+  // The callback creates nothing (docs/social-login.md): the account is resolved at the exchange, so the race is there.
   assert.equal(await countRows(h, 'users', { email }), 0);
   const exchanged = await Promise.all(codes.map((code, index) => h.post('/auth/social/exchange', { code, handoff_verifier: flows[index]!.handoff.verifier })));
   assert.deepEqual(exchanged.map((response) => response.status), [200, 200]);

@@ -9,7 +9,7 @@ import { createOrg } from '../helpers/orgs.js';
 import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
 
 /*
- * CONTRACT 12.2 and 12.5, the attacks of issue 25:
+ * docs/sso.md, and the attacks on single sign-on it lists:
  * - SSRF through the provider URL (better-auth CVE-2026-53513): an organization admin points
  *   its connection at the router's own network. Every refusal is proven by a listener on
  *   127.0.0.1 that counts TCP connections: it must see none.

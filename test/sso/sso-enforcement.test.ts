@@ -8,7 +8,7 @@ import { fixtures, fixtureWebauthnConfig, passwordlessLogin, registerRecorded } 
 import { addressAt, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
 
 /*
- * CONTRACT 12.6, "require SSO": while a connection is active with enforce on, every address at
+ * docs/sso.md, "require SSO": while a connection is active with enforce on, every address at
  * the organization's verified domains is refused on every other path, from the domain alone,
  * before any credential is compared; superadmins pass only with a right credential. Threat:
  * a side door (password, reset, register, social, passkey, invite, refresh) that still lets a

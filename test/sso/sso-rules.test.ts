@@ -7,7 +7,7 @@ import { addMember, createOrg, superadmin, switchOrg } from '../helpers/orgs.js'
 import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
 
 /*
- * CONTRACT 12.3, 12.4, 12.7 and the start-up checks of section 2, for single sign-on:
+ * docs/sso.md and the start-up checks of section 2, for single sign-on:
  * - no escalation through the JIT default role: an administrator holding sso.manage but not
  *   some permission would otherwise grant it to everyone the IdP vouches for;
  * - two verifies racing for one domain (one organization twice, or two organizations) never

@@ -6,7 +6,7 @@ import { newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
 import { addMember, createOrg } from '../helpers/orgs.js';
 import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
 
-// CONTRACT 12: single sign-on per organization against a real oidc-provider playing the
+// docs/sso.md: single sign-on per organization against a real oidc-provider playing the
 // organization's IdP; DNS is a stub adapter. Attacks and enforcement are in sso-attacks.test.ts.
 
 let op: TestOpenIdProvider;

@@ -7,7 +7,7 @@ import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 import { servicesOf } from '../../src/create-identity-router.js';
 
 /*
- * CONTRACT 13.1 on several instances. Threat: two workers claiming the same due row at the
+ * docs/events.md on several instances. Threat: two workers claiming the same due row at the
  * same moment and both sending it (a duplicate the receiver cannot tell from a retry), or a
  * row that no worker ever takes. Three instances with their own connection pools share one
  * PostgreSQL database and step their workers at once, round after round, while the receiver

@@ -8,10 +8,10 @@ import { createOrg } from '../helpers/orgs.js';
 import { servicesOf } from '../../src/create-identity-router.js';
 
 /*
- * CONTRACT 13.1, the outbox. Threats: an event lost between commit and delivery (a crash, a
+ * docs/events.md, the outbox. Threats: an event lost between commit and delivery (a crash, a
  * listener that throws, an instance closed too early); an event sent for a change that rolled
  * back; two instances making one attempt twice. The clock is the harness's frozen clock: due
- * times and leases follow it, and `deliverDueEvents()` steps the worker. The poller is set to
+ * times and leases follow it, and `deliverDueEvents` steps the worker. The poller is set to
  * an hour so that only the steps the tests take attempt anything.
  */
 

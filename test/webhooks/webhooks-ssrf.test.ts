@@ -8,7 +8,7 @@ import { createOrg, type CreatedOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 /*
- * CONTRACT 13.3 (and 12.2, whose guard this is). Threat: a tenant points a webhook at the
+ * docs/webhooks.md (and 12.2, whose guard this is). Threat: a tenant points a webhook at the
  * router's own network (loopback, private ranges, cloud metadata at 169.254.169.254), in any
  * spelling the URL parser accepts, or through a name that resolves to a public address when the
  * webhook is created and to a private one when it is sent (DNS rebinding). Every refusal is

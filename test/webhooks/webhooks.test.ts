@@ -10,15 +10,15 @@ import { addMember, createOrg, type CreatedOrg } from '../helpers/orgs.js';
 import { type ReceivedRequest, WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 /*
- * CONTRACT 13.2-13.4, organization webhooks. Threats: a signature a receiver cannot check with
+ * docs/webhooks.md-13.4, organization webhooks. Threats: a signature a receiver cannot check with
  * the reference library, or a captured request replayed (the id and timestamp are signed); an
  * event lost on a failing receiver, or retried forever; a redirect that carries the request
  * elsewhere; a secret that leaks after creation; one organization reading another's webhooks
  * or receiving its events. Receivers are real HTTP servers on 127.0.0.1, so the guard is told
- * to allow http: and private networks (CONTRACT 13.1: tests and private deployments); the
+ * to allow http: and private networks (docs/events.md: tests and private deployments); the
  * guard's refusals are tested in webhooks-ssrf.test.ts. The clock starts at wall time, so
- * `standardwebhooks`' verify() (which checks wall time +-300 s) accepts the first requests;
- * later ones are compared with its sign().
+ * `standardwebhooks`' verify (which checks wall time +-300 s) accepts the first requests;
+ * later ones are compared with its sign.
  */
 
 const MAX_PER_ORG = 3;

@@ -12,7 +12,7 @@ const GENERIC_REGISTER = 'If the address can be registered, a verification e-mai
 const GENERIC_RESEND = 'If the address belongs to an unverified account, a new verification e-mail is on its way.';
 const GENERIC_FORGOT = 'If the address belongs to an account, a password reset e-mail is on its way.';
 
-/** Spec 4.1 (registration, e-mail proof, passwords, the profile) and 4.4 (users). */
+/** docs/security.md (registration, e-mail proof, passwords, the profile) and 4.4 (users). */
 export function accountRoutes(services: IdentityServices): RouteDefinition[] {
   return [
     {
@@ -88,7 +88,7 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       allowedDuringEnrollment: true,
       handler: async ({ principal }) => ok(await services.me.me(principal)),
     },
-    // Spec 4.4: the caller themself or a holder of the permission, decided by the policy before the target is looked up.
+    // docs/security.md: the caller themself or a holder of the permission, decided by the policy before the target is looked up.
     {
       method: 'get',
       path: '/users/:userId',

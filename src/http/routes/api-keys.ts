@@ -8,7 +8,7 @@ const orgParams = Joi.object({ orgId: idSchema.required() });
 const keyParams = Joi.object({ orgId: idSchema.required(), keyId: idSchema.required() });
 
 /**
- * CONTRACT 10: API keys of the token's active organization, for its active members (the
+ * docs/api-keys.md: API keys of the token's active organization, for its active members (the
  * policy's `member` requirement). Whose keys a member may list and revoke (their own, every
  * member's with members.update) depends on the key, so the service decides that.
  */
@@ -19,7 +19,7 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/orgs/:orgId/api-keys',
       auth: 'bearer',
       member: true,
-      // The credential gate (CONTRACT 10): a key outlives sessions, so a stale token must not mint one.
+      // The credential gate (docs/api-keys.md): a key outlives sessions, so a stale token must not mint one.
       addsCredential: 'sign_in_method',
       params: orgParams,
       body: Joi.object({

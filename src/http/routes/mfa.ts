@@ -42,7 +42,7 @@ const attestationResponseSchema = Joi.object({
     .required(),
 }).unknown(true);
 
-/** CONTRACT 8: passkeys. Without `webauthn` config every one of these answers 404. */
+/** docs/mfa.md: passkeys. Without `webauthn` config every one of these answers 404. */
 export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
   const passkeys = services.passkeys;
   if (!passkeys.enabled) {
@@ -60,7 +60,7 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/passkeys/register/options',
       auth: 'bearer',
       rateLimit: 'mfa_enroll',
-      // The credential gate (CONTRACT 8): a verified e-mail and a fresh authentication.
+      // The credential gate (docs/mfa.md): a verified e-mail and a fresh authentication.
       addsCredential: 'sign_in_method',
       allowedDuringEnrollment: true,
       body: Joi.object({}),
@@ -82,7 +82,7 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/passkeys/login/options',
       auth: 'public',
       rateLimit: 'login',
-      // `email` is accepted for older clients and ignored (CONTRACT 8).
+      // `email` is accepted for older clients and ignored (docs/mfa.md).
       body: Joi.object({ email: emailSchema }),
       handler: async ({ meta }) => ok(await passkeys.loginOptions(meta)),
     },
@@ -106,7 +106,7 @@ const phoneSchema = Joi.string().pattern(/^\+[1-9][0-9]{6,14}$/).messages({ 'str
 const confirmBody = Joi.object({ factor_id: idSchema.required(), code: codeSchema.required() });
 const factorParams = Joi.object({ factorId: idSchema.required() });
 
-/** Spec 4.2: multi-factor authentication. */
+/** docs/mfa.md: multi-factor authentication. */
 export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
   const mfa = services.mfa;
   return [
@@ -115,7 +115,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/enroll',
       auth: 'bearer',
-      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (docs/mfa.md).
       addsCredential: 'second_factor',
       rateLimit: 'mfa_enroll',
       allowedDuringEnrollment: true,
@@ -127,7 +127,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/totp/confirm',
       auth: 'bearer',
-      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (docs/mfa.md).
       addsCredential: 'second_factor',
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
@@ -138,7 +138,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/enroll',
       auth: 'bearer',
-      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (docs/mfa.md).
       addsCredential: 'second_factor',
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
@@ -149,7 +149,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/sms/confirm',
       auth: 'bearer',
-      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (docs/mfa.md).
       addsCredential: 'second_factor',
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
@@ -160,7 +160,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/enroll',
       auth: 'bearer',
-      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (docs/mfa.md).
       addsCredential: 'second_factor',
       rateLimit: 'mfa_send',
       allowedDuringEnrollment: true,
@@ -171,7 +171,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/mfa/email/confirm',
       auth: 'bearer',
-      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (CONTRACT 5).
+      // The credential gate: a verified e-mail, and step-up once a factor is confirmed (docs/mfa.md).
       addsCredential: 'second_factor',
       rateLimit: 'mfa_confirm',
       allowedDuringEnrollment: true,
@@ -193,7 +193,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       path: '/auth/mfa/verify',
       auth: 'ticket',
       rateLimit: 'mfa_confirm',
-      // A code, or for a passkey factor the assertion (CONTRACT 8).
+      // A code, or for a passkey factor the assertion (docs/mfa.md).
       body: Joi.object({ code: codeSchema, response: assertionResponseSchema, factor_id: idSchema, type: Joi.string().valid('totp', 'sms', 'email', 'webauthn', 'recovery') }).xor('code', 'response').with('response', 'factor_id'),
       handler: async ({ body, ticket, meta }) => ok(await mfa.verifyLogin(ticket, { code: body.code, response: body.response, factorId: body.factor_id, type: body.type }, meta)),
     },

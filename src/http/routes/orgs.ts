@@ -16,7 +16,7 @@ const roleParams = Joi.object({ orgId: idSchema.required(), roleId: idSchema.req
 
 const nextCursorHeader = (cursor: string | null) => (cursor ? { 'X-Next-Cursor': cursor } : undefined);
 
-/** Spec 4.3: organizations, members, invitations, roles, the permission catalog (+ the audit log of CONTRACT 5). */
+/** docs/organizations.md: organizations, members, invitations, roles, the permission catalog (+ the audit log of docs/organizations.md). */
 export function organizationRoutes(services: IdentityServices): RouteDefinition[] {
   return [
     {

@@ -10,13 +10,13 @@ const verifyBody = Joi.object({
   code: Joi.string().max(32),
   token: opaqueTokenSchema,
 })
-  // Exactly one of {challenge_id, code} and {token} (CONTRACT 11).
+  // Exactly one of {challenge_id, code} and {token} (docs/passwordless.md).
   .xor('challenge_id', 'token')
   .and('challenge_id', 'code')
   .without('token', ['challenge_id', 'code']);
 
 /**
- * CONTRACT 11: passwordless sign-in by e-mail. Without `passwordless` both routes answer 404.
+ * docs/passwordless.md: passwordless sign-in by e-mail. Without `passwordless` both routes answer 404.
  * There is no GET: the mailed link opens the host's page, which POSTs the token, so a mail
  * scanner's prefetch spends nothing (docs/passwordless.md).
  */

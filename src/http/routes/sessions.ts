@@ -3,7 +3,7 @@ import type { IdentityServices } from '../../services/build-services.js';
 import { loginAnswer, ok, type RouteDefinition } from '../route.js';
 import { emailSchema, idSchema, opaqueTokenSchema, paginationQuery, storedPasswordSchema } from '../schemas.js';
 
-/** Spec 4.1: sessions (login, refresh, logout, switch-org) and the signing keys. */
+/** docs/security.md: sessions (login, refresh, logout, switch-org) and the signing keys. */
 export function sessionRoutes(services: IdentityServices): RouteDefinition[] {
   return [
     {

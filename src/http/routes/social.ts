@@ -5,7 +5,7 @@ import type { SocialService } from '../../services/social/social-service.js';
 import { loginAnswer, ok, redirect, type RouteDefinition } from '../route.js';
 import { idSchema } from '../schemas.js';
 
-/** Callback and authorize redirects carry one-time values: no caching, no Referer (CONTRACT 9.2). */
+/** Callback and authorize redirects carry one-time values: no caching, no Referer (docs/social-login.md). */
 const REDIRECT_HEADERS = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
 
 const providerParams = Joi.object({ provider: Joi.string().max(64).required() });
@@ -17,10 +17,10 @@ const handoffFields = {
 /** Provider parameters are opaque strings; bounded so a megabyte query costs nothing. */
 const providerValue = Joi.string().max(4096).allow('');
 
-/** CONTRACT 9.2: social login through OpenID Connect providers. Without `social` every route answers 404. */
+/** docs/social-login.md: social login through OpenID Connect providers. Without `social` every route answers 404. */
 export function socialRoutes(services: IdentityServices): RouteDefinition[] {
   const unavailable = services.social === undefined;
-  // CONTRACT 12.1: with `sso` alone the exchange is served too.
+  // docs/sso.md: with `sso` alone the exchange is served too.
   const exchangeUnavailable = unavailable && services.sso === undefined;
   const social = (): SocialService => {
     if (!services.social) throw errors.notFound();
@@ -83,7 +83,7 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       method: 'post',
       path: '/auth/social/:provider/link',
       auth: 'bearer',
-      // The credential gate (CONTRACT 9.5): checked at link start, never at the callback.
+      // The credential gate (docs/social-login.md): checked at link start, never at the callback.
       addsCredential: 'sign_in_method',
       params: providerParams,
       body: Joi.object(handoffFields),

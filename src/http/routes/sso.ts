@@ -5,7 +5,7 @@ import type { SsoService } from '../../services/sso/sso-service.js';
 import { created, ok, redirect, type RouteDefinition } from '../route.js';
 import { emailSchema, idSchema } from '../schemas.js';
 
-/** Callback redirects carry one-time values: no caching, no Referer (CONTRACT 9.2). */
+/** Callback redirects carry one-time values: no caching, no Referer (docs/social-login.md). */
 const REDIRECT_HEADERS = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
 const orgParams = Joi.object({ orgId: idSchema.required() });
 const domainParams = Joi.object({ orgId: idSchema.required(), domainId: idSchema.required() });
@@ -24,7 +24,7 @@ const connectionFields = {
 const providerValue = Joi.string().max(4096).allow('');
 
 /**
- * CONTRACT 12.3: an organization's verified domains and single sign-on connection (holders
+ * docs/sso.md: an organization's verified domains and single sign-on connection (holders
  * of `sso.manage` in their active organization; changes need a fresh authentication), and the
  * identifier-first sign-in. Without `sso` every route answers 404.
  */
@@ -34,7 +34,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
     if (!services.sso) throw errors.notFound();
     return services.sso;
   };
-  // "Fresh authentication" (CONTRACT 10): step-up with a factor, else a recent sign-in; the
+  // "Fresh authentication" (docs/api-keys.md): step-up with a factor, else a recent sign-in; the
   // credential gate declares exactly that, with a verified e-mail (a connection signs people in).
   const fresh = { addsCredential: 'sign_in_method' } as const;
   const routes: RouteDefinition[] = [

@@ -12,7 +12,7 @@ const urlSchema = Joi.string().min(1).max(OUTBOUND_URL_MAX_LENGTH + 1);
 const eventsSchema = Joi.array().items(Joi.string().min(1).max(64)).min(1).max(100);
 
 /**
- * CONTRACT 13.2: an organization's webhooks, for holders of webhooks.manage in the token's
+ * docs/webhooks.md: an organization's webhooks, for holders of webhooks.manage in the token's
  * active organization. Without `webhooks.enabled` every route answers 404.
  */
 export function webhookRoutes(services: IdentityServices): RouteDefinition[] {

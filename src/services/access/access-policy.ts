@@ -9,16 +9,16 @@ import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js
 import type { Principal } from './principal.js';
 
 /**
- * The one access policy (issue 9). Every operation declares what it needs in an
+ * The one access policy. Every operation declares what it needs in an
  * `AccessRequirement`; this module alone evaluates it, for the router's routes and for the
- * host middleware (`identity.authenticate()`, `identity.requirePermission(key)`) alike.
+ * host middleware (`identity.authenticate`, `identity.requirePermission(key)`) alike.
  * Services evaluate the data-dependent predicates (step-up for an owner-equivalent role,
  * a second factor) through the same functions, inside the transaction whose write they
  * guard. Patterns: better-auth `has-permission.ts` + `orgMiddleware`, node-oidc-provider
  * `grant_common.js`.
  */
 export interface AccessRequirement {
-  /** Spec 5: public, bearer (access token of a live session), ticket (MFA ticket). */
+  /** docs/security.md: public, bearer (access token of a live session), ticket (MFA ticket). */
   auth: 'public' | 'bearer' | 'ticket';
   /**
    * Organization scope: the permission the caller needs in the organization (the path's
@@ -31,10 +31,10 @@ export interface AccessRequirement {
    * Organization scope without a particular permission: the caller must be an active member
    * of the path's organization, which must be its active one (superadmins are not exempt:
    * what such a route makes belongs to a member), exist, and have its `require_mfa` met.
-   * The API-key routes (CONTRACT 10); data-dependent rules (whose keys) are the service's.
+   * The API-key routes (docs/api-keys.md); data-dependent rules (whose keys) are the service's.
    */
   member?: boolean;
-  /** Always needs a recent strong authentication (spec 5). Conditional step-up is evaluated by the service with `assertStepUp`. */
+  /** Always needs a recent strong authentication (docs/security.md). Conditional step-up is evaluated by the service with `assertStepUp`. */
   stepUp?: boolean;
   /**
    * Adds a credential to the account: the one gate of the credential lifecycle
@@ -44,15 +44,15 @@ export interface AccessRequirement {
    * The service repeats the same check with `assertMayAddCredential` under the user's row lock.
    */
   addsCredential?: CredentialKind;
-  /** Answers while MFA enrollment is pending under enforcement (CONTRACT 5). */
+  /** Answers while MFA enrollment is pending under enforcement (docs/security.md). */
   allowedDuringEnrollment?: boolean;
   /**
    * Host middleware: the request acts in the token's active organization, so that
-   * organization's `require_mfa` applies even without a permission (CONTRACT 6).
+   * organization's `require_mfa` applies even without a permission (docs/getting-started.md).
    */
   actsInActiveOrganization?: boolean;
   /**
-   * Host middleware opted in with `{apiKeys: true}` (CONTRACT 10). The router's own routes
+   * Host middleware opted in with `{apiKeys: true}` (docs/api-keys.md). The router's own routes
    * never set it: they refuse every key.
    */
   acceptsApiKeys?: boolean;
@@ -68,7 +68,7 @@ export interface AccessRequirement {
    * is met as on every route scoped to it, grace enrollment included.
    */
   entersOrganization?: boolean;
-  /** The account must not be locked (host middleware: a lockout refuses every credential, CONTRACT 6). */
+  /** The account must not be locked (host middleware: a lockout refuses every credential, docs/getting-started.md). */
   refusesLockedAccount?: boolean;
 }
 
@@ -108,14 +108,14 @@ export interface AccessGrant {
 
 /**
  * What a new credential does for whoever holds it. A `sign_in_method` opens or acts as the
- * account on its own, so a stale, stolen access token must never mint one (CONTRACT 8, 9.5,
- * 10): it needs a fresh authentication. A `second_factor` only completes a sign-in; spec 4.2
- * lets a bearer enroll the first one, and step-up guards every later one (CONTRACT 5).
+ * account on its own, so a stale, stolen access token must never mint one (docs/mfa.md and docs/social-login.md,
+ * 10): it needs a fresh authentication. A `second_factor` only completes a sign-in; docs/mfa.md
+ * lets a bearer enroll the first one, and step-up guards every later one (docs/security.md).
  */
 export type CredentialKind = 'sign_in_method' | 'second_factor';
 
 /**
- * The actor behind an API key (CONTRACT 10): one member of one organization, with no
+ * The actor behind an API key (docs/api-keys.md): one member of one organization, with no
  * session. Its authority is never stored: `authorize` intersects `keyPermissions` with the
  * owner's live authority on every request.
  */
@@ -134,12 +134,12 @@ export interface ApiKeyPrincipal {
 export type Actor = Principal | ApiKeyPrincipal;
 
 /**
- * The caller the host middleware sets (CONTRACT 6 and 10), read with `identity.caller(req)`.
+ * The caller the host middleware sets (docs/getting-started.md and docs/api-keys.md), read with `identity.caller(req)`.
  * A union on `kind`.
  */
 export type Caller = SessionCaller | ApiKeyCaller;
 
-/** A request made with an API key (CONTRACT 10). */
+/** A request made with an API key (docs/api-keys.md). */
 export interface ApiKeyCaller {
   kind: 'api_key';
   /** The key's owner. */
@@ -169,16 +169,16 @@ export interface SessionCaller {
 }
 
 /**
- * Owner-equivalence (CONTRACT 5): the `owner` system role, or any role holding `org.delete`
+ * Owner-equivalence (docs/security.md): the `owner` system role, or any role holding `org.delete`
  * or `roles.manage`, whose holder can take the organization over. Creating, editing,
  * inviting with or granting such a role needs step-up.
  */
 export function isOwnerEquivalent(role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): boolean {
-  // sso.manage too (CONTRACT 12.1): whoever controls the IdP can sign in as anyone at the domain, owners included.
+  // sso.manage too (docs/sso.md): whoever controls the IdP can sign in as anyone at the domain, owners included.
   return (role.isSystem && role.slug === OWNER_ROLE_SLUG) || role.permissionKeys.includes('org.delete') || role.permissionKeys.includes('roles.manage') || role.permissionKeys.includes('sso.manage');
 }
 
-/** Whether an actor manages the organization's members, and so their API keys too (CONTRACT 10). */
+/** Whether an actor manages the organization's members, and so their API keys too (docs/api-keys.md). */
 export function managesMembers(authority: ResolvedAuthority): boolean {
   return authority.permissions.has('members.update');
 }
@@ -188,7 +188,7 @@ export function isOwnerRole(role: { slug: string; isSystem: boolean }): boolean 
   return role.isSystem && role.slug === OWNER_ROLE_SLUG;
 }
 
-/** Whether an actor may change, suspend or remove a member holding the owner role (spec 4.3 invariant 2). */
+/** Whether an actor may change, suspend or remove a member holding the owner role (docs/organizations.md invariant 2). */
 export function mayActOnOwner(actor: { superadmin: boolean; member: boolean; roles: readonly string[] }): boolean {
   return actor.superadmin || (actor.member && actor.roles.includes(OWNER_ROLE_SLUG));
 }
@@ -205,7 +205,7 @@ const API_KEY_TOUCHES_REMEMBERED = 10_000;
 /** Digests of keys that were found, remembered per presented key (oldest out first). */
 const API_KEY_DIGESTS_REMEMBERED = 4_096;
 
-/** The router's own routes, and host routes that did not opt in, never take a key (CONTRACT 10). */
+/** The router's own routes, and host routes that did not opt in, never take a key (docs/api-keys.md). */
 export function apiKeyNotAccepted(): IdentityError {
   return errors.unauthorized('API keys are accepted only by host routes that opt in with {apiKeys: true}.');
 }
@@ -241,7 +241,7 @@ export class AccessPolicy {
   async authenticate(token: string): Promise<Principal> {
     const claims = await this.context.jwt.verifyAccessToken(token);
     if (!claims) throw errors.unauthorized('The access token is invalid or expired.');
-    // Through the access cache (CONTRACT 7): every revocation invalidates it after commit.
+    // Through the access cache (docs/multiple-instances.md): every revocation invalidates it after commit.
     const found = await this.reads.liveSession(claims.sid);
     if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
     const { session, user } = found;
@@ -271,7 +271,7 @@ export class AccessPolicy {
     const { key, owner } = found;
     if (key.revokedAt !== null || key.expiresAt <= this.context.clock.now()) throw apiKeyStopped();
     if (!mayAuthenticate(owner) || !found.organizationActive) throw apiKeyStopped();
-    // A locked account is refused by the host middleware, whichever credential it presents (CONTRACT 6).
+    // A locked account is refused by the host middleware, whichever credential it presents (docs/getting-started.md).
     this.assertNotLocked(owner);
     return {
       kind: 'api_key',
@@ -310,7 +310,7 @@ export class AccessPolicy {
       authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
       authority = await repos.authority(this.catalog, principal.userId, principal.organizationId);
-      // CONTRACT 6: a host that scopes data by the caller's organization never serves one the
+      // docs/getting-started.md: a host that scopes data by the caller's organization never serves one the
       // user has left, though the session lives on until its token expires.
       if (!authority.member && !authority.superadmin) throw errors.forbidden('You are no longer a member of the organization this token was issued for.');
       // Every request scoped to an organization meets its MFA policy, host middleware included.
@@ -393,14 +393,14 @@ export class AccessPolicy {
     else await this.assertStepUpWith(reads, principal);
   }
 
-  /** CONTRACT 6: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
+  /** docs/getting-started.md: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
   private assertNotLocked(account: { lockedUntil: number | null }): void {
     const { lockedUntil } = account;
     if (lockedUntil !== null && lockedUntil > this.context.clock.now()) throw errors.unauthorized('The account is locked.');
   }
 
   /**
-   * Step-up (spec 5): the session's last strong authentication must be recent. A user
+   * Step-up (docs/security.md): the session's last strong authentication must be recent. A user
    * without a confirmed factor has nothing to step up with and passes. Pass the unit of
    * work's repositories when the decision guards a write in that transaction.
    */
@@ -415,7 +415,7 @@ export class AccessPolicy {
   }
 
   /**
-   * Fresh authentication (CONTRACT 9.5): like step-up, but a user without a factor is not
+   * Fresh authentication (docs/social-login.md): like step-up, but a user without a factor is not
    * waved through: a sign-in older than `security.stepUp.maxAge` must be repeated.
    */
   private async assertFreshAuthenticationWith(reads: GateReads, principal: Principal): Promise<void> {
@@ -429,7 +429,7 @@ export class AccessPolicy {
     return this.context.clock.now() - principal.authTime <= this.context.config.security.stepUp.maxAge * 1000;
   }
 
-  /** CONTRACT 5: global enforcement, the per-user flag, or an organization that requires MFA. */
+  /** docs/security.md: global enforcement, the per-user flag, or an organization that requires MFA. */
   async isMfaEnforcedFor(repos: Repositories, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
     return this.isMfaEnforcedWith(uncachedReads(repos), user);
   }
@@ -526,7 +526,7 @@ export class AccessPolicy {
     return { ...owner, permissions };
   }
 
-  /** Grace enrollment (CONTRACT 5): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */
+  /** Grace enrollment (docs/security.md): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */
   private async assertEnrollmentNotPending(reads: GateReads, principal: Principal): Promise<void> {
     if (principal.mfa) return;
     if (!(await this.isMfaEnforcedWith(reads, principal.user))) return;
@@ -556,7 +556,7 @@ export class AccessPolicy {
     if (organization?.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
   }
 
-  /** CONTRACT 5: a session without a second factor cannot act in a `require_mfa` organization. */
+  /** docs/security.md: a session without a second factor cannot act in a `require_mfa` organization. */
   private async assertSessionMeetsOrganizationMfa(reads: GateReads, principal: Principal): Promise<void> {
     if (principal.mfa) return;
     if (await reads.hasConfirmedFactor(principal.userId)) {

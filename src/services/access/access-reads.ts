@@ -54,7 +54,7 @@ export class AccessReads implements GateReads {
   }
 
   /**
-   * An API key by its keyed digest, with its owner's gate facts (CONTRACT 10). Revocation,
+   * An API key by its keyed digest, with its owner's gate facts (docs/api-keys.md). Revocation,
    * the owner's changes and the organization's emit events that drop the entry; expiry is
    * checked by the caller on every read. Unknown digests are not kept, so guessing fills nothing.
    */

@@ -38,7 +38,7 @@ export function authorityFrom(catalog: PermissionCatalog, superadmin: boolean, m
   return { superadmin, member, roles, permissions: new Set(member ? membership!.permissionKeys : []) };
 }
 
-/** No escalation (spec 4.3 invariant 1): an actor grants only what they hold; a superadmin holds everything. */
+/** No escalation (docs/organizations.md invariant 1): an actor grants only what they hold; a superadmin holds everything. */
 export function assertHoldsEveryKey(actor: ResolvedAuthority, keys: Iterable<string>): void {
   if (actor.superadmin) return;
   for (const key of keys) {

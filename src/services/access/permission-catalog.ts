@@ -1,6 +1,6 @@
 import type { PermissionDefinition } from '../../config/types.js';
 
-/** Spec 2.13. Keys marked `global` are granted only through the superadmin role. */
+/** docs/database.md. Keys marked `global` are granted only through the superadmin role. */
 export const CORE_PERMISSIONS = [
   { key: 'org.read', description: 'View the organization profile' },
   { key: 'org.update', description: 'Edit the organization name and settings' },
@@ -14,7 +14,7 @@ export const CORE_PERMISSIONS = [
   { key: 'users.read', description: 'Read user records (admin scope, superadmin only)' },
   { key: 'users.manage', description: 'Disable and enable users (admin scope, superadmin only)' },
   { key: 'audit.read', description: "Read the organization's audit log" },
-  // CONTRACT 13.2
+  // docs/webhooks.md
   { key: 'webhooks.manage', description: "Manage the organization's webhooks and read their delivery log" },
 ] as const satisfies readonly PermissionDefinition[];
 
@@ -43,10 +43,10 @@ export interface PermissionCatalog {
   templateKeys(slug: SystemRoleSlug, storedHostKeys: readonly string[]): string[];
 }
 
-/** The system roles that hold every host key (CONTRACT 5); `member` holds none. */
+/** The system roles that hold every host key (docs/security.md); `member` holds none. */
 export const HOST_KEY_HOLDERS: ReadonlySet<string> = new Set(['owner', 'admin']);
 
-/** CONTRACT 12.1: only with an `sso` config; owner templates hold it, admin does not. */
+/** docs/sso.md: only with an `sso` config; owner templates hold it, admin does not. */
 export const SSO_PERMISSION = { key: 'sso.manage', description: "Manage the organization's verified domains and single sign-on connection" } as const;
 
 export function buildPermissionCatalog(hostPermissions: PermissionDefinition[], features: { sso?: boolean } = {}): PermissionCatalog {

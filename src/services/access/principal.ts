@@ -9,7 +9,7 @@ export interface Principal {
   kind: 'session';
   userId: string;
   sessionId: string;
-  /** The active organization, from the token's `org` claim (spec 4.3). */
+  /** The active organization, from the token's `org` claim (docs/organizations.md). */
   organizationId: string | null;
   /** The session passed a second factor. */
   mfa: boolean;

@@ -4,7 +4,7 @@ import type { Repositories } from '../../store/store.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
 
-/** An address whose organization requires single sign-on (CONTRACT 12.6). */
+/** An address whose organization requires single sign-on (docs/sso.md). */
 export interface SsoRequirement {
   connectionId: string;
   organizationId: string;

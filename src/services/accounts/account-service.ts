@@ -17,7 +17,7 @@ import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { accountRefusalError, type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
 
-/** Registration, e-mail verification, password login and password reset / change (spec 4.1). */
+/** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
   constructor(
     private readonly context: ServiceContext,
@@ -32,7 +32,7 @@ export class AccountService {
    */
   async register(input: { email: string; password: string; displayName?: string | undefined }, meta: RequestMeta): Promise<void> {
     const email = normaliseEmail(input.email);
-    // Require SSO (CONTRACT 12.6): nothing is created or sent for an address at an enforcing domain.
+    // Require SSO (docs/sso.md): nothing is created or sent for an address at an enforcing domain.
     await this.signInRules.assertAllowed(email);
     assertPasswordAcceptable(input.password, email, this.context.config.password);
     const passwordHash = await this.context.hasher.hash(input.password);
@@ -76,14 +76,14 @@ export class AccountService {
     const now = this.context.clock.now();
     const repos = this.context.store.repos;
     const user = await repos.users.findByEmail(email);
-    // Require SSO (CONTRACT 12.6): decided by the domain before any password check. Only a
+    // Require SSO (docs/sso.md): decided by the domain before any password check. Only a
     // superadmin goes on to the comparison, and a wrong password still answers sso_required.
     const ssoRequirement = await this.signInRules.ssoRequirement(email);
     if (ssoRequirement && !(user && (await repos.roles.isSuperadmin(user.id)))) {
       await this.context.hasher.burnVerification(input.password, abandoned);
       throw ssoRequired(ssoRequirement);
     }
-    // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared (issue 10).
+    // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared.
     const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined;
 
     if (!user || user.deletedAt !== null || !user.passwordHash || !slot) {
@@ -96,7 +96,7 @@ export class AccountService {
     // Only a wrong password keeps the slot (`fail` settles it); every other way out of this
     // block gives it back, a comparison that never ran (its client gone) included. A correct
     // password does not clear earlier failures: those end only when the sign-in completes (a
-    // second factor may still be guessed, CONTRACT 5), which clears them in its own transaction.
+    // second factor may still be guessed, docs/security.md), which clears them in its own transaction.
     try {
       if (!(await this.context.hasher.verify(input.password, user.passwordHash, abandoned))) {
         await this.recordLoginFailure(user, 'wrong_password', meta, slot);
@@ -111,7 +111,7 @@ export class AccountService {
 
   /**
    * Everything after a first factor has been checked, the same for every first factor (a
-   * password, a passwordless code or link, CONTRACT 11): the sign-in refusals, the MFA gate
+   * password, a passwordless code or link, docs/passwordless.md): the sign-in refusals, the MFA gate
    * (enforcement, grace and block mode, an organization's require_mfa), the session, the
    * `user.logged_in` event and the login answer. A session's opening clears earlier failures
    * with `slot`; the caller gives the slot back otherwise. An account created by this very
@@ -180,7 +180,7 @@ export class AccountService {
       // was bound to an unverified account before it (the credential lifecycle).
       if (!user.emailVerified) await recordFirstEmailProof(uow, user, { method: 'password_reset' });
       await this.endPasswordBoundCredentials(uow, user.id);
-      // Account recovery: keys outlive sessions, so whoever held the account must not keep one (CONTRACT 10).
+      // Account recovery: keys outlive sessions, so whoever held the account must not keep one (docs/api-keys.md).
       await revokeKeysOfUser(uow, user.id, user.id, 'password_reset');
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_reset');
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'reset', sessions_revoked: count } });
@@ -189,7 +189,7 @@ export class AccountService {
 
   async changePassword(principal: Principal, input: { currentPassword: string; newPassword: string }, meta: RequestMeta): Promise<void> {
     const user = principal.user;
-    // A wrong current password counts toward the lockout like a wrong login (issue 9: no
+    // A wrong current password counts toward the lockout like a wrong login (no
     // password oracle behind a stolen access token); a locked account compares nothing.
     const slot = user.passwordHash ? await FailedAttemptSlot.reserve(this.context.store.repos, this.context.config.auth.lockout, user.id, this.context.clock.now()) : undefined;
     if (!user.passwordHash || !slot) throw errors.invalidCredentials(403);
@@ -225,7 +225,7 @@ export class AccountService {
     slot?: FailedAttemptSlot,
     firstFactor?: FirstFactor,
   ): Promise<void> {
-    // A password login's failures carry no method (spec 6); a passwordless one's say which (CONTRACT 11).
+    // A password login's failures carry no method (docs/events.md); a passwordless one's say which (docs/passwordless.md).
     const data = firstFactor && firstFactor.method !== 'password' ? { method: firstFactor.method, reason } : { reason };
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data });

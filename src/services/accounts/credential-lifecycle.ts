@@ -13,7 +13,7 @@ import type { UnitOfWork } from '../shared/unit-of-work.js';
  *   step-up where a factor exists;
  * - the first proof is `recordFirstEmailProof` below, called by every path that proves an
  *   address: the verification link, a password reset, a provider vouching at the exchange, a
- *   passwordless code or link (CONTRACT 11).
+ *   passwordless code or link (docs/passwordless.md).
  *
  * Together they close the pre-hijack: whoever registered an address they do not own can bind
  * nothing to it, and whatever was bound before the owner's proof (data from before the gate,
@@ -25,7 +25,7 @@ export type EmailProof =
   | { method: 'link' }
   | { method: 'password_reset' }
   | { method: 'social'; provider: string }
-  /** A passwordless sign-in (CONTRACT 11): a password set before it goes too. */
+  /** A passwordless sign-in (docs/passwordless.md): a password set before it goes too. */
   | { method: 'email_code' | 'email_link'; passwordless: true };
 
 /** What the first proof removed, by kind; all zero when the address was already verified. */
@@ -38,13 +38,13 @@ export interface CredentialsRemoved {
 }
 
 /**
- * The one place where an account's e-mail becomes verified (CONTRACT 5, "Credentials bind
+ * The one place where an account's e-mail becomes verified (docs/security.md, "Credentials bind
  * only to a proven address"). It removes every factor (passkeys among them), recovery code,
  * pending challenge and API key of the account, and every provider link that did not vouch
- * for the address (CONTRACT 9.4 rule 5), emits a removal event for each, and, when it
+ * for the address (docs/social-login.md rule 5), emits a removal event for each, and, when it
  * removed anything, ends every session of the account: before the proof, whoever held the
  * account may have been a squatter. A password set before the proof stays until the owner
- * resets it, except after a passwordless proof (CONTRACT 11), which signs in without it: then the
+ * resets it, except after a passwordless proof (docs/passwordless.md), which signs in without it: then the
  * password goes too, since whoever registered the unverified address may have chosen it.
  * Answers undefined when the address was already verified: then nothing runs.
  */
@@ -70,7 +70,7 @@ export async function recordFirstEmailProof(uow: UnitOfWork, user: { id: string;
   if (proof.method === 'social') data.provider = proof.provider;
   await uow.emit({ type: 'user.email_verified', actorId: user.id, userId: user.id, data });
 
-  // A passwordless proof ends the account's other sessions even when it removed nothing (CONTRACT 11):
+  // A passwordless proof ends the account's other sessions even when it removed nothing (docs/passwordless.md):
   // the session it is about to open is the first one the address's owner has vouched for.
   if (total > 0 || 'passwordless' in proof) {
     const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'email_proven');

@@ -14,7 +14,7 @@ export interface MeView {
   recovery_codes_remaining: number;
 }
 
-/** GET /auth/me (spec 4.1, CONTRACT 5). */
+/** GET /auth/me (docs/security.md). */
 export class MeService {
   constructor(private readonly context: ServiceContext) {}
 
@@ -33,7 +33,7 @@ export class MeService {
       email_verified: user.emailVerified,
       display_name: user.displayName,
       status: userStatus(user, this.context.clock.now()),
-      // Spec 2.4: the per-user flag, not the effective enforcement.
+      // docs/database.md: the per-user flag, not the effective enforcement.
       mfa_enforced: user.mfaEnforced,
       orgs: memberships.map(({ organization, roleSlugs }) => ({ id: organization.id, name: organization.name, slug: organization.slug, roles: roleSlugs })),
       roles,
@@ -42,7 +42,7 @@ export class MeService {
   }
 }
 
-/** `locked` is not stored: it reads so while a lockout lasts (CONTRACT 5). */
+/** `locked` is not stored: it reads so while a lockout lasts (docs/security.md). */
 export function userStatus(user: { status: 'active' | 'disabled'; lockedUntil: number | null }, now: number): 'active' | 'disabled' | 'locked' {
   if (user.status === 'disabled') return 'disabled';
   return user.lockedUntil !== null && user.lockedUntil > now ? 'locked' : 'active';

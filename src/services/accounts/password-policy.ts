@@ -2,7 +2,7 @@ import { isCommonPassword } from './common-passwords.js';
 import { errors } from '../../errors.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
 
-/** CONTRACT 2: length bounds, no composition rules, a blocklist, and not the e-mail itself. */
+/** docs/configuration.md: length bounds, no composition rules, a blocklist, and not the e-mail itself. */
 export function assertPasswordAcceptable(password: string, email: string, policy: { minLength: number; maxLength: number }, field = 'password'): void {
   const problems: string[] = [];
   const length = [...password].length;

@@ -7,7 +7,7 @@ import type { UnitOfWork } from '../shared/unit-of-work.js';
  */
 
 /**
- * CONTRACT 9.4 rule 5, the reverse pre-hijack: when an account's e-mail is proven for the
+ * docs/social-login.md rule 5, the reverse pre-hijack: when an account's e-mail is proven for the
  * first time, every link whose provider did not assert `email_verified` for that address is
  * removed. Only the first-proof function (`credential-lifecycle.ts`) calls it, which also
  * ends the account's sessions when anything was removed. Answers how many links went.
@@ -21,7 +21,7 @@ export async function evictLinksNotVouchingForProvenEmail(uow: UnitOfWork, user:
   return unproven.length;
 }
 
-/** CONTRACT 9.8: deleting a user (tombstone) deletes their links. */
+/** docs/social-login.md: deleting a user (tombstone) deletes their links. */
 export async function deleteLinksOfDeletedUser(uow: UnitOfWork, userId: string, actorId: string): Promise<void> {
   const removed = await uow.repos.socialIdentities.deleteAllForUser(userId);
   for (const identity of removed) {

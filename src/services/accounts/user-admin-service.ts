@@ -9,7 +9,7 @@ import type { Principal } from '../access/principal.js';
 import { deleteLinksOfDeletedUser } from './social-links.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
-/** Spec 4.4: the user body. */
+/** docs/security.md: the user body. */
 export interface UserView {
   id: string;
   email: string;
@@ -20,7 +20,7 @@ export interface UserView {
 export interface UserProfileChanges {
   /** `null` (or an empty string) clears it. */
   displayName?: string | null | undefined;
-  /** users.manage only (CONTRACT 5). */
+  /** users.manage only (docs/security.md). */
   mfaEnforced?: boolean | undefined;
 }
 
@@ -31,7 +31,7 @@ export const TOMBSTONE_EMAIL_DOMAIN = 'deleted.invalid';
 /** Changes made by the host's own code through `identity.service`: no request, no address. */
 const HOST_CODE: RequestMeta = { ip: null, userAgent: null };
 
-/** User administration and the account lifecycle (spec 4.4, spec 3 user status). */
+/** User administration and the account lifecycle (docs/security.md user status). */
 export class UserAdminService {
   constructor(
     protected readonly context: ServiceContext,
@@ -79,7 +79,7 @@ export class UserAdminService {
     });
   }
 
-  /** The per-user MFA enforcement flag (CONTRACT 5: `service.setMfaEnforced`). */
+  /** The per-user MFA enforcement flag (docs/security.md: `service.setMfaEnforced`). */
   async setMfaEnforced(userId: string, on: boolean): Promise<void> {
     await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
       const user = await uow.repos.users.findByIdForUpdate(userId);
@@ -146,7 +146,7 @@ export class UserAdminService {
       await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
       await deleteLinksOfDeletedUser(uow, user.id, principal.userId);
       const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
-      // API keys go with the user (CONTRACT 10); the row stays a tombstone, so the cascade would not fire.
+      // API keys go with the user (docs/api-keys.md); the row stays a tombstone, so the cascade would not fire.
       await uow.repos.apiKeys.deleteAllForUser(user.id);
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
       const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);

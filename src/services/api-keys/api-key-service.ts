@@ -11,7 +11,7 @@ import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso, isoOrNull } from '../shared/iso-time.js';
 
 const DAY_SECONDS = 24 * 3600;
-/** CONTRACT 10: every key expires; 90 days unless asked otherwise, never beyond 365. */
+/** docs/api-keys.md: every key expires; 90 days unless asked otherwise, never beyond 365. */
 export const API_KEY_DEFAULT_TTL_SECONDS = 90 * DAY_SECONDS;
 export const API_KEY_MAX_TTL_SECONDS = 365 * DAY_SECONDS;
 export const API_KEY_NAME_MAX_LENGTH = 120;
@@ -53,7 +53,7 @@ function apiKeyView(key: ApiKeyRecord): ApiKeyView {
 }
 
 /**
- * API keys (CONTRACT 10): a script's credential for the host's own routes, on behalf of one
+ * API keys (docs/api-keys.md): a script's credential for the host's own routes, on behalf of one
  * member of one organization. Creating, listing and revoking live here; using a key is the
  * access policy's (`AccessPolicy.authenticateApiKey` and `authorize`), like any other caller.
  */
@@ -140,7 +140,7 @@ export class ApiKeyService {
 }
 
 /**
- * A membership that ends takes its keys with it (CONTRACT 10): called inside the unit of
+ * A membership that ends takes its keys with it (docs/api-keys.md): called inside the unit of
  * work that removes the member, so the revocation commits with the removal.
  */
 export async function revokeKeysOfMember(uow: UnitOfWork, organizationId: string, userId: string, actorId: string | null, reason: string): Promise<void> {
@@ -151,8 +151,8 @@ export async function revokeKeysOfMember(uow: UnitOfWork, organizationId: string
 
 /**
  * Every key of a user, in every organization, with an `api_key.revoked` event each: account
- * recovery (`password_reset`, CONTRACT 10) and the first proof of the address (`email_proven`,
- * CONTRACT 5). Answers how many keys it revoked.
+ * recovery (`password_reset`, docs/api-keys.md) and the first proof of the address (`email_proven`,
+ * docs/api-keys.md). Answers how many keys it revoked.
  */
 export async function revokeKeysOfUser(uow: UnitOfWork, userId: string, actorId: string | null, reason: 'password_reset' | 'email_proven'): Promise<number> {
   const keys = await uow.repos.apiKeys.revokeAllForUser(userId, uow.now, reason);

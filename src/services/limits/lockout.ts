@@ -46,14 +46,14 @@ function nextTry(userId: string, waitMs: number): Promise<void> {
 }
 
 /**
- * The account lockout (CONTRACT 2 `auth.lockout`), in one place for every kind of failed
+ * The account lockout (docs/configuration.md `auth.lockout`), in one place for every kind of failed
  * authentication: a wrong password, a wrong current password, a wrong second-factor code
  * (login gate and step-up) and a failed passkey assertion count alike.
  *
- * A slot is reserved BEFORE the secret is compared (issue 10): concurrent guesses cannot
+ * A slot is reserved BEFORE the secret is compared: concurrent guesses cannot
  * all be evaluated against the same stale count, and no more are compared at once than the
  * failures left before the lock. An attempt that finds every free slot held by attempts
- * still being compared waits for one (issue 22): a right password is never refused as a
+ * still being compared waits for one: a right password is never refused as a
  * wrong one because others were in flight. A successful attempt gives its slot back without
  * clearing earlier failures: a correct password alone does not reset the count; only a
  * completed sign-in (or a password reset) does. See docs/security.md (lockout).

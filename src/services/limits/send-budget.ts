@@ -6,7 +6,7 @@ import type { UnitOfWork } from '../shared/unit-of-work.js';
 
 /**
  * A sliding-window budget of one bucket: `otp.sendBudget`, `otp.verifyBudget` and
- * `invites.sendBudget` (CONTRACT 2). `name` says whose budget it is; only its keyed hash
+ * `invites.sendBudget` (docs/configuration.md). `name` says whose budget it is; only its keyed hash
  * reaches the table, so no phone number or e-mail address is stored. See docs/security.md
  * (send budgets).
  */

@@ -11,7 +11,7 @@ import type { ServiceContext } from '../shared/service-context.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 import { assertWithinBudget, recordInBudget, spendSendBudget, type BudgetBucket } from '../limits/send-budget.js';
 
-/** The masked destination of a factor (CONTRACT 5), or undefined for TOTP. */
+/** The masked destination of a factor (docs/mfa.md), or undefined for TOTP. */
 export function maskedDestination(factor: Pick<MfaFactorRecord, 'type' | 'destination'>): string | undefined {
   if (!factor.destination) return undefined;
   return factor.type === 'sms' ? maskPhone(factor.destination) : maskEmail(factor.destination);
@@ -21,7 +21,7 @@ export function maskedDestination(factor: Pick<MfaFactorRecord, 'type' | 'destin
 const totpSecretContext = (factorId: string) => `mfa-factor:${factorId}:totp-secret`;
 
 /**
- * The code primitives of spec 4.2: sending SMS / e-mail codes under the cooldown and the
+ * The code primitives of docs/mfa.md: sending SMS / e-mail codes under the cooldown and the
  * database-kept budgets, and checking TOTP, challenge and recovery codes with atomic
  * single-use updates.
  */
@@ -124,7 +124,7 @@ export class MfaCodes {
     return codes;
   }
 
-  /** The per-account verify window (CONTRACT 2 `otp.verifyBudget`): over it, no code is even looked at. */
+  /** The per-account verify window (docs/configuration.md `otp.verifyBudget`): over it, no code is even looked at. */
   async assertVerifyBudget(repos: Repositories, userId: string, now: number): Promise<void> {
     await assertWithinBudget(repos, this.context.keys.identifierHash, this.verifyBucket(userId), now);
   }
@@ -139,7 +139,7 @@ export class MfaCodes {
 }
 
 /**
- * The per-destination bucket a send counts in (CONTRACT 2 `otp.sendBudget`). A send to a
+ * The per-destination bucket a send counts in (docs/configuration.md `otp.sendBudget`). A send to a
  * destination that is not yet a confirmed factor (an enrollment) counts per destination across
  * all accounts, so many accounts cannot pump texts to one number. A send to the user's own
  * confirmed factor (login, step-up) counts in a bucket of that user and destination, which no

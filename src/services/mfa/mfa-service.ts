@@ -17,7 +17,7 @@ import { FailedAttemptSlot } from '../limits/lockout.js';
 import { mayAuthenticate, type AccessPolicy } from '../access/access-policy.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
-/** A factor in the management list (spec 2.6): pending ones too. */
+/** A factor in the management list (docs/database.md): pending ones too. */
 export interface FactorView extends LoginFactorView {
   confirmed: boolean;
 }
@@ -35,7 +35,7 @@ export interface CodeSent {
   destination: string;
 }
 
-/** Spec 2.6: a factor never confirmed is pruned after this long. */
+/** docs/database.md: a factor never confirmed is pruned after this long. */
 const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
 const SECOND_FACTOR_AMR = ['pwd', 'otp'];
 /** A passkey after a password (RFC 8176 `hwk`: proof of a hardware-bound key). */
@@ -46,7 +46,7 @@ type CodeMethod = FactorType | 'recovery';
 /** What answers the gate or step-up: a code (TOTP, SMS, e-mail, recovery) or a passkey assertion. */
 export type SecondFactorProof = { code: string; response?: undefined } | { code?: undefined; response: AuthenticationResponseJSON };
 
-/** Multi-factor authentication (spec 4.2): enrollment, the login gate, step-up and factor management. */
+/** Multi-factor authentication (docs/mfa.md): enrollment, the login gate, step-up and factor management. */
 export class MfaService {
   private readonly codes: MfaCodes;
 
@@ -87,8 +87,8 @@ export class MfaService {
   }
 
   /**
-   * An MFA ticket presented as a bearer value (spec 2.2); anything else is 401 unauthorized.
-   * An exhausted ticket is still a ticket: its codes answer 422 invalid_code (CONTRACT 5).
+   * An MFA ticket presented as a bearer value (docs/database.md); anything else is 401 unauthorized.
+   * An exhausted ticket is still a ticket: its codes answer 422 invalid_code (docs/mfa.md).
    */
   async authenticateTicket(token: string): Promise<MfaTicket> {
     const invalid = () => errors.unauthorized('The MFA ticket is invalid or expired.');
@@ -97,7 +97,7 @@ export class MfaService {
     const ticket = await this.context.store.repos.mfaTickets.findById(claims.jti);
     const now = this.context.clock.now();
     if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
-    // CONTRACT 5: failed codes of any kind count against the ticket; exhausted, no code is looked at.
+    // docs/mfa.md: failed codes of any kind count against the ticket; exhausted, no code is looked at.
     return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, signInMethod: ticket.signInMethod, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
   }
 
@@ -142,11 +142,11 @@ export class MfaService {
       }
       // The sign-in is complete: only now do earlier failures stop counting.
       await uow.repos.users.clearFailedLogins(user.id);
-      // CONTRACT 9.6 and 11: after a social or passwordless sign-in the first factor is `fed` or `email`, not `pwd`.
+      // docs/social-login.md and docs/passwordless.md: after a social or passwordless sign-in the first factor is `fed` or `email`, not `pwd`.
       const secondFactor = secondFactorAmr(method);
       const amr = [ticket.firstFactor ?? 'pwd', ...secondFactor.slice(1)];
       const opened = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
-      // Opened through single sign-on: enforcement lets it refresh and accept invites (CONTRACT 12.6).
+      // Opened through single sign-on: enforcement lets it refresh and accept invites (docs/sso.md).
       if (ticket.ssoConnectionId) await uow.repos.ssoIdentities.markSessionOpenedThrough(opened.subject.sid, ticket.ssoConnectionId);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
@@ -169,7 +169,7 @@ export class MfaService {
 
   /**
    * POST /auth/mfa/step-up: re-stamps the session's auth_time; the refresh token is untouched.
-   * A locked account answers like a wrong code, without comparing (issue 9: the lock is
+   * A locked account answers like a wrong code, without comparing (the lock is
    * checked on step-up).
    */
   async stepUp(principal: Principal, input: SecondFactorProof & { factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
@@ -196,7 +196,7 @@ export class MfaService {
   /**
    * One second-factor attempt: a lockout slot is reserved before any code is compared, and
    * the per-account verify budget is checked and recorded in the same transaction, under
-   * the user's row lock (issue 9). `work` answers undefined for a wrong code: its failure
+   * the user's row lock. `work` answers undefined for a wrong code: its failure
    * rows commit and the request answers 422 invalid_code.
    */
   private async withSecondFactorAttempt<T>(
@@ -261,7 +261,7 @@ export class MfaService {
    * The confirm routes: a valid code confirms the factor. The first confirmed factor becomes the
    * default, gets a batch of recovery codes and emits mfa.enrolled; every later one emits
    * mfa.factor_added. The credential gate (a verified e-mail, step-up once a factor exists)
-   * is decided again under the user's row lock (CONTRACT 5).
+   * is decided again under the user's row lock (docs/mfa.md).
    */
   async confirmFactor(principal: Principal, type: FactorType, factorId: string, code: string, meta: RequestMeta): Promise<{ status: 'confirmed'; recovery_codes?: string[] }> {
     return runUnitOfWork(this.context, meta, async (uow) => {
@@ -356,7 +356,7 @@ export class MfaService {
   // ---------------------------------------------------------------- internals
 
   /**
-   * CONTRACT 11: after a passwordless sign-in, an e-mail factor to the address just proven is
+   * docs/passwordless.md: after a passwordless sign-in, an e-mail factor to the address just proven is
    * no second factor (the same mailbox would pass both): 422 unsupported_factor.
    */
   private async assertSecondFactorAfter(uow: { repos: UnitOfWork['repos'] }, ticket: MfaTicket, factor: MfaFactorRecord): Promise<void> {
@@ -371,7 +371,7 @@ export class MfaService {
   private async confirmedFactor(uow: UnitOfWork, userId: string, factorId: string): Promise<MfaFactorRecord> {
     const factor = await uow.repos.mfaFactors.findOwned(factorId, userId);
     if (!factor || factor.confirmedAt === null) throw errors.notFound('Factor');
-    // Without `webauthn` config a passkey is not offered (CONTRACT 8).
+    // Without `webauthn` config a passkey is not offered (docs/mfa.md).
     if (factor.type === 'webauthn' && !this.passkeys.enabled) throw errors.notFound('Factor');
     return factor;
   }
@@ -426,7 +426,7 @@ function loginFactorView(factor: MfaFactorRecord): LoginFactorView {
   return view;
 }
 
-/** An e-mail factor whose destination is the address a passwordless first factor just proved (CONTRACT 11). */
+/** An e-mail factor whose destination is the address a passwordless first factor just proved (docs/passwordless.md). */
 function provesOnlyTheFirstFactor(ticket: { firstFactor?: TicketFirstFactor | undefined }, factor: Pick<MfaFactorRecord, 'type' | 'destination'>, provenAddress: string): boolean {
   return ticket.firstFactor === 'email' && factor.type === 'email' && factor.destination !== null && normaliseEmail(factor.destination) === normaliseEmail(provenAddress);
 }

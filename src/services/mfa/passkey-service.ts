@@ -39,13 +39,13 @@ export interface PasskeyRegistration {
   recovery_codes?: string[];
 }
 
-/** A passkey login always opens a session: `mfa` is true, there is no gate (CONTRACT 8). */
+/** A passkey login always opens a session: `mfa` is true, there is no gate (docs/mfa.md). */
 export type PasskeyLogin = Extract<LoginResult, { kind: 'session' }>;
 
 type AssertionCheck = 'ok' | 'invalid' | 'counter_regressed';
 
 /**
- * Passkeys (CONTRACT 8): registration as a `webauthn` factor, passwordless login with
+ * Passkeys (docs/mfa.md): registration as a `webauthn` factor, passwordless login with
  * discoverable credentials, and the assertion check the MFA gate and step-up use. Every
  * challenge is stored as a keyed hash, expires with `otp.ttl` and is taken by one
  * conditional update before the assertion is looked at, so a challenge works at most once.
@@ -97,7 +97,7 @@ export class PasskeyService {
    * A verified attestation becomes a confirmed `webauthn` factor. The first confirmed factor
    * becomes the default, gets recovery codes and emits mfa.enrolled; a later one emits
    * mfa.factor_added. A passkey signs in on its own, so the credential gate asks a fresh
-   * authentication, decided again under the user's row lock (CONTRACT 8).
+   * authentication, decided again under the user's row lock (docs/mfa.md).
    */
   async verifyRegistration(principal: Principal, input: { response: RegistrationResponseJSON; label?: string | null }, meta: RequestMeta): Promise<PasskeyRegistration> {
     const config = this.requireConfig();
@@ -167,7 +167,7 @@ export class PasskeyService {
   // ---------------------------------------------------------------- passwordless login
 
   /**
-   * Options for a discoverable-credential login (CONTRACT 8). `allowCredentials` is always
+   * Options for a discoverable-credential login (docs/mfa.md). `allowCredentials` is always
    * empty and an `email` in the body changes nothing: an answer that depended on it would
    * tell accounts with passkeys apart from the rest, and hand out their credential ids.
    */
@@ -185,7 +185,7 @@ export class PasskeyService {
   }
 
   /**
-   * A passwordless login: a lockout slot is reserved before anything is verified (issue 10:
+   * A passwordless login: a lockout slot is reserved before anything is verified:
    * concurrent guesses cannot all be checked against one stale count), then the challenge is
    * taken (so an assertion works once, even when it then fails), then the credential's
    * signature, origin, RP id, user verification and counter are checked. A failure with a
@@ -229,7 +229,7 @@ export class PasskeyService {
           if (refusal === 'account_disabled') await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'account_disabled' } });
           return uow.failAfterCommit(accountRefusalError(refusal));
         }
-        // Require SSO (CONTRACT 12.6); a superadmin's verified passkey is a right credential.
+        // Require SSO (docs/sso.md); a superadmin's verified passkey is a right credential.
         const ssoRefusal = await this.signInRules.refusal(user.email, { userId: user.id, credentialRight: true, repos: uow.repos });
         if (ssoRefusal) return uow.failAfterCommit(ssoRefusal);
         // The sign-in is complete: only now do earlier failures stop counting.

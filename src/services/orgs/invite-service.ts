@@ -32,12 +32,12 @@ function pendingInviteView(invite: InviteRecord): PendingInviteView {
 }
 
 /**
- * E-mail invitations (spec 2.11, 4.3). The token is 256 random bits, stored only as a
+ * E-mail invitations (docs/database.md and docs/organizations.md). The token is 256 random bits, stored only as a
  * keyed hash and handed only to the mailer after commit. States: pending, accepted,
  * revoked, expired.
  *
  * An invite to an address that already has an account also creates an `invited`
- * membership row (CONTRACT 5: the member list shows it, addressable by user id); the row
+ * membership row (docs/organizations.md: the member list shows it, addressable by user id); the row
  * turns active on acceptance and is deleted when the invite is revoked.
  */
 export class InviteService {
@@ -74,7 +74,7 @@ export class InviteService {
       const unknown = roleSlugs.filter((slug) => !roles.some((role) => role.slug === slug));
       if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
       for (const role of roles) assertHoldsEveryKey(actor, role.permissionKeys);
-      // Inviting with an owner-equivalent role is an ownership transfer (CONTRACT 5): step-up, like PATCH roles.
+      // Inviting with an owner-equivalent role is an ownership transfer (docs/organizations.md): step-up, like PATCH roles.
       if (roles.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
 
       const invitee = await uow.repos.users.findByEmail(email);
@@ -111,7 +111,7 @@ export class InviteService {
         actorId: principal.userId,
         userId: invitee?.id ?? null,
         organizationId,
-        // Event data never holds an address (CONTRACT 4): audit rows outlive the account.
+        // Event data never holds an address (docs/events.md): audit rows outlive the account.
         data: { invite_id: inviteId, role_slugs: roleSlugs, reinvite: existing !== undefined },
       });
       const acceptInvite = this.context.config.links.acceptInvite;
@@ -173,13 +173,13 @@ export class InviteService {
    */
   async accept(principal: Principal, token: string, meta: RequestMeta): Promise<{ organization_id: string }> {
     const tokenHash = keyedHash(this.context.keys.tokenHash, token);
-    // Require SSO (CONTRACT 12.6): only a session opened through the enforcing connection joins; the invite stays pending.
+    // Require SSO (docs/sso.md): only a session opened through the enforcing connection joins; the invite stays pending.
     await this.signInRules.assertSessionAllowed(principal.user, principal.sessionId, 403);
     return runUnitOfWork(this.context, meta, async (uow) => {
       const refused = () => uow.failAfterCommit(errors.invalidToken(400));
       const invite = await uow.repos.invites.findByTokenHash(tokenHash);
       if (!invite) return refused();
-      // Pre-hijack (issue 9): an account nobody has proven to own the address of cannot join.
+      // Pre-hijack: an account nobody has proven to own the address of cannot join.
       if (!principal.user.emailVerified) throw errors.emailUnverified('Verify your e-mail address before accepting an invitation.');
       if (invite.email !== normaliseEmail(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
       if (invite.status === 'pending' && invite.expiresAt <= uow.now) {

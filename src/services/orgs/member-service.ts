@@ -8,7 +8,7 @@ import type { PermissionCatalog } from '../access/permission-catalog.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
-/** Spec 2.10. */
+/** docs/database.md. */
 export interface MemberView {
   user_id: string;
   email: string | null;
@@ -17,11 +17,11 @@ export interface MemberView {
   roles: string[];
 }
 
-/** Spec 2.10: invited and suspended members' e-mails only for holders of members.invite. */
+/** docs/database.md: invited and suspended members' e-mails only for holders of members.invite. */
 export function memberView(member: MemberRow, viewer: ResolvedAuthority): MemberView {
   const showEmail = member.status === 'active' || viewer.permissions.has('members.invite');
   // An invited entry says only that an address was invited: its account's display name would tell
-  // an inviter which addresses have accounts (issue 10).
+  // an inviter which addresses have accounts.
   const displayName = member.status === 'invited' ? null : member.displayName;
   return { user_id: member.userId, email: showEmail ? member.email : null, display_name: displayName, status: member.status, roles: member.roleSlugs };
 }
@@ -33,7 +33,7 @@ interface MemberMutationTarget {
   isOwner: boolean;
 }
 
-/** Members of an organization (spec 4.3) and the owner invariants. */
+/** Members of an organization (docs/organizations.md) and the owner invariants. */
 export class MemberService {
   constructor(
     protected readonly context: ServiceContext,
@@ -54,7 +54,7 @@ export class MemberService {
 
   /**
    * PATCH members/{userId}/roles: replaces the member's roles. Granting an owner-equivalent
-   * role needs step-up (CONTRACT 5: ownership transfer), decided inside the transaction;
+   * role needs step-up (docs/organizations.md: ownership transfer), decided inside the transaction;
    * added roles must be within the actor's own permissions; the last active owner keeps
    * the owner role.
    */
@@ -85,7 +85,7 @@ export class MemberService {
     });
   }
 
-  /** PATCH members/{userId}: suspend or reactivate (spec 3, member status). */
+  /** PATCH members/{userId}: suspend or reactivate (docs/organizations.md, member status). */
   async changeStatus(grant: AccessGrant, userId: string, status: 'active' | 'suspended', meta: RequestMeta): Promise<MemberView> {
     const { principal } = grant;
     const organizationId = organizationOf(grant);
@@ -139,7 +139,7 @@ export class MemberService {
     return { actor, membership, roles, isOwner };
   }
 
-  /** Last-owner protection (spec 4.3 invariant 3), even for a superadmin. `roles` are the member's, the owner role among them. */
+  /** Last-owner protection (docs/organizations.md invariant 3), even for a superadmin. `roles` are the member's, the owner role among them. */
   private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord, roles: RoleRecord[]): Promise<void> {
     if (membership.status !== 'active') return;
     const ownerRole = roles.find(isOwnerRole);

@@ -56,7 +56,7 @@ function firstFreeSlug(base: string, taken: ReadonlySet<string>): string {
   }
 }
 
-/** Organizations (spec 2.9, 4.3); the authority chain of `/orgs/{id}` routes is the access policy's. */
+/** Organizations (docs/database.md and docs/organizations.md); the authority chain of `/orgs/{id}` routes is the access policy's. */
 export class OrganizationService {
   constructor(
     private readonly context: ServiceContext,
@@ -142,7 +142,7 @@ export class OrganizationService {
   }
 
   /**
-   * Soft delete (spec 3): the organization reads as 404 from now on, so every member's
+   * Soft delete (docs/organizations.md): the organization reads as 404 from now on, so every member's
    * authority there ends at the next resolution; sessions scoped to it are revoked and
    * pending invites die.
    */
@@ -158,14 +158,14 @@ export class OrganizationService {
       const invitesRevoked = await uow.repos.invites.revokeAllPending(organizationId, uow.now);
       await uow.repos.apiKeys.revokeAllForOrganization(organizationId, uow.now, 'org_deleted');
       await deleteWebhooksOfOrganization(uow, organizationId);
-      // CONTRACT 12.4: deleting the organization releases its domains and removes its connection.
+      // docs/sso.md: deleting the organization releases its domains and removes its connection.
       await uow.repos.orgDomains.deleteAllOfOrganization(organizationId);
       await uow.repos.ssoConnections.delete(organizationId);
       await uow.emit({ type: 'org.deleted', actorId: principal.userId, organizationId, data: { sessions_revoked: sessionsRevoked, invites_revoked: invitesRevoked } });
     });
   }
 
-  /** GET /orgs/{id}/audit-log (CONTRACT 5): newest first, keyset on the audit sequence. */
+  /** GET /orgs/{id}/audit-log (docs/organizations.md): newest first, keyset on the audit sequence. */
   async auditLog(organizationId: string, page: { limit: number; cursor?: string }): Promise<{ events: IdentityEvent[]; next_cursor: string | null }> {
     const before = decodeCursor(page.cursor, ['integer']);
     const rows = await this.context.store.repos.audit.listForOrganization(organizationId, { limit: page.limit + 1, ...(before ? { beforeSeq: before[0] } : {}) });

@@ -8,7 +8,7 @@ import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { GLOBAL_ONLY_PERMISSIONS, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from '../access/permission-catalog.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
-/** Spec 2.12. */
+/** docs/database.md. */
 export interface RoleView {
   id: string;
   slug: string;
@@ -23,7 +23,7 @@ export function roleView(role: RoleRecord): RoleView {
 }
 
 /**
- * Organization roles (spec 4.3). Decisions where the spec is open: editing the cloned
+ * Organization roles (docs/organizations.md). Decisions where the spec is open: editing the cloned
  * owner role and deleting any system role answer 409 conflict; unknown keys and keys that
  * exist only globally (users.read, users.manage) are 422 validation failures; keys the
  * actor does not hold are 403 (no escalation).
@@ -49,7 +49,7 @@ export class RoleService {
       return await runUnitOfWork(this.context, meta, async (uow) => {
         const actor = await this.actor(uow, grant);
         assertHoldsEveryKey(actor, permissionKeys);
-        // A role holding org.delete or roles.manage is owner-equivalent (CONTRACT 5): step-up.
+        // A role holding org.delete or roles.manage is owner-equivalent (docs/organizations.md): step-up.
         if (isOwnerEquivalent({ slug: input.slug, isSystem: false, permissionKeys })) await this.policy.assertStepUp(uow.repos, principal);
         if ((await uow.repos.roles.findBySlugs(organizationId, [input.slug])).length > 0) throw errors.conflict('A role with that slug already exists in this organization.');
         const role: RoleRecord = {
@@ -84,7 +84,7 @@ export class RoleService {
       if (!role) throw errors.notFound('Role');
       if (isOwnerRole(role)) throw errors.conflict('The owner role cannot be edited.');
       if (permissionKeys) assertHoldsEveryKey(actor, permissionKeys.filter((key) => !role.permissionKeys.includes(key)));
-      // Editing a role that is, or becomes, owner-equivalent (CONTRACT 5): step-up.
+      // Editing a role that is, or becomes, owner-equivalent (docs/organizations.md): step-up.
       if (isOwnerEquivalent(role) || (permissionKeys && isOwnerEquivalent({ ...role, permissionKeys }))) await this.policy.assertStepUp(uow.repos, principal);
       const update = {
         ...(changes.name !== undefined ? { name: changes.name } : {}),

@@ -31,7 +31,7 @@ export type PasswordlessProof = { challengeId: string; code: string; token?: und
 
 export interface PasswordlessSignIn {
   login: LoginResult;
-  /** An answer with tokens says it (CONTRACT 11): the host's page may greet a new account. */
+  /** An answer with tokens says it (docs/passwordless.md): the host's page may greet a new account. */
   isNewUser: boolean;
   method: PasswordlessMethod;
 }
@@ -43,7 +43,7 @@ const sealedAddressContext = (challengeId: string) => `passwordless-challenge:${
 const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /**
- * Passwordless sign-in by e-mail (CONTRACT 11; docs/passwordless.md): a one-time code and,
+ * Passwordless sign-in by e-mail (docs/passwordless.md): a one-time code and,
  * when the host turns it on, a one-time link, mailed to the address. It is one more first
  * factor, not a second login path: once the code or link is checked, `AccountService.signIn`
  * runs exactly what a password login runs (the refusals, the MFA gate, the session, the events).
@@ -111,7 +111,7 @@ export class PasswordlessService {
         mailContext.token = token;
         mailContext.url = linkTemplate.replaceAll('{token}', encodeURIComponent(token));
       }
-      // The mail goes to the stored address (CONTRACT 11), which the typed one matched case-insensitively.
+      // The mail goes to the stored address (docs/passwordless.md), which the typed one matched case-insensitively.
       const to = user?.email ?? address;
       uow.afterCommit(() => this.context.mailer.send({ to, template: 'login_code', context: mailContext }));
     });
@@ -122,7 +122,7 @@ export class PasswordlessService {
    * POST /auth/passwordless/verify. Every refusal is 422 invalid_code; a locked account
    * compares nothing. Success consumes the challenge (code and link together) in one
    * conditional update, proves the address (the first proof removes a password set before
-   * it, CONTRACT 11), creates the account of a sign-up, and hands over to the sign-in every
+   * it, docs/passwordless.md), creates the account of a sign-up, and hands over to the sign-in every
    * first factor shares.
    */
   async verify(proof: PasswordlessProof, meta: RequestMeta): Promise<PasswordlessSignIn> {
@@ -171,7 +171,7 @@ export class PasswordlessService {
   }
 
   /**
-   * The code or link reached the address: the first proof runs (CONTRACT 5 and 11), or, for an
+   * The code or link reached the address: the first proof runs (docs/passwordless.md), or, for an
    * address with no account, the account is created verified and without a password. A
    * disabled account proves nothing; the sign-in refuses it.
    */
@@ -202,7 +202,7 @@ export class PasswordlessService {
     return { user: current, isNewUser };
   }
 
-  /** Over the verify budget no code is even looked at: 429 whatever the code (CONTRACT 11). */
+  /** Over the verify budget no code is even looked at: 429 whatever the code (docs/passwordless.md). */
   private async assertVerifyBudget(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, account: UserRecord | undefined): Promise<void> {
     if (account) await this.codes.assertVerifyBudget(uow.repos, account.id, uow.now);
     else await assertWithinBudget(uow.repos, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash), uow.now);
@@ -255,7 +255,7 @@ function isLocked(user: Pick<UserRecord, 'lockedUntil'>, now: number): boolean {
   return user.lockedUntil !== null && user.lockedUntil > now;
 }
 
-/** A refused verify on an account's challenge (CONTRACT 11): `reason` is the error code answered. */
+/** A refused verify on an account's challenge (docs/passwordless.md): `reason` is the error code answered. */
 async function emitRefusal(uow: UnitOfWork, userId: string, method: PasswordlessMethod): Promise<void> {
   await uow.emit({ type: 'user.login_failed', userId, data: { method, reason: 'invalid_code' } });
 }

@@ -142,7 +142,7 @@ export class SessionService {
       });
     }
     if (stored.expiresAt <= now || !mayAuthenticate(user)) throw errors.invalidGrant();
-    // Require SSO (CONTRACT 12.6): sessions from before enforcement end at their next refresh.
+    // Require SSO (docs/sso.md): sessions from before enforcement end at their next refresh.
     await this.signInRules.assertSessionAllowed(user, session.id, 401);
 
     const nextRefreshToken = rotation ? randomToken() : refreshToken;
@@ -220,7 +220,7 @@ export class SessionService {
     if (!revoked) throw errors.notFound('Session');
   }
 
-  /** Whether a token is genuine but its session has ended (revoked or expired): spec 7's `session_ended`. */
+  /** Whether a token is genuine but its session has ended (revoked or expired): docs/openapi.yaml's `session_ended`. */
   async isEndedSession(token: string): Promise<boolean> {
     const claims = await this.context.jwt.verifyAccessToken(token);
     if (!claims) return false;

@@ -1,7 +1,7 @@
 import type { FactorType } from '../../store/mfa-repository.js';
 import type { TokenResponse } from './session-service.js';
 
-/** A factor as the login gate shows it (spec 4.1): label and destination only when set, destination masked. */
+/** A factor as the login gate shows it (docs/security.md): label and destination only when set, destination masked. */
 export interface LoginFactorView {
   id: string;
   type: FactorType;
@@ -11,7 +11,7 @@ export interface LoginFactorView {
 }
 
 /**
- * What every way of signing in answers (CONTRACT 8 and 9.2: exactly the answer of
+ * What every way of signing in answers (docs/mfa.md and docs/social-login.md: exactly the answer of
  * POST /auth/login): a session, or the MFA gate's ticket and factors.
  */
 export type LoginResult =
@@ -19,10 +19,10 @@ export type LoginResult =
   | { kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] };
 
 /**
- * How a sign-in's first factor was passed (CONTRACT 11: a passwordless code or link is one more
+ * How a sign-in's first factor was passed (docs/passwordless.md: a passwordless code or link is one more
  * first factor): the `amr` mark its session carries and the `method` its events carry.
  */
 export type FirstFactor = { amr: 'pwd'; method: 'password' } | { amr: 'email'; method: PasswordlessMethod };
 
-/** A passwordless sign-in's proof of the address: its code or its link (CONTRACT 11). */
+/** A passwordless sign-in's proof of the address: its code or its link (docs/passwordless.md). */
 export type PasswordlessMethod = 'email_code' | 'email_link';

@@ -34,7 +34,7 @@ export interface AccessCacheOptions {
 }
 
 /**
- * One second: the bound of CONTRACT 7 holds even for a lost notification, or for processes
+ * One second: the bound of docs/multiple-instances.md holds even for a lost notification, or for processes
  * on one SQLite file, which have no carrier. At any real request rate a hot session is still
  * read from the database about once a second per instance.
  */
@@ -80,7 +80,7 @@ export const dependsOnOrganization = (id: string) => `o:${id}`;
 /**
  * In-process cache of the reads every authenticated request makes (the session and its
  * user, the superadmin flag, authority in an organization, the organization, the MFA
- * enforcement inputs), with the revocation guarantees of CONTRACT 7:
+ * enforcement inputs), with the revocation guarantees of docs/multiple-instances.md:
  *
  * - on this instance an invalidation is in force at once: it is applied after the commit
  *   of the change and before the response that reports it;

@@ -1,7 +1,7 @@
 import { errors } from '../../errors.js';
 
 /*
- * The small rules about who a user is, each written once (issue 9): registration,
+ * The small rules about who a user is, each written once: registration,
  * invites, login, password reset, MFA e-mail factors and profile edits all use these.
  */
 
@@ -14,7 +14,7 @@ export const DISPLAY_NAME_MAX_LENGTH = 120;
 const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
 
 /**
- * The display-name rule (spec 2.4): trimmed, at most 120 characters, no control
+ * The display-name rule (docs/database.md): trimmed, at most 120 characters, no control
  * characters; empty or null clears it. Refusals are 422 validation_failed.
  */
 export function normaliseDisplayName(value: string | null | undefined): string | null {

@@ -16,7 +16,7 @@ export const SIGNING_KEYS_TOPIC = 'signing-keys';
  * clock: this is about propagation between instances). While notifications from other
  * instances arrive (PostgreSQL LISTEN), a rotation reaches this instance at once and the
  * expiry is only the backstop; without them the view is re-read every second, so every
- * instance signs with a newly active key within about a second (CONTRACT 7).
+ * instance signs with a newly active key within about a second (docs/multiple-instances.md).
  */
 const FRESH_MS_LIVE = 30_000;
 const FRESH_MS_POLLING = 1_000;

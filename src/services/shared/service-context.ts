@@ -15,7 +15,7 @@ import type { OutboundGuard } from '../../outbound/outbound-guard.js';
 export interface ServiceContext {
   config: ResolvedConfig;
   store: Store;
-  /** Sessions and authority kept in process, with their invalidation (CONTRACT 7). */
+  /** Sessions and authority kept in process, with their invalidation (docs/multiple-instances.md). */
   accessCache: AccessCache;
   /** Reads of the request path through `accessCache`; the access policy holds the rest of them. */
   access: CachedReads;
@@ -28,9 +28,9 @@ export interface ServiceContext {
   mailer: Mailer;
   sms: SmsSender;
   onEvent: IdentityEventListener | undefined;
-  /** The outbox writer and worker (CONTRACT 13.1). */
+  /** The outbox writer and worker (docs/events.md). */
   delivery: EventOutbox;
-  /** The outbound guard of webhooks (CONTRACT 13.3). */
+  /** The outbound guard of webhooks (docs/webhooks.md). */
   webhookGuard: OutboundGuard;
 }
 

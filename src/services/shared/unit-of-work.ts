@@ -11,7 +11,7 @@ import { iso } from './iso-time.js';
 /**
  * One transaction plus what must happen once it commits. Events are written to the audit
  * table inside the transaction, with one outbox row per target (`onEvent`, webhooks) beside
- * them, and delivered from the outbox only after commit (CONTRACT 13.1); mail and SMS go out
+ * them, and delivered from the outbox only after commit (docs/events.md); mail and SMS go out
  * after commit too, so a rolled-back change never sends anything.
  */
 export class UnitOfWork {
@@ -29,7 +29,7 @@ export class UnitOfWork {
 
   /**
    * Records an event of this change. `onlyWebhook` sends it to that one webhook and to no
-   * listener (`webhook.test`, CONTRACT 13.2).
+   * listener (`webhook.test`, docs/webhooks.md).
    */
   async emit(input: EventInput, options: { onlyWebhook?: { webhookId: string; deliveryId: string } } = {}): Promise<IdentityEvent> {
     const event: IdentityEvent = {

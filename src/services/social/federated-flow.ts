@@ -17,7 +17,7 @@ import { isUnreachable, type ProviderConfiguration } from './social-provider-cli
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
 /*
- * The federated sign-in round trip, shared by social login (CONTRACT 9) and single sign-on
+ * The federated sign-in round trip, shared by social login (docs/social-login.md) and single sign-on
  * per organization (12): the flow row with hashed state and sealed PKCE verifier and nonce,
  * the `return_to` rule, the callback that only seals the validated claims on the flow, the
  * one-time exchange code bound to the tab by the handoff verifier, and the session opened at
@@ -30,7 +30,7 @@ export interface AuthorizationStart {
   expires_in: number;
 }
 
-/** What the callback learned from the provider (CONTRACT 9.3), sealed on the flow for the exchange. */
+/** What the callback learned from the provider (docs/social-login.md), sealed on the flow for the exchange. */
 export interface ProviderClaims {
   subject: string;
   email: string | null;
@@ -46,7 +46,7 @@ export interface CallbackParameters {
   error?: string;
 }
 
-/** `return_to`, error URL and lifetimes of one feature's flows (CONTRACT 9.1, 12.1). */
+/** `return_to`, error URL and lifetimes of one feature's flows (docs/social-login.md and docs/sso.md). */
 export interface FlowSettings {
   returnUrls: string[];
   errorUrl: string | undefined;
@@ -73,7 +73,7 @@ export type RefusalCode =
   | 'invalid_credentials'
   | 'session_ended';
 
-/** A callback or exchange refusal: a code of CONTRACT 9.7 or 12.7 (or a login code of section 5). */
+/** A callback or exchange refusal: a code of docs/social-login.md and docs/sso.md (or a login code of section 5). */
 export class FederatedRefusal extends Error {
   constructor(
     readonly code: RefusalCode,
@@ -87,7 +87,7 @@ export class FederatedRefusal extends Error {
 export class ResolutionConflict extends Error {}
 export const RESOLUTION_ATTEMPTS = 3;
 
-/** RFC 6749 codes that may be passed on to the SPA as `social_error_detail` (CONTRACT 9.7). */
+/** RFC 6749 codes that may be passed on to the SPA as `social_error_detail` (docs/social-login.md). */
 const FORWARDED_PROVIDER_ERRORS = new Set(['access_denied', 'server_error', 'temporarily_unavailable', 'invalid_scope', 'login_required', 'consent_required', 'interaction_required']);
 const FLOW_RETENTION_MS = 24 * 60 * 60 * 1000;
 const EMAIL_MAX_OCTETS = 320;
@@ -100,7 +100,7 @@ export class FederatedFlows {
     private readonly mfa: MfaService,
   ) {}
 
-  /** Authorize: one flow row, and the provider's authorization URL (CONTRACT 9.2). */
+  /** Authorize: one flow row, and the provider's authorization URL (docs/social-login.md). */
   async start(
     target: FlowTarget,
     settings: FlowSettings,
@@ -119,7 +119,7 @@ export class FederatedFlows {
     const codeChallenge = await client.calculatePKCECodeChallenge(codeVerifier);
     const flowId = randomUUID();
     await runUnitOfWork(this.context, meta, async (uow) => {
-      // Pruned on the way, so no scheduler is needed (CONTRACT 9.10: rows older than one day).
+      // Pruned on the way, so no scheduler is needed (docs/social-login.md: rows older than one day).
       await uow.repos.socialFlows.pruneCreatedBefore(uow.now - FLOW_RETENTION_MS);
       await uow.repos.socialFlows.insert({
         id: flowId,
@@ -190,7 +190,7 @@ export class FederatedFlows {
     }
   }
 
-  /** Token exchange and ID-token validation by openid-client; the provider's tokens are dropped here (CONTRACT 9.3). */
+  /** Token exchange and ID-token validation by openid-client; the provider's tokens are dropped here (docs/social-login.md). */
   private async fetchClaims(target: FlowTarget, flow: SocialFlowRecord, parameters: CallbackParameters): Promise<ProviderClaims> {
     if (parameters.error !== undefined) {
       this.context.logger.warn('identity provider answered with an error', { provider: target.key, error: parameters.error.slice(0, 64) });
@@ -216,7 +216,7 @@ export class FederatedFlows {
       const idToken = tokens.claims();
       if (!idToken) throw new FederatedRefusal('provider_response_invalid');
       let source: Record<string, unknown> = idToken;
-      // CONTRACT 9.3: e-mail from the ID token, else from UserInfo (which checks the subject).
+      // docs/social-login.md: e-mail from the ID token, else from UserInfo (which checks the subject).
       if (typeof idToken.email !== 'string') source = await client.fetchUserInfo(configuration, tokens.access_token, idToken.sub);
       return {
         subject: idToken.sub,
@@ -233,7 +233,7 @@ export class FederatedFlows {
   }
 
   /**
-   * The exchange's first half (CONTRACT 9.2): the code is burned by one conditional update
+   * The exchange's first half (docs/social-login.md): the code is burned by one conditional update
    * before anything is checked, so every failure (expired, wrong verifier) burns it too.
    */
   async consumeExchange(input: { code: string; handoffVerifier: string }): Promise<{ flow: SocialFlowRecord; claims: ProviderClaims }> {
@@ -245,7 +245,7 @@ export class FederatedFlows {
   }
 
   /**
-   * A federated first factor completes the sign-in (CONTRACT 9.6, 12.5): the MFA gate applies
+   * A federated first factor completes the sign-in (docs/social-login.md and docs/sso.md): the MFA gate applies
    * unchanged, else a session opens with `amr: ['fed']`; `opened` runs in its transaction.
    */
   async openSession(

@@ -7,17 +7,17 @@ import { describeError } from '../shared/unit-of-work.js';
 type OpenIdModule = typeof OpenIdClient;
 export type ProviderConfiguration = OpenIdClient.Configuration;
 
-/** CONTRACT 9.1: discovery is lazy, cached for one hour; an unreachable provider times out after 10 s. */
+/** docs/social-login.md: discovery is lazy, cached for one hour; an unreachable provider times out after 10 s. */
 const DISCOVERY_CACHE_MS = 60 * 60 * 1000;
 const HTTP_TIMEOUT_SECONDS = 10;
-/** CONTRACT 9.10: ID-token time claims are checked against the process clock, with this tolerance. */
+/** docs/social-login.md: ID-token time claims are checked against the process clock, with this tolerance. */
 const CLOCK_TOLERANCE_SECONDS = 30;
 
 let openIdModule: Promise<OpenIdModule> | undefined;
 
 /**
- * openid-client is ESM-only. It is loaded on first use, with a dynamic import(), so the
- * CommonJS build and hosts that configure no `social` never load it (CONTRACT 9.10).
+ * openid-client is ESM-only. It is loaded on first use, with a dynamic import, so the
+ * CommonJS build and hosts that configure no `social` never load it (docs/social-login.md).
  */
 export function loadOpenIdClient(): Promise<OpenIdModule> {
   openIdModule ??= import('openid-client').catch((error: unknown) => {

@@ -27,7 +27,7 @@ import type { SignInRules } from '../access/sign-in-rules.js';
 export type { AuthorizationStart, CallbackParameters } from './federated-flow.js';
 import { iso, isoOrNull } from '../shared/iso-time.js';
 
-/** `identity` of CONTRACT 9.2; the provider's `sub` is never returned. */
+/** `identity` of docs/social-login.md; the provider's `sub` is never returned. */
 export interface SocialIdentityView {
   id: string;
   provider: string;
@@ -51,7 +51,7 @@ interface SocialFlowOutcome {
 const DISPLAY_NAME_MAX = 120;
 
 /**
- * Social login through OpenID Connect providers (CONTRACT 9): the authorization round trip,
+ * Social login through OpenID Connect providers (docs/social-login.md): the authorization round trip,
  * account resolution and linking, the one-time exchange, and link management. The OpenID
  * client library is loaded only when a provider is first used.
  */
@@ -82,7 +82,7 @@ export class SocialService {
 
   /**
    * POST /auth/social/{provider}/link: a link flow for the signed-in user. Its route declares
-   * `freshAuthentication`, which the access policy checks at link start, never at the callback (CONTRACT 9.5).
+   * `freshAuthentication`, which the access policy checks at link start, never at the callback (docs/social-login.md).
    */
   async startLink(principal: Principal, providerId: string, input: { returnTo?: string | undefined; handoffChallenge: string }, meta: RequestMeta): Promise<AuthorizationStart> {
     return this.start(this.provider(providerId), 'link', input, principal, meta);
@@ -114,13 +114,13 @@ export class SocialService {
       parameters,
       async (flow) => (flow.connectionId === null ? this.target(provider) : undefined),
       async (flow, claims) => {
-        // Require SSO (CONTRACT 12.6): an address at an enforcing domain never signs in through a social provider.
+        // Require SSO (docs/sso.md): an address at an enforcing domain never signs in through a social provider.
         if (flow.purpose === 'login' && claims.email) await this.assertSsoAllows(claims.email);
       },
     );
   }
 
-  /** CONTRACT 9.4, rules 1 to 4 in order, at the exchange. Refusals tied to a user are recorded (after commit) and then thrown. */
+  /** docs/social-login.md, rules 1 to 4 in order, at the exchange. Refusals tied to a user are recorded (after commit) and then thrown. */
   private async resolveLogin(provider: ResolvedSocialProvider, claims: ProviderClaims, meta: RequestMeta): Promise<SocialFlowOutcome> {
     for (let attempt = 1; ; attempt += 1) {
       try {
@@ -193,7 +193,7 @@ export class SocialService {
     return { outcome: { user_id: userId, identity_id: identityId, is_new_user: true } };
   }
 
-  /** CONTRACT 9.5 at the exchange of a link flow, once the bearer has been matched to the flow. */
+  /** docs/social-login.md at the exchange of a link flow, once the bearer has been matched to the flow. */
   private async resolveLink(provider: ResolvedSocialProvider, flow: SocialFlowRecord, claims: ProviderClaims, meta: RequestMeta): Promise<SocialFlowOutcome> {
     for (let attempt = 1; ; attempt += 1) {
       try {
@@ -247,7 +247,7 @@ export class SocialService {
   /**
    * The social half of POST /auth/social/exchange, once the code is burned and the handoff
    * verifier matched (FederatedFlows.consumeExchange): the account is resolved (login) or
-   * the link made (link); refusals are answered here, as JSON (CONTRACT 9.2, 9.7).
+   * the link made (link); refusals are answered here, as JSON (docs/social-login.md).
    */
   async completeExchange(flow: SocialFlowRecord, claims: ProviderClaims, bearer: string | undefined, meta: RequestMeta): Promise<SocialExchangeResult> {
     // A provider removed from the config since the callback signs no one in.
@@ -261,7 +261,7 @@ export class SocialService {
     }
   }
 
-  /** A link needs the bearer of the user and session that started the flow, still live (CONTRACT 9.5). */
+  /** A link needs the bearer of the user and session that started the flow, still live (docs/social-login.md). */
   private async completeLink(provider: ResolvedSocialProvider, flow: SocialFlowRecord, claims: ProviderClaims, bearer: string | undefined, meta: RequestMeta): Promise<SocialIdentityView> {
     const principal = bearer ? await this.policy.authenticate(bearer).catch(() => undefined) : undefined;
     if (!principal || principal.userId !== flow.userId || principal.sessionId !== flow.sessionId) {
@@ -281,7 +281,7 @@ export class SocialService {
     if (!user) throw invalidExchangeCode();
     // A linked account (9.4 rule 1) is judged by its own address, whatever the provider's is.
     await this.assertSsoAllows(user.email);
-    // CONTRACT 9.6: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
+    // docs/social-login.md: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
     const login = await this.flows.openSession(user, meta, { method: 'social', provider: provider.id });
     return { purpose: 'login', isNewUser: outcome.is_new_user, login };
   }
@@ -324,7 +324,7 @@ export class SocialService {
     if (refusal) throw new SocialRefusal('sso_required');
   }
 
-  /** Never derived from Host or X-Forwarded-*: hosts register exactly this URL (CONTRACT 9.1). */
+  /** Never derived from Host or X-Forwarded-*: hosts register exactly this URL (docs/social-login.md). */
   private target(provider: ResolvedSocialProvider): FlowTarget {
     return {
       key: provider.id,

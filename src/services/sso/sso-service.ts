@@ -47,7 +47,7 @@ const DISCOVERY_CACHE_MS = 60 * 60 * 1000;
 const DISPLAY_NAME_MAX = 120;
 const DEFAULT_SCOPES = ['openid', 'email', 'profile'];
 
-/** Bundled consumer-mail domains (CONTRACT 12.4): no organization owns its users' addresses there. */
+/** Bundled consumer-mail domains (docs/sso.md): no organization owns its users' addresses there. */
 export const CONSUMER_MAIL_DOMAINS: ReadonlySet<string> = new Set([
   'gmail.com', 'googlemail.com', 'outlook.com', 'hotmail.com', 'live.com', 'msn.com', 'yahoo.com', 'ymail.com',
   'icloud.com', 'me.com', 'mac.com', 'aol.com', 'proton.me', 'protonmail.com', 'pm.me', 'gmx.com', 'gmx.de', 'gmx.net',
@@ -56,7 +56,7 @@ export const CONSUMER_MAIL_DOMAINS: ReadonlySet<string> = new Set([
   't-online.de', 'libero.it', 'comcast.net', 'verizon.net', 'att.net',
 ]);
 
-/** `domain` of CONTRACT 12.3. */
+/** `domain` of docs/sso.md. */
 export interface DomainView {
   id: string;
   domain: string;
@@ -67,7 +67,7 @@ export interface DomainView {
   created_at: string;
 }
 
-/** `connection` of CONTRACT 12.3; the client secret is never part of it. */
+/** `connection` of docs/sso.md; the client secret is never part of it. */
 export interface ConnectionView {
   id: string;
   issuer: string;
@@ -117,7 +117,7 @@ function ssoNotConfigured(): IdentityError {
 }
 
 /**
- * Single sign-on per organization (CONTRACT 12): verified domains, the organization's own
+ * Single sign-on per organization (docs/sso.md): verified domains, the organization's own
  * OpenID provider behind the outbound guard, identifier-first sign-in through the federated
  * flows of section 9, and JIT membership. Enforcement lives in SignInRules.
  */
@@ -158,7 +158,7 @@ export class SsoService {
     return (await this.context.store.repos.orgDomains.listForOrganization(organizationId)).map((domain) => this.domainView(domain));
   }
 
-  /** On demand only; a verified domain answers without asking DNS again (CONTRACT 12.4). */
+  /** On demand only; a verified domain answers without asking DNS again (docs/sso.md). */
   async verifyDomain(organizationId: string, domainId: string, actorId: string, meta: RequestMeta): Promise<DomainView> {
     const repos = this.context.store.repos;
     const domain = await repos.orgDomains.findInOrganization(organizationId, domainId);
@@ -314,7 +314,7 @@ export class SsoService {
   }
 
   /**
-   * CONTRACT 12.3: a JIT default role is granted by whoever configures it, to everyone the IdP
+   * docs/sso.md: a JIT default role is granted by whoever configures it, to everyone the IdP
    * vouches for. It may not be owner-equivalent (422: the IdP would mint owners), and no
    * escalation applies as to a role assignment or invite (403: only what the actor holds).
    */
@@ -327,7 +327,7 @@ export class SsoService {
   }
 
   /**
-   * CONTRACT 12.2 at create and update: the issuer's form, then discovery through the guard,
+   * docs/sso.md at create and update: the issuer's form, then discovery through the guard,
    * the discovered `issuer` equal to the configured one, and every server-side endpoint the
    * document names checked by the guard on its own. Nothing is stored on a refusal.
    */
@@ -449,7 +449,7 @@ export class SsoService {
     );
   }
 
-  /** The SSO half of POST /auth/social/exchange: steps 3 and 4 written, 4 and 5 checked again, then the session (CONTRACT 12.5). */
+  /** The SSO half of POST /auth/social/exchange: steps 3 and 4 written, 4 and 5 checked again, then the session (docs/sso.md). */
   async completeExchange(flow: SocialFlowRecord, claims: ProviderClaims, meta: RequestMeta): Promise<SsoLoginResult> {
     const connection = await this.activeConnection(undefined, flow.connectionId!);
     if (!connection || flow.purpose !== 'login') throw invalidExchangeCode();
@@ -516,7 +516,7 @@ export class SsoService {
 
   /**
    * A refused single sign-on, at the callback or the exchange: `user.login_failed` when it can
-   * be tied to a user (CONTRACT 9.8, 12.7), else a `warn` line; neither names the IdP subject.
+   * be tied to a user (docs/social-login.md and docs/sso.md), else a `warn` line; neither names the IdP subject.
    */
   private async recordRefusal(uow: UnitOfWork, connection: SsoConnectionRecord, decided: { refusal: FederatedRefusal; userId?: string }): Promise<void> {
     const reason = decided.refusal.code;
@@ -525,7 +525,7 @@ export class SsoService {
   }
 
   /**
-   * CONTRACT 12.5 steps 1 to 5, in order, without writing: at the callback (a refusal becomes
+   * docs/sso.md steps 1 to 5, in order, without writing: at the callback (a refusal becomes
    * `social_error`) and again at the exchange, inside its transaction. Answers what the
    * exchange must write, or the refusal (with the user it can be tied to).
    */
@@ -646,7 +646,7 @@ function checkScopes(scopes: string[]): string[] {
   return [...new Set(scopes)];
 }
 
-/** A discovery or endpoint refusal as CONTRACT 12.2's `reason`; no provider text is quoted. */
+/** A discovery or endpoint refusal as docs/sso.md's `reason`; no provider text is quoted. */
 function issuerFailure(error: unknown): IdentityError {
   for (let current: unknown = error, depth = 0; current && depth < 6; depth += 1) {
     if (current instanceof OutboundRefusal) {

@@ -19,11 +19,11 @@ const PRUNE_EVERY_MS = 60_000;
 const DELIVERED_BATCH = 200;
 const DELIVERED_FLUSH_MS = 20;
 
-/** Webhook events are about the webhooks themselves: audited and handed to `onEvent`, never sent to one (CONTRACT 13.4). */
+/** Webhook events are about the webhooks themselves: audited and handed to `onEvent`, never sent to one (docs/webhooks.md). */
 const isWebhookEvent = (event: IdentityEvent) => event.type.startsWith('webhook.');
 
 /**
- * The transactional outbox and its worker (CONTRACT 13.1). `writeOutbox` runs inside every
+ * The transactional outbox and its worker (docs/events.md). `writeOutbox` runs inside every
  * unit of work, so a delivery row exists exactly when its change committed. After commit the
  * writing instance attempts its own rows at once, under the lease it wrote them with; every
  * `pollMs` the worker claims due rows (its own failures, other instances' expired leases) and
@@ -250,7 +250,7 @@ export class EventDelivery implements EventOutbox {
       ? { kind: 'dead', lastStatus: null, lastError: 'endpoint_disabled' }
       : await attemptWebhook(this.context, webhook, event);
     const recorded = await this.record(row, owner, result);
-    // 410 Gone: the receiver asks for no more; the webhook is disabled with its pending rows (CONTRACT 13.4).
+    // 410 Gone: the receiver asks for no more; the webhook is disabled with its pending rows (docs/webhooks.md).
     if (recorded && webhook && result.kind === 'dead' && result.lastStatus === 410) await disableWebhook(this.context, webhook.id, 'gone');
     return recorded;
   }

@@ -5,7 +5,7 @@ import { OutboundFailure, OutboundRefusal } from '../../outbound/outbound-guard.
 import type { WebhookRecord } from '../../store/webhook-repository.js';
 import type { ServiceContext } from '../shared/service-context.js';
 
-/** `last_error` of CONTRACT 13.2, plus `listener_error` for `onEvent` rows (never shown in a webhook's log). */
+/** `last_error` of docs/webhooks.md, plus `listener_error` for `onEvent` rows (never shown in a webhook's log). */
 export type DeliveryError = 'http_status' | 'redirect' | 'timeout' | 'connection' | 'private_address' | 'unresolvable' | 'endpoint_disabled' | 'listener_error';
 
 export type AttemptResult =
@@ -15,7 +15,7 @@ export type AttemptResult =
 /** Associated data of a webhook secret's ciphertext: it decrypts only on its own webhook's row. */
 export const webhookSecretContext = (webhookId: string) => `webhook-secret:${webhookId}`;
 
-/** The secrets that sign now: the current one, and the previous one during the rotation overlap (CONTRACT 13.4). */
+/** The secrets that sign now: the current one, and the previous one during the rotation overlap (docs/webhooks.md). */
 export function signingSecrets(context: ServiceContext, webhook: WebhookRecord, now: number): string[] {
   const key = context.keys.webhookSecretEncryption;
   const secrets = [decrypt(key, webhook.secretEnc, webhookSecretContext(webhook.id)).toString('utf8')];
@@ -25,7 +25,7 @@ export function signingSecrets(context: ServiceContext, webhook: WebhookRecord, 
   return secrets;
 }
 
-/** The body of CONTRACT 13.4: the event without `ip` (the endpoint is a third party). */
+/** The body of docs/webhooks.md: the event without `ip` (the endpoint is a third party). */
 export function webhookBody(event: IdentityEvent): string {
   const { ip: _ip, ...data } = event;
   return JSON.stringify({ type: event.type, timestamp: event.occurred_at, data });

@@ -14,7 +14,7 @@ import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { webhookSecretContext } from './webhook-attempt.js';
 
-/** Event types a webhook may subscribe to: every type but the webhooks' own (CONTRACT 13.2). */
+/** Event types a webhook may subscribe to: every type but the webhooks' own (docs/webhooks.md). */
 export const SUBSCRIBABLE_EVENT_TYPES: readonly string[] = EVENT_TYPES.filter((type) => !type.startsWith('webhook.'));
 
 export interface WebhookView {
@@ -77,7 +77,7 @@ function validEvents(events: string[]): string[] {
 }
 
 /**
- * Organization webhooks (CONTRACT 13.2). The guard checks a URL before the transaction (it
+ * Organization webhooks (docs/webhooks.md). The guard checks a URL before the transaction (it
  * resolves names over the network); the permission is re-checked inside it. Delivery itself is
  * the outbox's (event-delivery.ts): this service only writes webhooks and events.
  */
@@ -117,7 +117,7 @@ export class WebhookService {
     const organizationId = organizationOf(grant);
     const events = input.events === undefined ? undefined : validEvents(input.events);
     const current = await this.find(this.context.store.repos, organizationId, webhookId);
-    // A changed URL, and a re-enabled webhook, pass the guard again (CONTRACT 13.3, 13.4).
+    // A changed URL, and a re-enabled webhook, pass the guard again (docs/webhooks.md).
     const url = input.url !== undefined ? await this.checkUrl(input.url) : undefined;
     if (url === undefined && input.status === 'active' && current.status === 'disabled') await this.checkUrl(current.url);
     return runUnitOfWork(this.context, meta, async (uow) => {
@@ -150,7 +150,7 @@ export class WebhookService {
     });
   }
 
-  /** A new secret; the previous one keeps signing for `rotationOverlapSec` (CONTRACT 13.4). */
+  /** A new secret; the previous one keeps signing for `rotationOverlapSec` (docs/webhooks.md). */
   async rotateSecret(grant: AccessGrant, webhookId: string, meta: RequestMeta): Promise<{ secret: string; previous_secret_expires_at: string }> {
     const { principal } = grant;
     const organizationId = organizationOf(grant);
@@ -173,7 +173,7 @@ export class WebhookService {
     return { deliveries: items.map(deliveryView), next_cursor: nextCursor };
   }
 
-  /** Pending, due now, attempts back to 0; the same event id is sent again (CONTRACT 13.2). */
+  /** Pending, due now, attempts back to 0; the same event id is sent again (docs/webhooks.md). */
   async replay(grant: AccessGrant, webhookId: string, deliveryId: string, meta: RequestMeta): Promise<DeliveryView> {
     const organizationId = organizationOf(grant);
     return runUnitOfWork(this.context, meta, async (uow) => {
@@ -215,7 +215,7 @@ export class WebhookService {
     return webhook;
   }
 
-  /** The guard of CONTRACT 13.3 at create and update: a refusal is 422 and nothing is written. */
+  /** The guard of docs/webhooks.md at create and update: a refusal is 422 and nothing is written. */
   private async checkUrl(raw: string): Promise<string> {
     try {
       const target = await this.context.webhookGuard.check(raw, Date.now() + this.context.config.webhooks.timeoutMs);
@@ -241,7 +241,7 @@ async function disableInUnit(uow: UnitOfWork, webhook: WebhookRecord, reason: We
   await uow.emit({ type: 'webhook.disabled', actorId, organizationId: webhook.organizationId, data: { webhook_id: webhook.id, reason } });
 }
 
-/** A receiver answered 410 Gone (CONTRACT 13.4). */
+/** A receiver answered 410 Gone (docs/webhooks.md). */
 export async function disableWebhook(context: ServiceContext, webhookId: string, reason: WebhookDisabledReason): Promise<void> {
   await runUnitOfWork(context, { ip: null, userAgent: null }, async (uow) => {
     const webhook = await uow.repos.webhooks.findById(webhookId);
@@ -249,7 +249,7 @@ export async function disableWebhook(context: ServiceContext, webhookId: string,
   });
 }
 
-/** Deleting an organization deletes its webhooks and their deliveries (CONTRACT 13.4), in the deletion's unit of work. */
+/** Deleting an organization deletes its webhooks and their deliveries (docs/webhooks.md), in the deletion's unit of work. */
 export async function deleteWebhooksOfOrganization(uow: UnitOfWork, organizationId: string): Promise<void> {
   const ids = await uow.repos.webhooks.idsInOrganization(organizationId);
   await uow.repos.eventDeliveries.deleteForWebhooks(ids);

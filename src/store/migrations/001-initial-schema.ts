@@ -28,7 +28,7 @@ export function up(table: TableNames) {
       ms(t, 'updated_at').notNullable();
     });
 
-    // One session is one refresh-token family (spec 2.1: sid equals the family).
+    // One session is one refresh-token family (docs/database.md: sid equals the family).
     await knex.schema.createTable(table.sessions, (t) => {
       t.string('id', 36).primary();
       t.string('user_id', 36).notNullable().references('id').inTable(table.users).onDelete('CASCADE');

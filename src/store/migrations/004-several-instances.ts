@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * Several instances on one database (CONTRACT 7):
+ * Several instances on one database (docs/multiple-instances.md):
  * - the next signing key is published ahead of its use, so verifiers that cache the JWKS
  *   already hold it when a rotation makes it active. `next_slot` is 1 for the one next key;
  *   its unique index lets exactly one exist, like `active_slot` for the active key.

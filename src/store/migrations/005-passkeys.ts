@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * Passkeys (CONTRACT 8). A passkey is an MFA factor of type `webauthn`, so it lives in the
+ * Passkeys (docs/mfa.md). A passkey is an MFA factor of type `webauthn`, so it lives in the
  * factor table and is listed, renamed, made default and deleted like any other factor. Only
  * public data is stored: the credential id, the COSE public key and the signature counter.
  * Challenges are stored as keyed hashes with an expiry and consumed once.

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * Social login (CONTRACT 9.10). Times are epoch milliseconds from the injected clock.
+ * Social login (docs/social-login.md). Times are epoch milliseconds from the injected clock.
  * `state` and exchange codes are stored only as keyed hashes; the PKCE verifier and the
  * nonce only as one AES-256-GCM ciphertext bound to the flow id.
  */
@@ -47,7 +47,7 @@ export function up(table: TableNames) {
       t.index(['created_at']);
     });
 
-    // The MFA ticket remembers the first factor, so the gate after a social sign-in gives amr ['fed', 'otp'] (CONTRACT 9.6).
+    // The MFA ticket remembers the first factor, so the gate after a social sign-in gives amr ['fed', 'otp'] (docs/social-login.md).
     await knex.schema.alterTable(table.mfaTickets, (t) => {
       t.string('first_factor', 8).nullable();
     });

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * API keys (CONTRACT 10). The key itself is never stored: `key_hash` is an HMAC of it under
+ * API keys (docs/api-keys.md). The key itself is never stored: `key_hash` is an HMAC of it under
  * a sub-key of the secret, unique so a presented key is found by one indexed lookup.
  * `start` (8 characters after the prefix) lets a list tell keys apart without revealing them.
  * Times are epoch milliseconds from the injected clock, like every other table.

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * The social callback changes nothing any more (CONTRACT 9.2): it stores the provider's
+ * The social callback changes nothing any more (docs/social-login.md): it stores the provider's
  * validated claims on the flow, and the exchange, once the browser that started the flow has
  * proven itself, resolves the account or makes the link. The claims (subject, e-mail, name)
  * are sealed with AES-GCM under a sub-key of the secret, bound to the flow's id.

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * Durable events and webhooks (CONTRACT 13). `event_deliveries` is the outbox: one row per
+ * Durable events and webhooks (docs/webhooks.md). `event_deliveries` is the outbox: one row per
  * target of an event, written in the change's transaction next to the audit row, claimed by a
  * worker under a lease (`locked_until`, `lease_owner`). A webhook's signing secret is stored
  * only encrypted (AES-GCM, bound to the webhook id). The new organization permission

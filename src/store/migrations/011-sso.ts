@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * Single sign-on per organization (CONTRACT 12.7). Times are epoch milliseconds from the
+ * Single sign-on per organization (docs/sso.md). Times are epoch milliseconds from the
  * injected clock. A domain is unique among verified rows only: several organizations may
  * hold it pending, each with its own TXT token. The client secret is stored AES-256-GCM
  * sealed. SSO identities are keyed by (connection, subject), never by an issuer alone.
@@ -63,7 +63,7 @@ export function up(table: TableNames) {
     await knex.schema.alterTable(table.mfaTickets, (t) => {
       t.string('sso_connection_id', 36).nullable();
     });
-    // A session opened through a connection survives that connection's enforcement (CONTRACT 12.6).
+    // A session opened through a connection survives that connection's enforcement (docs/sso.md).
     await knex.schema.alterTable(table.sessions, (t) => {
       t.string('sso_connection_id', 36).nullable();
     });

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { TableNames } from '../table-names.js';
 
 /*
- * Passwordless sign-in by e-mail (CONTRACT 11). A challenge belongs to an address, with or
+ * Passwordless sign-in by e-mail (docs/passwordless.md). A challenge belongs to an address, with or
  * without an account, so it has a table of its own beside the factor-bound OTP challenges.
  * The address is kept as a keyed hash (the throttling key and the supersede key); only a
  * challenge for an address with no account (sign-up) also keeps it sealed with AES-GCM, so that
