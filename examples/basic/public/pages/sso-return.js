@@ -2,12 +2,11 @@
 // page asks for the work address; the router finds the organization by its verified domain and
 // the browser leaves for that organization's identity provider. It comes back to /sso-return,
 // which trades the one-time social_code for tokens at POST /auth/social/exchange, the same
-// exchange (and the same handoff verifier rule) as social sign-in.
-import { ApiError, api } from '../lib/api.js';
+// exchange (and the same handoff verifier rule) as social sign-in: the client's
+// identity.social.complete() does it, so the session lands in the client as after a social sign-in.
+import { handoffStorageKey, identity, IdentityClientError } from '../lib/identity.js';
 import { signInCompleter } from '../lib/sign-in.js';
 import { field, form, h } from '../lib/ui.js';
-
-const VERIFIER_KEY = 'sso_handoff_verifier';
 
 const MESSAGES = {
   sso_not_configured: 'There is no single sign-on for this address. Sign in with your password or another way above.',
@@ -15,6 +14,7 @@ const MESSAGES = {
   sso_not_member: 'You are not a member of this organization. Ask an administrator to invite you.',
   sso_member_suspended: 'Your membership of this organization is suspended.',
   social_state_invalid: 'The sign-in took too long or was already used. Please start again.',
+  handoff_missing: 'This page was opened without a sign-in in progress in this tab. Please start again.',
   provider_error: 'Your identity provider did not sign you in (cancelled or refused).',
   provider_response_invalid: 'Your identity provider answered something we cannot trust.',
   provider_unavailable: 'Your identity provider cannot be reached right now.',
@@ -25,7 +25,7 @@ const MESSAGES = {
 };
 
 const describe = (code, fallback) => `${MESSAGES[code] ?? fallback ?? 'Single sign-on failed.'} (${code})`;
-const errorText = (error) => (error instanceof ApiError && error.code ? describe(error.code, error.message) : (error?.message ?? String(error)));
+const errorText = (error) => (error instanceof IdentityClientError ? describe(error.code, error.message) : (error?.message ?? String(error)));
 
 function base64url(bytes) {
   let binary = '';
@@ -34,20 +34,23 @@ function base64url(bytes) {
 }
 
 /**
- * The handoff: a random verifier waits in sessionStorage (never a token) while the browser is
- * at the provider; only its SHA-256 travels. A social_code planted in another browser is useless.
+ * The handoff, as identity.social.start() makes it: a random verifier waits in this tab's
+ * sessionStorage (never a token) while the browser is at the provider; only its SHA-256 travels.
+ * A social_code planted in another browser is useless. The verifier is kept only once the router
+ * accepted the start, so a refused address leaves nothing behind.
  */
 async function leaveForProvider(email) {
   const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
   const challenge = base64url(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier))));
-  sessionStorage.setItem(VERIFIER_KEY, verifier);
+  let start;
   try {
-    const { data } = await api('POST', '/auth/sso/authorize', { email, handoff_challenge: challenge, handoff_challenge_method: 'S256' });
-    location.assign(data.authorization_url);
+    // No client member starts single sign-on: the route is called through the client's request().
+    start = await identity.request('POST', '/auth/sso/authorize', { body: { email, handoff_challenge: challenge, handoff_challenge_method: 'S256' } });
   } catch (error) {
-    sessionStorage.removeItem(VERIFIER_KEY);
     throw new Error(errorText(error));
   }
+  sessionStorage.setItem(handoffStorageKey, verifier);
+  location.assign(start.authorization_url);
 }
 
 /**
@@ -68,31 +71,26 @@ export default {
   path: '/sso-return',
   title: 'Signing in with single sign-on',
   render(main, ctx) {
-    const params = ctx.params();
-    const code = params.get('social_code');
-    const failure = params.get('social_error');
-    // The one-time values leave the address bar (and the history) at once.
-    history.replaceState(null, '', '/sso-return');
-    const verifier = sessionStorage.getItem(VERIFIER_KEY);
-    sessionStorage.removeItem(VERIFIER_KEY);
     const fail = (text) => main.append(h('p', { role: 'alert', class: 'error' }, text), h('p', {}, h('a', { href: '/login' }, 'Back to sign-in')));
-    if (failure) return fail(describe(failure));
-    if (!code || !verifier) return fail(describe('social_state_invalid', 'This page was opened without a sign-in in progress.'));
-
     const progress = h('p', { role: 'status' }, 'Finishing the sign-in…');
     const gate = h('div', {});
     main.append(progress, gate);
     const exchange = async () => {
-      let data;
+      let result;
       try {
-        ({ data } = await api('POST', '/auth/social/exchange', { code, handoff_verifier: verifier }));
+        // The client takes social_code or social_error out of the address (and the history), and
+        // exchanges the code once with the verifier leaveForProvider() kept.
+        result = await identity.social.complete();
       } catch (error) {
+        // After a social_error the client leaves the verifier where it was: it is of no further use.
+        sessionStorage.removeItem(handoffStorageKey);
         progress.remove();
         return fail(errorText(error));
       }
       progress.remove();
-      // Tokens sign in (the refresh token went to the cookie on the way); mfa_required shows the gate.
-      await signInCompleter(ctx, { gate, returnTo: '/account' })(data);
+      if (result === null) return fail(describe('social_state_invalid', 'This page was opened without a sign-in in progress.'));
+      // A session signs in (the refresh token went to the cookie on the way); the MFA gate asks for the second factor.
+      await signInCompleter(ctx, { gate, returnTo: '/account' })(result);
     };
     // After the shell has drawn this page: a navigation from inside render() would be drawn over.
     setTimeout(() => void exchange(), 0);

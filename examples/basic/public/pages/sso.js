@@ -3,7 +3,7 @@
 // In development the example's DNS stand-in (/dev/dns) publishes the record with one click, and
 // the demo provider plays the company's identity provider, so the whole round trip runs offline.
 // Signing in through the connection is on the sign-in page (pages/sso-return.js).
-import { ApiError, api } from '../lib/api.js';
+import { api, IdentityClientError } from '../lib/identity.js';
 import { activeOrgOrHint } from '../lib/org.js';
 import { actionButton, field, form, formatTime, h, section } from '../lib/ui.js';
 
@@ -22,9 +22,9 @@ async function publishTxt(name, value) {
 /** The connection's answer, or null when the organization has none yet (404). */
 async function connectionOf(orgId) {
   try {
-    return (await api('GET', `/orgs/${orgId}/sso`)).data;
+    return await api('GET', `/orgs/${orgId}/sso`);
   } catch (error) {
-    if (error instanceof ApiError && error.status === 404) return null;
+    if (error instanceof IdentityClientError && error.status === 404) return null;
     throw error;
   }
 }
@@ -79,8 +79,8 @@ function domainsSection(orgId, domains, { development, suggested, reload }) {
       submit: 'Add domain',
       fields: [field({ name: 'domain', label: 'Domain', value: suggested ?? '', hint: suggested ? `The demo provider's accounts are at ${suggested}` : 'e.g. acme.com; a public e-mail domain cannot be claimed' })],
       onSubmit: async ({ domain }) => {
-        const { data } = await api('POST', `/orgs/${orgId}/domains`, { domain: String(domain).trim() });
-        await reload(`${data.domain} is added. Publish its TXT record, then verify it.`);
+        const added = await api('POST', `/orgs/${orgId}/domains`, { domain: String(domain).trim() });
+        await reload(`${added.domain} is added. Publish its TXT record, then verify it.`);
       },
     }),
   );
@@ -148,10 +148,10 @@ export default {
     if (!orgId) return;
     let domains;
     try {
-      ({ data: { domains } } = await api('GET', `/orgs/${orgId}/domains`));
+      ({ domains } = await api('GET', `/orgs/${orgId}/domains`));
     } catch (error) {
       // Without an `sso` config the routes answer 404.
-      if (error instanceof ApiError && error.status === 404) return main.append(h('p', {}, 'Single sign-on is not configured on this server (see docs/sso.md).'));
+      if (error instanceof IdentityClientError && error.status === 404) return main.append(h('p', {}, 'Single sign-on is not configured on this server (see docs/sso.md).'));
       throw error;
     }
     const connection = await connectionOf(orgId);
