@@ -88,7 +88,16 @@ export function accountRoutes(services: IdentityServices): RouteDefinition[] {
       allowedDuringEnrollment: true,
       handler: async ({ principal }) => ok(await services.me.me(principal)),
     },
-    // docs/security.md: the caller themself or a holder of the permission, decided by the policy before the target is looked up.
+  ];
+}
+
+/**
+ * User administration (docs/security.md): the caller themself or a holder of the permission, decided by the
+ * policy before the target is looked up. Kept apart from `accountRoutes` so the router can
+ * declare them after the organization routes, which are matched far more often.
+ */
+export function userRoutes(services: IdentityServices): RouteDefinition[] {
+  return [
     {
       method: 'get',
       path: '/users/:userId',
