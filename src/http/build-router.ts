@@ -9,6 +9,7 @@ import { bearerValue, presentedCredential } from './credentials.js';
 import { abandonmentOf, grantOf, principalOf, requestMeta, setGrant, setPrincipal, setTicket, ticketOf } from './request-state.js';
 import type { Principal } from '../services/access/principal.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
+import { countAgainst } from './rate-limits.js';
 import { sendJson } from './send-json.js';
 import { validateInput } from './validate.js';
 
@@ -113,10 +114,6 @@ function readinessGate(readiness: Readiness): RequestHandler {
  * evaluated against the path's organization or user. The grant travels to the service.
  */
 function admit(services: IdentityServices, route: RouteDefinition, authenticatedLimiter: RequestHandler): RequestHandler {
-  const countRequest = (req: Request, res: Response) =>
-    new Promise<void>((resolve, reject) => {
-      authenticatedLimiter(req, res, (error?: unknown) => (error ? reject(error) : resolve()));
-    });
   return asyncStep(async (req, res) => {
     const credential = presentedCredential(req);
     if (credential.kind === 'none') throw errors.unauthorized();
@@ -128,7 +125,7 @@ function admit(services: IdentityServices, route: RouteDefinition, authenticated
     try {
       const grant = await services.policy.admit(credential, route, target, async (actor) => {
         setPrincipal(res, actor as Principal);
-        await countRequest(req, res);
+        await countAgainst(authenticatedLimiter, req, res);
       });
       setGrant(res, grant);
     } catch (error) {

@@ -6,6 +6,7 @@ import type { IdentityServices } from '../services/build-services.js';
 import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
+import { countAgainst } from './rate-limits.js';
 import { setApiKeyPrincipal, setPrincipal } from './request-state.js';
 
 /*
@@ -54,10 +55,6 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
   const answerError = errorHandler(logger);
   // Each key has its own budget in the `authenticated` group (docs/api-keys.md), counted before
   // the permission check so a key probing for permissions spends it too.
-  const countKeyRequest = (req: Request, res: Response) =>
-    new Promise<void>((resolve, reject) => {
-      authenticatedLimiter(req, res, (error?: unknown) => (error ? reject(error) : resolve()));
-    });
   // One handler in sequence rather than a Router of steps: this runs before every host route.
   const gate = async (req: Request, res: Response): Promise<void> => {
     if (!readiness.ready) {
@@ -70,7 +67,7 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     const grant = await services.policy.admit(credential, requirement, { organizationFromCaller: true }, async (actor) => {
       if (actor.kind === 'session') return setPrincipal(res, actor);
       setApiKeyPrincipal(res, actor);
-      await countKeyRequest(req, res);
+      await countAgainst(authenticatedLimiter, req, res);
     });
     const { actor } = grant;
     const authority = grant.authority ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);

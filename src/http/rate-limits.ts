@@ -62,3 +62,10 @@ function authenticatedBudgetKey(res: Response): string {
   const apiKey = findApiKeyPrincipal(res);
   return apiKey ? `api_key:${apiKey.apiKeyId}` : `user:${principalOf(res).userId}`;
 }
+
+/** Runs a limiter (an Express handler) as one awaited step of a larger one: resolves when it lets the request through, rejects with its refusal. */
+export function countAgainst(limiter: RequestHandler, req: Request, res: Response): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    limiter(req, res, (error?: unknown) => (error ? reject(error) : resolve()));
+  });
+}
