@@ -6,12 +6,13 @@ import type { IdentityServices } from '../services/build-services.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
 import { bearerValue, presentedCredential } from './credentials.js';
-import { abandonmentOf, grantOf, principalOf, requestMeta, setGrant, setPrincipal, setTicket, ticketOf } from './request-state.js';
+import { abandonmentOf, grantOf, principalOf, requestMeta, setGrant, setPrincipal, setRoute, setTicket, ticketOf } from './request-state.js';
 import type { Principal } from '../services/access/principal.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { countAgainst } from './rate-limits.js';
 import { sendJson } from './send-json.js';
 import { validateInput } from './validate.js';
+import { RouteTable } from './route-table.js';
 
 /** Express 4 does not forward rejected promises; every async step goes through this. */
 export function asyncStep(step: (req: Request, res: Response) => Promise<void>): RequestHandler {
@@ -34,17 +35,8 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
   // Not strict: a JSON string or number is valid JSON and answers 422 from the schema, not 400 invalid_json.
   const json = express.json({ limit: '100kb', strict: false, type: JSON_MEDIA_TYPES });
 
-  // Answers carry tokens, TOTP secrets and recovery codes: no cache may keep them. The JWKS route overrides this.
-  router.use((_req, res, next) => {
-    res.setHeader('Cache-Control', 'no-store');
-    next();
-  });
-
-  for (const route of routes) {
-    if (route.unavailable) {
-      router[route.method](route.path, whenReady, (_req, _res, next) => next(errors.notFound()));
-      continue;
-    }
+  const chainOf = (route: RouteDefinition): RequestHandler[] => {
+    if (route.unavailable) return [whenReady, (_req, _res, next) => next(errors.notFound())];
     const chain: RequestHandler[] = [whenReady];
     // Per-IP groups count before anything else, so even malformed requests are budgeted (docs/configuration.md).
     if (route.rateLimit) chain.push(limiters[route.rateLimit]);
@@ -56,15 +48,53 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
       chain.push(authenticateTicket(services));
     }
     chain.push(handle(route));
-    router[route.method](route.path, ...chain);
-  }
+    return chain;
+  };
 
+  const table = new RouteTable(routes.map((route) => ({ method: route.method, path: route.path, definition: route, chain: chainOf(route) })));
+
+  router.use((req, res, next) => {
+    // Answers carry tokens, TOTP secrets and recovery codes: no cache may keep them. The JWKS route overrides this.
+    res.setHeader('Cache-Control', 'no-store');
+    const matched = table.match(req.method, req.path);
+    if (!matched) return next();
+    req.params = matched.params;
+    setRoute(res, matched.route.definition);
+    runChain(matched.route.chain, req, res, next);
+  });
   router.use(unmatched(routes));
   router.use(errorHandler(logger));
   return router;
 }
 
 const JSON_MEDIA_TYPES = ['application/json', 'application/*+json'];
+
+/**
+ * A route's handlers in turn, as Express runs a route's stack: `next()` goes on, `next(error)`
+ * leaves for the error handler, a handler that throws or whose promise rejects does too, and
+ * the end of the chain goes on to the router's next layer.
+ */
+function runChain(chain: RequestHandler[], req: Request, res: Response, done: NextFunction): void {
+  let index = 0;
+  const next = (error?: unknown): void => {
+    if (error) {
+      done(error);
+      return;
+    }
+    const handler = chain[index++];
+    if (!handler) {
+      done();
+      return;
+    }
+    try {
+      const returned: unknown = handler(req, res, next);
+      if (returned instanceof Promise) returned.catch((rejection: unknown) => next(rejection ?? new Error('Rejected promise')));
+    } catch (thrown) {
+      next(thrown);
+    }
+  };
+  next();
+}
 
 /** A body of another media type (curl's default form encoding, text) is refused rather than read as "no fields". */
 const requireJsonBody: RequestHandler = (req, _res, next) => {

@@ -1,6 +1,6 @@
 import type { ErrorRequestHandler } from 'express';
 import type { Logger } from '../adapters/types.js';
-import { errors, IdentityError } from '../errors.js';
+import { IdentityError } from '../errors.js';
 import { isConnectionError, isDatabaseError } from '../database-errors.js';
 import { describeError } from '../services/shared/unit-of-work.js';
 import { sendJson } from './send-json.js';
@@ -39,20 +39,11 @@ function fromBodyParser(error: BodyParserError): IdentityError | undefined {
   return undefined;
 }
 
-/**
- * Express's router fails to decode a path parameter such as `%FF` before any route code
- * runs; such a path names nothing that exists.
- */
-function fromRouting(error: unknown): IdentityError | undefined {
-  if (error instanceof URIError && (error as URIError & { status?: number }).status === 400) return errors.notFound();
-  return undefined;
-}
-
 /** The single place an error becomes an HTTP response (STYLE 1). Unknown errors never leak. */
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   return (error: unknown, _req, res, next) => {
     if (res.headersSent) return next(error);
-    let identityError = error instanceof IdentityError ? error : (fromBodyParser(error as BodyParserError) ?? fromRouting(error));
+    let identityError = error instanceof IdentityError ? error : fromBodyParser(error as BodyParserError);
     if (!identityError && isConnectionError(error)) {
       logger.error('database unavailable', { error: describeError(error) });
       identityError = new IdentityError(503, 'unavailable', 'The identity service is unavailable; try again shortly.');

@@ -4,7 +4,7 @@ import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
 import { RATE_LIMIT_GROUPS } from '../config/defaults.js';
-import { findApiKeyPrincipal, principalOf } from './request-state.js';
+import { findApiKeyPrincipal, principalOf, routeOf } from './request-state.js';
 import { DatabaseRateLimitStore, guardStore, type RateLimitCounters } from './rate-limit-stores.js';
 
 const passThrough: RequestHandler = (_req, _res, next) => next();
@@ -47,7 +47,7 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
         // per-request double-count bookkeeping (a map per request) is left out.
         ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res), validate: false } : {}),
         // docs/social-login.md: the social group counts each of its routes separately, per IP.
-        ...(group === 'social' ? { keyGenerator: (req: Request) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${String(req.route?.path ?? '')}` } : {}),
+        ...(group === 'social' ? { keyGenerator: (req: Request, res: Response) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${routeOf(res)?.path ?? ''}` } : {}),
         handler: (req, _res, next) => {
           const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
           next(errors.rateLimited(resetTime ? (resetTime.getTime() - Date.now()) / 1000 : rule.windowSec));

@@ -5,6 +5,7 @@ import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
 import type { Principal } from '../services/access/principal.js';
 import type { Request } from 'express';
 import { errors } from '../errors.js';
+import type { RouteDefinition } from './route.js';
 
 /*
  * What the middleware chain learns about a request lives on res.locals under one key,
@@ -19,6 +20,8 @@ interface RequestState {
   apiKeyPrincipal?: ApiKeyPrincipal;
   /** What the access policy admitted on a bearer route. */
   grant?: AccessGrant;
+  /** The router's route that answers the request. */
+  route?: RouteDefinition;
 }
 
 function stateOf(res: Response): RequestState {
@@ -45,6 +48,15 @@ export function grantOf(res: Response): AccessGrant {
   const grant = stateOf(res).grant;
   if (!grant) throw new Error('grantOf called before admission');
   return grant;
+}
+
+export function setRoute(res: Response, route: RouteDefinition): void {
+  stateOf(res).route = route;
+}
+
+/** The router's route that answers the request; undefined outside the router (host middleware). */
+export function routeOf(res: Response): RouteDefinition | undefined {
+  return stateOf(res).route;
 }
 
 export function setApiKeyPrincipal(res: Response, principal: ApiKeyPrincipal): void {

@@ -129,6 +129,25 @@ test('unknown paths and wrong methods under the router answer JSON 404 and 405 (
   for (const response of [missing, wrongMethod, orgs, options]) assert.equal(response.headers['cache-control'], 'no-store');
 });
 
+test('a request finds its route as Express would find it: case, one trailing slash, HEAD, decoded parameters', async () => {
+  const bearer = { authorization: `Bearer ${owner.accessToken}` };
+  assert.equal((await raw('GET', '/AUTH/Me/', bearer)).status, 200, 'literal segments are case-insensitive and one trailing slash is tolerated');
+  assert.equal((await raw('GET', '/auth/me//', bearer)).status, 404, 'two trailing slashes name nothing');
+  assert.equal((await raw('GET', '/auth//me', bearer)).status, 404, 'an empty segment names nothing');
+  assert.equal((await raw('GET', '/auth/me/extra', bearer)).status, 404, 'a longer path names nothing');
+  const head = await raw('HEAD', '/auth/me', bearer);
+  assert.equal(head.status, 200, 'HEAD is answered by the GET route');
+  assert.equal(head.text, '');
+  const members = await raw('GET', `/ORGS/${owner.orgId}/Members`, bearer);
+  assert.equal(members.status, 200, members.text);
+  const encoded = await raw('GET', `/orgs/${owner.orgId.replace(/-/g, '%2D')}/members`, bearer);
+  assert.equal(encoded.status, 200, 'a parameter is percent-decoded before it is used');
+  assert.deepEqual(encoded.body, members.body);
+  const undecodable = await raw('GET', '/orgs/%E2%82/members', bearer);
+  assert.equal(undecodable.status, 404, undecodable.text);
+  assert.equal(undecodable.body.error, 'not_found');
+});
+
 test('Cache-Control: no-store on every router answer except the JWKS', async () => {
   const user = await h.signUp();
   const answers = [
