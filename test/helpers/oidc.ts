@@ -39,6 +39,8 @@ export class TestOpenIdProvider {
   denyNext = false;
   /** Requests to the UserInfo endpoint, so a test can tell where the e-mail came from. */
   userInfoRequests = 0;
+  /** Runs before the next discovery request is answered: a change made while the router discovers. */
+  beforeNextDiscovery: (() => Promise<void>) | undefined;
   issuer!: string;
   private server!: Server;
   private provider: any;
@@ -116,6 +118,11 @@ export class TestOpenIdProvider {
         return;
       }
       if (req.url?.startsWith('/me')) this.userInfoRequests += 1;
+      if (req.url?.startsWith('/.well-known/openid-configuration') && this.beforeNextDiscovery) {
+        const hook = this.beforeNextDiscovery;
+        this.beforeNextDiscovery = undefined;
+        await hook();
+      }
       this.provider.callback()(req, res);
     } catch (error) {
       res.statusCode = 500;

@@ -16,9 +16,15 @@ export class StubDns {
   readonly lookups: string[] = [];
   txtQueries = 0;
   private txtHold: { waiting: number; release: () => void; arrived: Promise<void> } | undefined;
+  private txtHook: (() => Promise<void>) | undefined;
   readonly adapter = {
     resolveTxt: async (name: string) => {
       this.txtQueries += 1;
+      if (this.txtHook) {
+        const hook = this.txtHook;
+        this.txtHook = undefined;
+        await hook();
+      }
       if (this.txtHold) {
         // Races: every query waits until `holdTxt(n)` has seen n of them, so all pass their checks before any writes.
         const hold = this.txtHold;
@@ -40,6 +46,11 @@ export class StubDns {
       return addresses.map((address) => ({ address, family: (address.includes(':') ? 6 : 4) as 4 | 6 }));
     },
   };
+
+  /** The next TXT query answers only once `hook` has run: a change made while a verify waits on DNS. */
+  duringNextTxt(hook: () => Promise<void>): void {
+    this.txtHook = hook;
+  }
 
   /** The next `count` TXT queries answer only once all of them have arrived. */
   holdTxt(count: number): void {

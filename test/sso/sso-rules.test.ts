@@ -10,6 +10,9 @@ import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, 
  * docs/sso.md and the start-up checks of section 2, for single sign-on:
  * - no escalation through the JIT default role: an administrator holding sso.manage but not
  *   some permission would otherwise grant it to everyone the IdP vouches for;
+ * - an administrator who loses sso.manage while a change waits on DNS or discovery (seconds,
+ *   under the caller's control) would otherwise still write it: the grant is re-checked in
+ *   the transaction;
  * - two verifies racing for one domain (one organization twice, or two organizations) never
  *   answer 500 and never leave two verified owners;
  * - the private-network exemption of the outbound guard is announced at start-up;
@@ -62,6 +65,58 @@ describe('default_role: no escalation', () => {
     const rootToken = await switchOrg(h, root.accessToken, org.id);
     const byRoot = await h.patch(`/orgs/${org.id}/sso`, { default_role: 'reader' }, { token: rootToken });
     assert.equal(byRoot.status, 200, byRoot.text);
+  });
+});
+
+describe('sso.manage re-checked inside the transaction', () => {
+  // Each change is admitted, then the owner removes the administrator's sso.manage while the
+  // request waits on DNS or discovery, before its unit of work: the write is refused as a new
+  // request would be, and nothing is written.
+  async function demotableAdmin() {
+    const org = await createOrg(h);
+    await createRole(org.id, org.owner.token, 'sso-admin', ['sso.manage', 'org.read']);
+    await createRole(org.id, org.owner.token, 'reader', ['org.read']);
+    const admin = await addMember(h, org, org.owner.token, ['sso-admin']);
+    const setRoles = async (roleSlugs: string[]) => {
+      const changed = await h.patch(`/orgs/${org.id}/members/${admin.userId}/roles`, { role_slugs: roleSlugs }, { token: org.owner.token });
+      assert.equal(changed.status, 200, changed.text);
+    };
+    return { org, admin, setRoles };
+  }
+
+  test('a domain verification whose actor lost sso.manage during the TXT lookup: 403 forbidden, the domain stays pending', async () => {
+    const { org, admin, setRoles } = await demotableAdmin();
+    const added = await h.post(`/orgs/${org.id}/domains`, { domain: uniqueDomain('recheck') }, { token: admin.token });
+    assert.equal(added.status, 201, added.text);
+    dns.txt.set(added.body.data.txt_name, [[added.body.data.txt_value]]);
+    dns.duringNextTxt(() => setRoles(['member']));
+
+    assertError(await h.post(`/orgs/${org.id}/domains/${added.body.data.id}/verify`, {}, { token: admin.token }), 403, 'forbidden');
+    assert.equal(await countRows(h, 'org_domains', { id: added.body.data.id, status: 'pending' }), 1, 'still pending');
+    assert.equal(h.events.filter((event) => event.type === 'org.domain_verified' && event.organization_id === org.id).length, 0);
+    // The same answer admission gives now.
+    assertError(await h.post(`/orgs/${org.id}/domains/${added.body.data.id}/verify`, {}, { token: admin.token }), 403, 'forbidden');
+  });
+
+  test('a connection created or changed by an actor who lost sso.manage during discovery: 403 forbidden, nothing stored or changed', async () => {
+    const { org, admin, setRoles } = await demotableAdmin();
+    // The member role still holds org.read, so the default role alone would not refuse.
+    op.beforeNextDiscovery = () => setRoles(['member']);
+    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true, default_role: 'reader' }), { token: admin.token }), 403, 'forbidden');
+    assert.equal(op.beforeNextDiscovery, undefined, 'the change happened during discovery');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
+    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true, default_role: 'reader' }), { token: admin.token }), 403, 'forbidden');
+
+    await setRoles(['sso-admin']);
+    const created = await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true, default_role: 'reader' }), { token: admin.token });
+    assert.equal(created.status, 201, created.text);
+    // A new client secret is discovered again; meanwhile the administrator is demoted.
+    op.beforeNextDiscovery = () => setRoles(['member']);
+    assertError(await h.patch(`/orgs/${org.id}/sso`, { client_secret: 'another-secret', jit: false }, { token: admin.token }), 403, 'forbidden');
+    assert.equal(op.beforeNextDiscovery, undefined, 'the change happened during discovery');
+    const read = await h.get(`/orgs/${org.id}/sso`, { token: org.owner.token });
+    assert.equal(read.body.data.jit, true, 'unchanged');
+    assert.equal(h.events.filter((event) => event.type === 'sso.connection_updated' && event.organization_id === org.id).length, 0);
   });
 });
 

@@ -46,7 +46,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       ...fresh,
       params: orgParams,
       body: Joi.object({ domain: Joi.string().min(1).max(300).required() }),
-      handler: async ({ params, body, principal, meta }) => created(await sso().addDomain(params.orgId, body.domain, principal.userId, meta)),
+      handler: async ({ body, meta, grant }) => created(await sso().addDomain(grant, body.domain, meta)),
     },
     {
       method: 'get',
@@ -54,7 +54,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       permission: 'sso.manage',
       params: orgParams,
-      handler: async ({ params }) => ok({ domains: await sso().listDomains(params.orgId) }),
+      handler: async ({ grant }) => ok({ domains: await sso().listDomains(grant) }),
     },
     {
       method: 'post',
@@ -62,7 +62,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       permission: 'sso.manage',
       params: domainParams,
-      handler: async ({ params, principal, meta }) => ok(await sso().verifyDomain(params.orgId, params.domainId, principal.userId, meta)),
+      handler: async ({ params, meta, grant }) => ok(await sso().verifyDomain(grant, params.domainId, meta)),
     },
     {
       method: 'delete',
@@ -71,8 +71,8 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       permission: 'sso.manage',
       ...fresh,
       params: domainParams,
-      handler: async ({ params, principal, meta }) => {
-        await sso().deleteDomain(params.orgId, params.domainId, principal.userId, meta);
+      handler: async ({ params, meta, grant }) => {
+        await sso().deleteDomain(grant, params.domainId, meta);
         return ok({ status: 'deleted' });
       },
     },
@@ -84,7 +84,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       ...fresh,
       params: orgParams,
       body: Joi.object({ ...connectionFields, issuer: connectionFields.issuer.required(), client_id: connectionFields.client_id.required(), client_secret: connectionFields.client_secret.required() }),
-      handler: async ({ params, body, principal, meta }) => created(await sso().createConnection(params.orgId, body, principal.userId, meta)),
+      handler: async ({ body, meta, grant }) => created(await sso().createConnection(grant, body, meta)),
     },
     {
       method: 'get',
@@ -92,7 +92,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       permission: 'sso.manage',
       params: orgParams,
-      handler: async ({ params }) => ok(await sso().getConnection(params.orgId)),
+      handler: async ({ grant }) => ok(await sso().getConnection(grant)),
     },
     {
       method: 'patch',
@@ -102,7 +102,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       ...fresh,
       params: orgParams,
       body: Joi.object(connectionFields).min(1),
-      handler: async ({ params, body, principal, meta }) => ok(await sso().updateConnection(params.orgId, body, principal.userId, meta)),
+      handler: async ({ body, meta, grant }) => ok(await sso().updateConnection(grant, body, meta)),
     },
     {
       method: 'delete',
@@ -111,8 +111,8 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       permission: 'sso.manage',
       ...fresh,
       params: orgParams,
-      handler: async ({ params, principal, meta }) => {
-        await sso().deleteConnection(params.orgId, principal.userId, meta);
+      handler: async ({ meta, grant }) => {
+        await sso().deleteConnection(grant, meta);
         return ok({ status: 'deleted' });
       },
     },

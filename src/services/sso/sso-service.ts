@@ -17,9 +17,8 @@ import type { OrgDomainRecord, SsoConnectionRecord, TokenEndpointAuthMethod } fr
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
-import { isOwnerEquivalent } from '../access/access-policy.js';
-import { assertHoldsEveryKey, resolveAuthority } from '../access/authority.js';
-import type { PermissionCatalog } from '../access/permission-catalog.js';
+import { type AccessGrant, isOwnerEquivalent, organizationOf } from '../access/access-policy.js';
+import { assertHoldsEveryKey, type ResolvedAuthority } from '../access/authority.js';
 import {
   type AuthorizationStart,
   type CallbackParameters,
@@ -131,7 +130,6 @@ export class SsoService {
     private readonly sso: ResolvedSsoConfig,
     private readonly flows: FederatedFlows,
     private readonly signInRules: SignInRules,
-    private readonly catalog: PermissionCatalog,
     dns: DnsResolver | undefined,
   ) {
     this.guard = new OutboundGuard({ allowHttp: false, allowPrivateNetworks: sso.allowPrivateNetworks }, dns);
@@ -140,9 +138,12 @@ export class SsoService {
 
   // ---------------------------------------------------------------- domains
 
-  async addDomain(organizationId: string, input: string, actorId: string, meta: RequestMeta): Promise<DomainView> {
+  async addDomain(grant: AccessGrant, input: string, meta: RequestMeta): Promise<DomainView> {
+    const organizationId = organizationOf(grant);
+    const actorId = grant.principal.userId;
     const domain = this.normaliseDomain(input);
     return runUnitOfWork(this.context, meta, async (uow) => {
+      await this.recheck(uow, grant);
       if (await uow.repos.orgDomains.findVerified(domain).then((found) => found && found.organizationId !== organizationId)) throw domainTaken();
       const id = randomUUID();
       // ≥ 128 bits, unique per row (a unique index backs it).
@@ -154,12 +155,14 @@ export class SsoService {
     });
   }
 
-  async listDomains(organizationId: string): Promise<DomainView[]> {
-    return (await this.context.store.repos.orgDomains.listForOrganization(organizationId)).map((domain) => this.domainView(domain));
+  async listDomains(grant: AccessGrant): Promise<DomainView[]> {
+    return (await this.context.store.repos.orgDomains.listForOrganization(organizationOf(grant))).map((domain) => this.domainView(domain));
   }
 
   /** On demand only; a verified domain answers without asking DNS again (docs/sso.md). */
-  async verifyDomain(organizationId: string, domainId: string, actorId: string, meta: RequestMeta): Promise<DomainView> {
+  async verifyDomain(grant: AccessGrant, domainId: string, meta: RequestMeta): Promise<DomainView> {
+    const organizationId = organizationOf(grant);
+    const actorId = grant.principal.userId;
     const repos = this.context.store.repos;
     const domain = await repos.orgDomains.findInOrganization(organizationId, domainId);
     if (!domain) throw errors.notFound('Domain');
@@ -178,6 +181,8 @@ export class SsoService {
     }
     try {
       return await runUnitOfWork(this.context, meta, async (uow) => {
+        // The DNS answer took time: whoever asked may have lost sso.manage meanwhile.
+        await this.recheck(uow, grant);
         if (!(await uow.repos.orgDomains.markVerified(domain.id, domain.domain, uow.now))) throw new VerificationLost();
         await uow.emit({ type: 'org.domain_verified', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
         return this.domainView((await uow.repos.orgDomains.findInOrganization(organizationId, domain.id))!);
@@ -194,8 +199,11 @@ export class SsoService {
     }
   }
 
-  async deleteDomain(organizationId: string, domainId: string, actorId: string, meta: RequestMeta): Promise<void> {
+  async deleteDomain(grant: AccessGrant, domainId: string, meta: RequestMeta): Promise<void> {
+    const organizationId = organizationOf(grant);
+    const actorId = grant.principal.userId;
     await runUnitOfWork(this.context, meta, async (uow) => {
+      await this.recheck(uow, grant);
       const domain = await uow.repos.orgDomains.findInOrganization(organizationId, domainId);
       if (!domain || !(await uow.repos.orgDomains.delete(organizationId, domainId))) throw errors.notFound('Domain');
       await uow.emit({ type: 'org.domain_removed', actorId, organizationId, data: { domain_id: domain.id, domain: domain.domain } });
@@ -241,17 +249,22 @@ export class SsoService {
 
   // ---------------------------------------------------------------- connection
 
-  async getConnection(organizationId: string): Promise<ConnectionView> {
+  async getConnection(grant: AccessGrant): Promise<ConnectionView> {
+    const organizationId = organizationOf(grant);
     const connection = await this.context.store.repos.ssoConnections.findForOrganization(organizationId);
     if (!connection) throw errors.notFound('Connection');
     return this.connectionView(connection, await this.context.store.repos.orgDomains.hasVerified(organizationId));
   }
 
-  async createConnection(organizationId: string, input: ConnectionInput & { issuer: string; client_id: string; client_secret: string }, actorId: string, meta: RequestMeta): Promise<ConnectionView> {
+  async createConnection(grant: AccessGrant, input: ConnectionInput & { issuer: string; client_id: string; client_secret: string }, meta: RequestMeta): Promise<ConnectionView> {
+    const organizationId = organizationOf(grant);
+    const actorId = grant.principal.userId;
     if (await this.context.store.repos.ssoConnections.findForOrganization(organizationId)) throw errors.conflict('The organization already has a single sign-on connection.');
     const issuer = await this.checkIssuer(input.issuer, input.client_id, input.client_secret, input.token_endpoint_auth_method ?? 'client_secret_basic');
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const defaultRole = await this.checkDefaultRole(uow.repos, organizationId, input.default_role ?? 'member', actorId);
+      // Discovery took time: the grant is checked again, and its fresh authority bounds the default role.
+      const actor = await this.recheck(uow, grant);
+      const defaultRole = await this.checkDefaultRole(uow.repos, organizationId, input.default_role ?? 'member', actor);
       const id = randomUUID();
       const connection: SsoConnectionRecord = {
         id,
@@ -274,7 +287,9 @@ export class SsoService {
     });
   }
 
-  async updateConnection(organizationId: string, input: ConnectionInput, actorId: string, meta: RequestMeta): Promise<ConnectionView> {
+  async updateConnection(grant: AccessGrant, input: ConnectionInput, meta: RequestMeta): Promise<ConnectionView> {
+    const organizationId = organizationOf(grant);
+    const actorId = grant.principal.userId;
     const current = await this.context.store.repos.ssoConnections.findForOrganization(organizationId);
     if (!current) throw errors.notFound('Connection');
     const secret = input.client_secret ?? decrypt(this.context.keys.socialFlowEncryption, current.clientSecretEnc, secretAad(current.id)).toString('utf8');
@@ -283,6 +298,7 @@ export class SsoService {
     // A new issuer, client or secret is discovered again through the guard before anything is stored.
     const issuer = input.issuer !== undefined || input.client_id !== undefined || input.client_secret !== undefined ? await this.checkIssuer(input.issuer ?? current.issuer, clientId, secret, method) : current.issuer;
     return runUnitOfWork(this.context, meta, async (uow) => {
+      const actor = await this.recheck(uow, grant);
       const next: SsoConnectionRecord = {
         ...current,
         issuer,
@@ -292,7 +308,7 @@ export class SsoService {
         tokenEndpointAuthMethod: method,
         enabled: input.enabled ?? current.enabled,
         jit: input.jit ?? current.jit,
-        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role, actorId) : current.defaultRole,
+        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role, actor) : current.defaultRole,
         enforce: input.enforce ?? current.enforce,
         updatedAt: uow.now,
       };
@@ -304,8 +320,11 @@ export class SsoService {
     });
   }
 
-  async deleteConnection(organizationId: string, actorId: string, meta: RequestMeta): Promise<void> {
+  async deleteConnection(grant: AccessGrant, meta: RequestMeta): Promise<void> {
+    const organizationId = organizationOf(grant);
+    const actorId = grant.principal.userId;
     await runUnitOfWork(this.context, meta, async (uow) => {
+      await this.recheck(uow, grant);
       const removed = await uow.repos.ssoConnections.delete(organizationId);
       if (!removed) throw errors.notFound('Connection');
       this.configurations.delete(removed.id);
@@ -318,12 +337,22 @@ export class SsoService {
    * vouches for. It may not be owner-equivalent (422: the IdP would mint owners), and no
    * escalation applies as to a role assignment or invite (403: only what the actor holds).
    */
-  private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string, actorId: string): Promise<string> {
+  private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string, actor: ResolvedAuthority): Promise<string> {
     const [role] = await repos.roles.findBySlugs(organizationId, [slug]);
     if (!role) throw errors.validation([`default_role "${slug}" is not a role of this organization`]);
     if (isOwnerEquivalent(role)) throw errors.validation(['default_role must not hold org.delete, roles.manage or sso.manage']);
-    assertHoldsEveryKey(await resolveAuthority(repos, this.catalog, actorId, organizationId), role.permissionKeys);
+    assertHoldsEveryKey(actor, role.permissionKeys);
     return role.slug;
+  }
+
+  /**
+   * The organization row locked, then the route's requirement (`sso.manage`) re-checked under
+   * that lock: answers the actor's authority as the transaction sees it.
+   */
+  private async recheck(uow: UnitOfWork, grant: AccessGrant): Promise<ResolvedAuthority> {
+    const organization = await uow.repos.organizations.lockActive(organizationOf(grant));
+    if (!organization) throw errors.notFound('Organization');
+    return grant.recheck(uow.repos);
   }
 
   /**
