@@ -21,6 +21,8 @@ interface VerifiedToken {
 export interface SigningKeySource {
   signingKey(): Promise<{ kid: string; privateKey: KeyObject }>;
   verificationKey(kid: string): Promise<KeyObject | undefined>;
+  /** The same key without waiting, when the loaded keys are fresh enough to answer; undefined means "ask `verificationKey`". */
+  loadedVerificationKey?(kid: string): KeyObject | undefined;
 }
 
 export const ACCESS_TOKEN_TYP = 'at+jwt';
@@ -121,7 +123,10 @@ export class JwtCodec {
     if (remembered) {
       const now = Math.floor(this.clock.now() / 1000);
       const inTime = now < remembered.claims.exp && remembered.claims.iat <= now + 60;
-      if (inTime && (await this.keyRing.verificationKey(remembered.kid)) === remembered.publicKey) return remembered.claims;
+      if (inTime) {
+        const key = this.keyRing.loadedVerificationKey?.(remembered.kid) ?? (await this.keyRing.verificationKey(remembered.kid));
+        if (key === remembered.publicKey) return remembered.claims;
+      }
       this.verified.delete(token);
     }
     const decoded = jwt.decode(token, { complete: true });

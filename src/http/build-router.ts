@@ -8,6 +8,9 @@ import type { Readiness } from './readiness.js';
 import { bearerValue, presentedCredential } from './credentials.js';
 import { abandonmentOf, grantOf, principalOf, requestMeta, setGrant, setPrincipal, setRoute, setTicket, ticketOf } from './request-state.js';
 import type { Principal } from '../services/access/principal.js';
+import type { AccessGrant } from '../services/access/access-policy.js';
+import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
+import type { RequestMeta } from '../services/shared/service-context.js';
 import type { RouteDefinition, RouteRequest } from './route.js';
 import { countAgainst } from './rate-limits.js';
 import { sendJson } from './send-json.js';
@@ -43,10 +46,15 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     // Only routes that take a body read one; elsewhere a body (and its encoding) is ignored.
     if (route.body) chain.push(requireJsonBody, json);
     if (route.auth === 'bearer') {
-      chain.push(admit(services, route, limiters.authenticated));
-    } else if (route.auth === 'ticket') {
-      chain.push(authenticateTicket(services));
+      // Admission and the handler in one step: the grant goes straight on to the service.
+      chain.push((req, res, next) => {
+        admit(services, route, limiters.authenticated, req, res)
+          .then(() => respond(route, req, res))
+          .catch(next);
+      });
+      return chain;
     }
+    if (route.auth === 'ticket') chain.push(authenticateTicket(services));
     chain.push(handle(route));
     return chain;
   };
@@ -143,26 +151,24 @@ function readinessGate(readiness: Readiness): RequestHandler {
  * uses the same): authentication, the caller's `authenticated` budget, then the requirement,
  * evaluated against the path's organization or user. The grant travels to the service.
  */
-function admit(services: IdentityServices, route: RouteDefinition, authenticatedLimiter: RequestHandler): RequestHandler {
-  return asyncStep(async (req, res) => {
-    const credential = presentedCredential(req);
-    if (credential.kind === 'none') throw errors.unauthorized();
-    const target = {
-      organizationId: req.params.orgId === undefined ? undefined : String(req.params.orgId),
-      userId: req.params.userId === undefined ? undefined : String(req.params.userId),
-      body: () => validateInput(route.body, bodyOf(req), { convert: false }),
-    };
-    try {
-      const grant = await services.policy.admit(credential, route, target, async (actor) => {
-        setPrincipal(res, actor as Principal);
-        await countAgainst(authenticatedLimiter, req, res);
-      });
-      setGrant(res, grant);
-    } catch (error) {
-      if (route.answersSessionEnded && credential.kind === 'access_token' && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(credential.token))) throw errors.sessionEnded();
-      throw error;
-    }
-  });
+async function admit(services: IdentityServices, route: RouteDefinition, authenticatedLimiter: RequestHandler, req: Request, res: Response): Promise<void> {
+  const credential = presentedCredential(req);
+  if (credential.kind === 'none') throw errors.unauthorized();
+  const target = {
+    organizationId: req.params.orgId === undefined ? undefined : String(req.params.orgId),
+    userId: req.params.userId === undefined ? undefined : String(req.params.userId),
+    body: () => validateInput(route.body, bodyOf(req), { convert: false }),
+  };
+  try {
+    const grant = await services.policy.admit(credential, route, target, async (actor) => {
+      setPrincipal(res, actor as Principal);
+      await countAgainst(authenticatedLimiter, req, res);
+    });
+    setGrant(res, grant);
+  } catch (error) {
+    if (route.answersSessionEnded && credential.kind === 'access_token' && error instanceof IdentityError && error.code === 'unauthorized' && (await services.sessions.isEndedSession(credential.token))) throw errors.sessionEnded();
+    throw error;
+  }
 }
 
 function authenticateTicket(services: IdentityServices): RequestHandler {
@@ -175,40 +181,73 @@ function authenticateTicket(services: IdentityServices): RequestHandler {
 
 function handle(route: RouteDefinition): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
-    const run = async () => {
-      let abandoned: AbortSignal | undefined;
-      const request: RouteRequest = {
-        params: validateInput(route.params, req.params, { convert: true, remember: true }),
-        query: validateInput(route.query, req.query, { convert: true, remember: true }),
-        body: validateInput(route.body, bodyOf(req), { convert: false }),
-        meta: requestMeta(req),
-        get principal() {
-          return principalOf(res);
-        },
-        get grant() {
-          return grantOf(res);
-        },
-        get ticket() {
-          return ticketOf(res);
-        },
-        get bearer() {
-          return bearerValue(req);
-        },
-        get abandoned() {
-          abandoned ??= abandonmentOf(res);
-          return abandoned;
-        },
-      };
-      const response = await route.handler(request);
-      for (const [name, value] of Object.entries(response.headers ?? {})) res.setHeader(name, value);
-      if (response.location !== undefined) {
-        res.status(response.status).location(response.location).end();
-        return;
-      }
-      sendJson(res, response.status, response.body);
-    };
-    run().catch(next);
+    respond(route, req, res).catch(next);
   };
+}
+
+/** Validates the request, runs the route's handler and writes its answer. */
+async function respond(route: RouteDefinition, req: Request, res: Response): Promise<void> {
+  const response = await route.handler(new RouteCall(route, req, res));
+  if (response.headers) for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
+  if (response.location !== undefined) {
+    res.status(response.status).location(response.location).end();
+    return;
+  }
+  sendJson(res, response.status, response.body);
+}
+
+/**
+ * What a handler sees of its request. A class with getters on its prototype rather than an
+ * object literal with its own: one is made for every request, and most of what it offers
+ * (the request's metadata, the abandonment signal, the raw query) is read by few routes.
+ */
+class RouteCall implements RouteRequest {
+  readonly params: Record<string, string>;
+  readonly body: Record<string, unknown>;
+  private readonly validatedQuery: Record<string, unknown> | undefined;
+  private metaValue: RequestMeta | undefined;
+  private abandonedSignal: AbortSignal | undefined;
+
+  constructor(
+    route: RouteDefinition,
+    private readonly req: Request,
+    private readonly res: Response,
+  ) {
+    // In this order: a bad path parameter is reported before a bad query or body.
+    this.params = validateInput(route.params, req.params, { convert: true, remember: true });
+    this.validatedQuery = route.query ? validateInput(route.query, req.query, { convert: true, remember: true }) : undefined;
+    this.body = validateInput(route.body, bodyOf(req), { convert: false });
+  }
+
+  get query(): Record<string, unknown> {
+    return this.validatedQuery ?? (this.req.query as Record<string, unknown>) ?? {};
+  }
+
+  get meta(): RequestMeta {
+    this.metaValue ??= requestMeta(this.req);
+    return this.metaValue;
+  }
+
+  get principal(): Principal {
+    return principalOf(this.res);
+  }
+
+  get grant(): AccessGrant {
+    return grantOf(this.res);
+  }
+
+  get ticket(): MfaTicket {
+    return ticketOf(this.res);
+  }
+
+  get bearer(): string | undefined {
+    return bearerValue(this.req);
+  }
+
+  get abandoned(): AbortSignal {
+    this.abandonedSignal ??= abandonmentOf(this.res);
+    return this.abandonedSignal;
+  }
 }
 
 /** A missing body is an empty object; a JSON body that is not an object fails the schema. */

@@ -37,26 +37,31 @@ const LITERAL = /^[A-Za-z0-9._~-]+$/;
  * - HEAD is answered by the GET route.
  */
 export class RouteTable<T extends TableRoute> {
-  /** `METHOD segments first-segment` → candidates in declaration order. */
-  private readonly byFirstSegment = new Map<string, CompiledRoute<T>[]>();
-  /** `METHOD segments` → the candidates whose first segment is a parameter (for a first segment no literal route has). */
-  private readonly byParameterFirst = new Map<string, CompiledRoute<T>[]>();
+  /** Method → segment count → the candidates: no string is built to look a request up. */
+  private readonly shapes = new Map<string, Map<number, Shape<T>>>();
 
   constructor(routes: readonly T[]) {
-    const compiled = routes.map((route) => compile(route));
-    for (const entry of compiled) {
-      const shape = shapeKey(entry.route.method, entry.literals.length);
-      if (entry.literals[0] === undefined) {
-        // A parameter first: a candidate wherever a request has this many segments.
-        for (const [key, candidates] of this.byFirstSegment) if (key.startsWith(`${shape} `)) candidates.push(entry);
-        this.bucket(this.byParameterFirst, shape).push(entry);
+    for (const route of routes) {
+      const entry = compile(route);
+      let byCount = this.shapes.get(route.method);
+      if (!byCount) {
+        byCount = new Map();
+        this.shapes.set(route.method, byCount);
+      }
+      let shape = byCount.get(entry.literals.length);
+      if (!shape) {
+        shape = { byFirstSegment: new Map(), parameterFirst: [] };
+        byCount.set(entry.literals.length, shape);
+      }
+      const first = entry.literals[0];
+      if (first === undefined) {
+        // A parameter first: a candidate whatever the first segment, after the routes declared before it.
+        for (const candidates of shape.byFirstSegment.values()) candidates.push(entry);
+        shape.parameterFirst.push(entry);
       } else {
-        const key = `${shape} ${entry.literals[0]}`;
-        if (!this.byFirstSegment.has(key)) {
-          // Earlier routes with a parameter first come before this one, as Express would try them.
-          this.byFirstSegment.set(key, [...(this.byParameterFirst.get(shape) ?? [])]);
-        }
-        this.byFirstSegment.get(key)!.push(entry);
+        // Routes declared earlier with a parameter first come before this one, as Express would try them.
+        if (!shape.byFirstSegment.has(first)) shape.byFirstSegment.set(first, [...shape.parameterFirst]);
+        shape.byFirstSegment.get(first)!.push(entry);
       }
     }
   }
@@ -70,29 +75,23 @@ export class RouteTable<T extends TableRoute> {
     // A path starts with "/": the first element is empty. One trailing slash is tolerated.
     if (segments.length > 2 && segments[segments.length - 1] === '') segments.pop();
     segments.shift();
-    const wanted = method === 'HEAD' ? 'get' : method.toLowerCase();
-    const shape = shapeKey(wanted, segments.length);
-    const first = segments[0]!.toLowerCase();
-    const candidates = this.byFirstSegment.get(`${shape} ${first}`) ?? this.byParameterFirst.get(shape);
-    if (!candidates) return undefined;
+    const shape = this.shapes.get(method === 'HEAD' ? 'get' : method.toLowerCase())?.get(segments.length);
+    if (!shape) return undefined;
+    const candidates = shape.byFirstSegment.get(segments[0]!.toLowerCase()) ?? shape.parameterFirst;
     for (const candidate of candidates) {
       const params = matchSegments(candidate, segments);
       if (params) return { route: candidate.route, params };
     }
     return undefined;
   }
-
-  private bucket(map: Map<string, CompiledRoute<T>[]>, key: string): CompiledRoute<T>[] {
-    let list = map.get(key);
-    if (!list) {
-      list = [];
-      map.set(key, list);
-    }
-    return list;
-  }
 }
 
-const shapeKey = (method: string, segments: number) => `${method} ${segments}`;
+interface Shape<T> {
+  /** Lower-cased first segment → candidates in declaration order. */
+  byFirstSegment: Map<string, CompiledRoute<T>[]>;
+  /** The routes whose first segment is a parameter, for a first segment no literal route has. */
+  parameterFirst: CompiledRoute<T>[];
+}
 
 function compile<T extends TableRoute>(route: T): CompiledRoute<T> {
   if (!route.path.startsWith('/') || route.path.length < 2) throw new TypeError(`route path "${route.path}" must start with "/" and name something`);

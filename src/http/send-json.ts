@@ -6,5 +6,7 @@ import type { Response } from 'express';
  * never writes around it.
  */
 export function sendJson(res: Response, status: number, body: unknown): void {
-  res.status(status).json(body);
+  // The status set directly: Express's res.status() re-validates a code the router wrote itself.
+  res.statusCode = status;
+  res.json(body);
 }

@@ -106,6 +106,22 @@ export interface AccessGrant {
   recheck(repos: Repositories): Promise<ResolvedAuthority>;
 }
 
+/** A class rather than an object literal with a getter: one is made on every admitted request. */
+class AdmittedGrant implements AccessGrant {
+  constructor(
+    readonly actor: Actor,
+    readonly requirement: AccessRequirement,
+    readonly organizationId: string | undefined,
+    readonly authority: ResolvedAuthority | undefined,
+    readonly recheck: (repos: Repositories) => Promise<ResolvedAuthority>,
+  ) {}
+
+  get principal(): Principal {
+    if (this.actor.kind !== 'session') throw new Error('an API key reached a route that admits sessions only');
+    return this.actor;
+  }
+}
+
 /**
  * What a new credential does for whoever holds it. A `sign_in_method` opens or acts as the
  * account on its own, so a stale, stolen access token must never mint one (docs/mfa.md and docs/social-login.md,
@@ -344,17 +360,7 @@ export class AccessPolicy {
   }
 
   private grant(actor: Actor, requirement: AccessRequirement, organizationId: string | undefined, authority: ResolvedAuthority | undefined, target: AccessTarget): AccessGrant {
-    return {
-      actor,
-      requirement,
-      organizationId,
-      authority,
-      get principal(): Principal {
-        if (actor.kind !== 'session') throw new Error('an API key reached a route that admits sessions only');
-        return actor;
-      },
-      recheck: (repos) => this.recheck(actor, requirement, organizationId, target, repos),
-    };
+    return new AdmittedGrant(actor, requirement, organizationId, authority, (repos) => this.recheck(actor, requirement, organizationId, target, repos));
   }
 
   /**

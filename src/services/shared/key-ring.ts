@@ -153,6 +153,10 @@ export class KeyRing {
     return key?.publicKey;
   }
 
+  loadedVerificationKey(kid: string): KeyObject | undefined {
+    return this.isStale() ? undefined : this.findPublished(kid)?.publicKey;
+  }
+
   async jwks(): Promise<{ keys: PublicJwk[] }> {
     await this.refreshIfStale();
     const now = this.clock.now();
