@@ -106,6 +106,18 @@ export interface AccessGrant {
   recheck(repos: Repositories): Promise<ResolvedAuthority>;
 }
 
+/** Sorted once per authority (the access cache shares one between requests); each caller gets its own copy. */
+const sortedPermissionLists = new WeakMap<ResolvedAuthority, readonly string[]>();
+
+function sortedPermissions(authority: ResolvedAuthority): string[] {
+  let sorted = sortedPermissionLists.get(authority);
+  if (!sorted) {
+    sorted = [...authority.permissions].sort();
+    sortedPermissionLists.set(authority, sorted);
+  }
+  return [...sorted];
+}
+
 /** A class rather than an object literal with a getter: one is made on every admitted request. */
 class AdmittedGrant implements AccessGrant {
   constructor(
@@ -457,7 +469,7 @@ export class AccessPolicy {
   /** The caller as the host middleware exposes it. */
   caller(actor: Actor, authority: ResolvedAuthority | undefined): Caller {
     if (actor.kind === 'api_key') {
-      return { kind: 'api_key', user_id: actor.userId, organization_id: actor.organizationId, api_key_id: actor.apiKeyId, permissions: authority ? [...authority.permissions].sort() : [] };
+      return { kind: 'api_key', user_id: actor.userId, organization_id: actor.organizationId, api_key_id: actor.apiKeyId, permissions: authority ? sortedPermissions(authority) : [] };
     }
     const principal = actor;
     return {
@@ -470,7 +482,7 @@ export class AccessPolicy {
       auth_time: Math.floor(principal.authTime / 1000),
       email_verified: principal.user.emailVerified,
       superadmin: authority?.superadmin ?? false,
-      permissions: authority ? [...authority.permissions].sort() : [],
+      permissions: authority ? sortedPermissions(authority) : [],
     };
   }
 

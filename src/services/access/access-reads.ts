@@ -78,13 +78,25 @@ export class AccessReads implements GateReads {
     );
   }
 
-  /** What the user may do in an organization (`null`: none active), resolved once per request from cached parts. */
+  /**
+   * What the user may do in an organization (`null`: none active), kept whole so a request
+   * does not rebuild the permission set. It depends on the user and the organization, like
+   * the parts it is made of; an entry older than their invalidations is never served.
+   */
   async authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Promise<ResolvedAuthority> {
-    const [superadmin, membership] = await Promise.all([
-      knownSuperadmin ?? this.isSuperadmin(userId),
-      organizationId ? this.membershipAuthority(userId, organizationId) : Promise.resolve(undefined),
-    ]);
-    return authorityFrom(catalog, superadmin, membership);
+    const authority = await this.cache.read(
+      `authority:${userId}:${organizationId ?? ''}`,
+      async () => {
+        const [superadmin, membership] = await Promise.all([this.isSuperadmin(userId), organizationId ? this.membershipAuthority(userId, organizationId) : undefined]);
+        return authorityFrom(catalog, superadmin, membership);
+      },
+      () => (organizationId ? [dependsOnUser(userId), dependsOnOrganization(organizationId)] : [dependsOnUser(userId)]),
+    );
+    // The caller read the flag a moment ago and an invalidation fell in between: its reading wins.
+    if (knownSuperadmin !== undefined && knownSuperadmin !== authority.superadmin) {
+      return authorityFrom(catalog, knownSuperadmin, organizationId ? await this.membershipAuthority(userId, organizationId) : undefined);
+    }
+    return authority;
   }
 
   activeOrganization(organizationId: string): Promise<OrganizationRecord | undefined> {
