@@ -10,7 +10,17 @@ const signOffThread = promisify(signWithCallback) as (algorithm: string, data: B
 /** Verified access tokens remembered, so a token presented again skips the RSA verification; the oldest go first. */
 const VERIFIED_TOKEN_CACHE_SIZE = 4096;
 
+/**
+ * The remembered tokens are found by the last characters of their signature, and a hit counts
+ * only if the whole token is equal: hashing a fresh thousand-character string for the lookup
+ * cost more than the rest of the check.
+ */
+const LOOKUP_TAIL = 32;
+const lookupKey = (token: string) => token.slice(-LOOKUP_TAIL);
+
 interface VerifiedToken {
+  /** The whole token: the map's key is only its tail. */
+  token: string;
   claims: AccessTokenClaims;
   kid: string;
   /** The key that verified it: a hit counts only while the ring still publishes this very key for the kid. */
@@ -119,15 +129,15 @@ export class JwtCodec {
    * it invalid. Whether its session is still live is the caller's check, every time.
    */
   async verifyAccessToken(token: string): Promise<AccessTokenClaims | undefined> {
-    const remembered = this.verified.get(token);
-    if (remembered) {
+    const remembered = this.verified.get(lookupKey(token));
+    if (remembered && remembered.token === token) {
       const now = Math.floor(this.clock.now() / 1000);
       const inTime = now < remembered.claims.exp && remembered.claims.iat <= now + 60;
       if (inTime) {
         const key = this.keyRing.loadedVerificationKey?.(remembered.kid) ?? (await this.keyRing.verificationKey(remembered.kid));
         if (key === remembered.publicKey) return remembered.claims;
       }
-      this.verified.delete(token);
+      this.verified.delete(lookupKey(token));
     }
     const decoded = jwt.decode(token, { complete: true });
     if (!decoded || typeof decoded.payload === 'string') return undefined;
@@ -152,7 +162,7 @@ export class JwtCodec {
     Object.freeze(claims.amr);
     if (Array.isArray(claims.roles)) Object.freeze(claims.roles);
     if (Array.isArray(claims.scope)) Object.freeze(claims.scope);
-    this.verified.set(token, { claims, kid: header.kid, publicKey });
+    this.verified.set(lookupKey(token), { token, claims, kid: header.kid, publicKey });
     return claims;
   }
 

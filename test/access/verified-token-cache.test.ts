@@ -41,6 +41,20 @@ test('a remembered token is refused once its key has left the ring', async () =>
   assertUnauthorized(await h.get('/auth/me', { token: user.accessToken }), 'its key is gone');
 });
 
+test('a token that ends like a remembered one but differs before its signature is verified in full and refused', async () => {
+  const victim = await h.signUp();
+  const attacker = await h.signUp();
+  assert.equal((await h.get('/auth/me', { token: victim.accessToken })).status, 200, 'the victim\'s token is remembered');
+  // The attacker's own claims under the victim's signature: only the whole token may count as a hit.
+  const [, , signature] = victim.accessToken.split('.');
+  const [header, payload] = attacker.accessToken.split('.');
+  const forged = `${header}.${payload}.${signature}`;
+  assertUnauthorized(await h.get('/auth/me', { token: forged }), 'a forged token with a remembered signature');
+  const me = await h.get('/auth/me', { token: victim.accessToken });
+  assert.equal(me.status, 200);
+  assert.equal(me.body.data.email, victim.email, 'the victim\'s token still answers as the victim');
+});
+
 test('a remembered token of a revoked session is refused at once', async () => {
   const user = await h.signUp();
   assert.equal((await h.get('/auth/me', { token: user.accessToken })).status, 200);
