@@ -50,7 +50,9 @@ async function bare(): Promise<void> {
   app.get('/hello', (_req, res) => {
     res.json({ message: 'hello' });
   });
-  process.send!({ origin: await listen(app) });
+  const origin = await listen(app);
+  if (process.env.BENCH_PROFILE_DIR) await startProfile(process.env.BENCH_PROFILE_DIR);
+  process.send!({ origin });
 }
 
 /** The database of this run: PostgreSQL with the pool the bench gives it, or a SQLite file. */
@@ -179,7 +181,7 @@ async function startProfile(dir: string): Promise<void> {
   stopProfile = async () => {
     const { profile } = await post('Profiler.stop');
     mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, `identity-${process.pid}.cpuprofile`), JSON.stringify(profile));
+    writeFileSync(join(dir, `${process.argv[2]}-${process.pid}.cpuprofile`), JSON.stringify(profile));
   };
 }
 
