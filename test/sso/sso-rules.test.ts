@@ -120,6 +120,26 @@ describe('sso.manage re-checked inside the transaction', () => {
   });
 });
 
+describe('concurrent connection updates', () => {
+  test('a change made while another update waits on discovery is kept: the later write changes only its own fields', async () => {
+    const org = await createOrg(h);
+    const created = await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true, default_role: 'member' }), { token: org.owner.token });
+    assert.equal(created.status, 201, created.text);
+    assert.equal(created.body.data.enabled, true);
+    // While the new secret is discovered, another update turns the connection off and JIT with it.
+    op.beforeNextDiscovery = async () => {
+      const other = await h.patch(`/orgs/${org.id}/sso`, { enabled: false, jit: false }, { token: org.owner.token });
+      assert.equal(other.status, 200, other.text);
+    };
+    const rotated = await h.patch(`/orgs/${org.id}/sso`, { client_secret: 'another-secret' }, { token: org.owner.token });
+    assert.equal(rotated.status, 200, rotated.text);
+    assert.equal(op.beforeNextDiscovery, undefined, 'the other update happened during discovery');
+    const read = await h.get(`/orgs/${org.id}/sso`, { token: org.owner.token });
+    assert.equal(read.body.data.enabled, false, 'the other update\'s enabled is not written back');
+    assert.equal(read.body.data.jit, false, 'nor its jit');
+  });
+});
+
 describe('concurrent domain verification', () => {
   test('two organizations verifying one domain at once: one 200, the other 409 domain_taken, never 500', async () => {
     for (let round = 0; round < 3; round += 1) {

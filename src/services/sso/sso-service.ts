@@ -296,20 +296,30 @@ export class SsoService {
     const clientId = input.client_id ?? current.clientId;
     const method = input.token_endpoint_auth_method ?? current.tokenEndpointAuthMethod;
     // A new issuer, client or secret is discovered again through the guard before anything is stored.
-    const issuer = input.issuer !== undefined || input.client_id !== undefined || input.client_secret !== undefined ? await this.checkIssuer(input.issuer ?? current.issuer, clientId, secret, method) : current.issuer;
+    const rediscovered = input.issuer !== undefined || input.client_id !== undefined || input.client_secret !== undefined;
+    const issuer = rediscovered ? await this.checkIssuer(input.issuer ?? current.issuer, clientId, secret, method) : current.issuer;
     return runUnitOfWork(this.context, meta, async (uow) => {
       const actor = await this.recheck(uow, grant);
+      // Read again under the organization's lock: what this request does not change stays as
+      // the latest committed update left it, not as it was before discovery (no lost update).
+      const latest = await uow.repos.ssoConnections.findForOrganization(organizationId);
+      if (!latest || latest.id !== current.id) throw errors.notFound('Connection');
       const next: SsoConnectionRecord = {
-        ...current,
-        issuer,
-        clientId,
-        clientSecretEnc: input.client_secret !== undefined ? encrypt(this.context.keys.socialFlowEncryption, input.client_secret, secretAad(current.id)) : current.clientSecretEnc,
-        scopes: input.scopes !== undefined ? checkScopes(input.scopes) : current.scopes,
-        tokenEndpointAuthMethod: method,
-        enabled: input.enabled ?? current.enabled,
-        jit: input.jit ?? current.jit,
-        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role, actor) : current.defaultRole,
-        enforce: input.enforce ?? current.enforce,
+        ...latest,
+        // Issuer, client and secret were discovered together: written together, or left as they are.
+        ...(rediscovered
+          ? {
+              issuer,
+              clientId,
+              clientSecretEnc: input.client_secret !== undefined ? encrypt(this.context.keys.socialFlowEncryption, input.client_secret, secretAad(current.id)) : current.clientSecretEnc,
+              tokenEndpointAuthMethod: method,
+            }
+          : { tokenEndpointAuthMethod: input.token_endpoint_auth_method ?? latest.tokenEndpointAuthMethod }),
+        scopes: input.scopes !== undefined ? checkScopes(input.scopes) : latest.scopes,
+        enabled: input.enabled ?? latest.enabled,
+        jit: input.jit ?? latest.jit,
+        defaultRole: input.default_role !== undefined ? await this.checkDefaultRole(uow.repos, organizationId, input.default_role, actor) : latest.defaultRole,
+        enforce: input.enforce ?? latest.enforce,
         updatedAt: uow.now,
       };
       await uow.repos.ssoConnections.update(next);
