@@ -59,7 +59,7 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     return chain;
   };
 
-  const table = new RouteTable(routes.map((route) => ({ method: route.method, path: route.path, definition: route, chain: chainOf(route) })));
+  const table = new RouteTable<RoutedDefinition>(routes.map((route) => ({ method: route.method, path: route.path, definition: route, chain: chainOf(route) })));
 
   router.use((req, res, next) => {
     // Answers carry tokens, TOTP secrets and recovery codes: no cache may keep them. The JWKS route overrides this.
@@ -70,12 +70,20 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
     setRoute(res, matched.route.definition);
     runChain(matched.route.chain, req, res, next);
   });
-  router.use(unmatched(routes));
+  router.use(unmatched(table));
   router.use(errorHandler(logger));
   return router;
 }
 
 const JSON_MEDIA_TYPES = ['application/json', 'application/*+json'];
+
+/** A route in the table: its definition and the handlers it runs. */
+interface RoutedDefinition {
+  method: string;
+  path: string;
+  definition: RouteDefinition;
+  chain: RequestHandler[];
+}
 
 /**
  * A route's handlers in turn, as Express runs a route's stack: `next()` goes on, `next(error)`
@@ -118,17 +126,12 @@ const requireJsonBody: RequestHandler = (req, _res, next) => {
  * Every answer under the router is JSON: a path no route has is 404 `not_found`, a known
  * path with another method is 405 `method_not_allowed` with `Allow`.
  */
-function unmatched(routes: RouteDefinition[]): RequestHandler {
-  // Case-insensitive and trailing-slash tolerant, like Express's own matching.
-  const patterns = routes.map((route) => ({
-    method: route.method.toUpperCase(),
-    noGet: route.noGet === true,
-    pattern: new RegExp(`^${route.path.split('/').map((segment) => (segment.startsWith(':') ? '[^/]+' : segment.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))).join('/')}/?$`, 'i'),
-  }));
+function unmatched(table: RouteTable<RoutedDefinition>): RequestHandler {
   return (req, _res, next) => {
-    const matching = patterns.filter(({ pattern }) => pattern.test(req.path));
-    const allowed = matching.map(({ method }) => method);
-    const scannerProof = (req.method === 'GET' || req.method === 'HEAD') && matching.some(({ noGet }) => noGet);
+    // The same matching as the routes' own (route-table.ts), whatever the method.
+    const matching = table.routesAt(req.path).map(({ definition }) => definition);
+    const allowed = matching.map(({ method }) => method.toUpperCase());
+    const scannerProof = (req.method === 'GET' || req.method === 'HEAD') && matching.some(({ noGet }) => noGet === true);
     if (allowed.length === 0 || scannerProof) {
       next(errors.notFound());
       return;

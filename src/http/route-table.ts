@@ -39,10 +39,13 @@ const LITERAL = /^[A-Za-z0-9._~-]+$/;
 export class RouteTable<T extends TableRoute> {
   /** Method → segment count → the candidates: no string is built to look a request up. */
   private readonly shapes = new Map<string, Map<number, Shape<T>>>();
+  /** Every route in declaration order. */
+  private readonly all: CompiledRoute<T>[] = [];
 
   constructor(routes: readonly T[]) {
     for (const route of routes) {
       const entry = compile(route);
+      this.all.push(entry);
       let byCount = this.shapes.get(route.method);
       if (!byCount) {
         byCount = new Map();
@@ -71,19 +74,26 @@ export class RouteTable<T extends TableRoute> {
    * with its decoded parameters; undefined when none does.
    */
   match(method: string, path: string): MatchedRoute<T> | undefined {
-    const segments = path.split('/');
-    // A path starts with "/": the first element is empty. One trailing slash is tolerated.
-    if (segments.length > 2 && segments[segments.length - 1] === '') segments.pop();
-    segments.shift();
+    const segments = segmentsOf(path);
     const shape = this.shapes.get(method === 'HEAD' ? 'get' : method.toLowerCase())?.get(segments.length);
     if (!shape) return undefined;
-    const candidates = shape.byFirstSegment.get(segments[0]!.toLowerCase()) ?? shape.parameterFirst;
-    for (const candidate of candidates) {
-      const params = matchSegments(candidate, segments);
-      if (params) return { route: candidate.route, params };
-    }
-    return undefined;
+    const candidate = (shape.byFirstSegment.get(segments[0]!.toLowerCase()) ?? shape.parameterFirst).find((entry) => fits(entry, segments));
+    return candidate ? { route: candidate.route, params: paramsOf(candidate, segments) } : undefined;
   }
+
+  /** Every route whose path matches, whatever its method, in declaration order: what a 405 lists in `Allow`. */
+  routesAt(path: string): T[] {
+    const segments = segmentsOf(path);
+    return this.all.filter((entry) => fits(entry, segments)).map((entry) => entry.route);
+  }
+}
+
+/** A path's segments: it starts with "/", so the first element is empty; one trailing slash is tolerated. */
+function segmentsOf(path: string): string[] {
+  const segments = path.split('/');
+  if (segments.length > 2 && segments[segments.length - 1] === '') segments.pop();
+  segments.shift();
+  return segments;
 }
 
 interface Shape<T> {
@@ -113,17 +123,17 @@ function compile<T extends TableRoute>(route: T): CompiledRoute<T> {
   return { route, literals, names };
 }
 
-function matchSegments<T>(candidate: CompiledRoute<T>, segments: string[]): Record<string, string> | undefined {
-  const { literals, names } = candidate;
+function fits<T>({ literals }: CompiledRoute<T>, segments: string[]): boolean {
+  if (literals.length !== segments.length) return false;
   for (let index = 0; index < literals.length; index += 1) {
     const literal = literals[index];
     const segment = segments[index]!;
-    if (literal === undefined) {
-      if (segment === '') return undefined;
-    } else if (segment.length !== literal.length || segment.toLowerCase() !== literal) {
-      return undefined;
-    }
+    if (literal === undefined ? segment === '' : segment.length !== literal.length || segment.toLowerCase() !== literal) return false;
   }
+  return true;
+}
+
+function paramsOf<T>({ names }: CompiledRoute<T>, segments: string[]): Record<string, string> {
   const params: Record<string, string> = {};
   for (let index = 0; index < names.length; index += 1) {
     const name = names[index];
