@@ -73,6 +73,14 @@ export interface IdentityClient {
     start(provider: string, options?: { returnTo?: string; redirect?: boolean; link?: boolean }): Promise<{ authorizationUrl: string }>;
     complete(href?: string): Promise<SocialResult | null>;
   };
+  sso: {
+    /**
+     * Single sign-on, identifier-first: the router finds the organization by the address's
+     * verified domain and the browser leaves for its identity provider. The return is
+     * completed by `social.complete()`, through the same handoff.
+     */
+    start(email: string, options?: { returnTo?: string; redirect?: boolean }): Promise<{ authorizationUrl: string }>;
+  };
   passwordless: {
     start(body: RequestBody<'/auth/passwordless/start', 'POST'>): Promise<Answer<'/auth/passwordless/start', 'POST'>>;
     /** `{challenge_id, code}` (the mailed code) or `{token}` (the mailed link, POSTed on a click); answers as login(), plus `isNewUser`. */
@@ -447,16 +455,28 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     });
   }
 
-  async function startSocial(provider: string, socialOptions: { returnTo?: string; redirect?: boolean; link?: boolean } = {}): Promise<{ authorizationUrl: string }> {
+  /**
+   * The handoff of a federated sign-in: a verifier kept in this tab's sessionStorage, only its
+   * S256 challenge sent; kept once the router accepted the start, so a refusal leaves nothing.
+   */
+  async function leaveWithHandoff(path: string, body: Json, options: { redirect?: boolean }): Promise<{ authorizationUrl: string }> {
     const verifier = toBase64Url(crypto.getRandomValues(new Uint8Array(32)));
     const challenge = toBase64Url(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier)));
-    // Linking starts on its own route, with the session's bearer; the return and the exchange are the same.
-    const answer = (await request('POST', `/auth/social/${encodeURIComponent(provider)}/${socialOptions.link ? 'link' : 'authorize'}`, {
-      body: { ...(socialOptions.returnTo ? { return_to: socialOptions.returnTo } : {}), handoff_challenge: challenge, handoff_challenge_method: 'S256' },
-    })) as { authorization_url: string };
+    const answer = (await request('POST', path, { body: { ...body, handoff_challenge: challenge, handoff_challenge_method: 'S256' } })) as { authorization_url: string };
     sessionStorage.setItem(handoffKey, verifier);
-    if (socialOptions.redirect !== false) location.assign(answer.authorization_url);
+    if (options.redirect !== false) location.assign(answer.authorization_url);
     return { authorizationUrl: answer.authorization_url };
+  }
+
+  const returnTo = (value: string | undefined): Json => (value ? { return_to: value } : {});
+
+  function startSocial(provider: string, socialOptions: { returnTo?: string; redirect?: boolean; link?: boolean } = {}): Promise<{ authorizationUrl: string }> {
+    // Linking starts on its own route, with the session's bearer; the return and the exchange are the same.
+    return leaveWithHandoff(`/auth/social/${encodeURIComponent(provider)}/${socialOptions.link ? 'link' : 'authorize'}`, returnTo(socialOptions.returnTo), socialOptions);
+  }
+
+  function startSso(email: string, ssoOptions: { returnTo?: string; redirect?: boolean } = {}): Promise<{ authorizationUrl: string }> {
+    return leaveWithHandoff('/auth/sso/authorize', { email, ...returnTo(ssoOptions.returnTo) }, ssoOptions);
   }
 
   async function completeSocial(href: string = location.href): Promise<SocialResult | null> {
@@ -513,6 +533,7 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
       },
     },
     social: { start: startSocial, complete: completeSocial },
+    sso: { start: startSso },
     passwordless: {
       start: (body) => typed('POST', '/auth/passwordless/start', { body }),
       verify: (body) => signInWith('/auth/passwordless/verify', body),

@@ -19,15 +19,6 @@ const baseUrl = '/api';
 
 export const identity = createIdentityClient({ baseUrl, storage: 'none', restore: mayHaveSession });
 
-/**
- * Where the client keeps the social handoff verifier, which identity.social.complete() reads and
- * removes (src/client/index.ts; not a documented interface). Single sign-on starts on a route the
- * client has no member for (POST /auth/sso/authorize, pages/sso-return.js) and keeps its verifier
- * here, so that complete() finishes it as it finishes a social sign-in, MFA gate included: the
- * exchange is the same.
- */
-export const handoffStorageKey = `identity-router:handoff:${new URL(baseUrl, location.href).href.replace(/\/+$/, '')}`;
-
 /** Runs a call; when it answers 401 step_up_required the dialog asks for a second factor, and the call runs again. */
 export const withStepUp = (call) => withStepUpDialog(identity, call);
 

@@ -2,9 +2,9 @@
 // page asks for the work address; the router finds the organization by its verified domain and
 // the browser leaves for that organization's identity provider. It comes back to /sso-return,
 // which trades the one-time social_code for tokens at POST /auth/social/exchange, the same
-// exchange (and the same handoff verifier rule) as social sign-in: the client's
-// identity.social.complete() does it, so the session lands in the client as after a social sign-in.
-import { handoffStorageKey, identity, IdentityClientError } from '../lib/identity.js';
+// exchange (and the same handoff verifier rule) as social sign-in: the client's identity.sso.start()
+// and identity.social.complete() do it, so the session lands in the client as after a social sign-in.
+import { identity, IdentityClientError } from '../lib/identity.js';
 import { signInCompleter } from '../lib/sign-in.js';
 import { field, form, h } from '../lib/ui.js';
 
@@ -27,30 +27,13 @@ const MESSAGES = {
 const describe = (code, fallback) => `${MESSAGES[code] ?? fallback ?? 'Single sign-on failed.'} (${code})`;
 const errorText = (error) => (error instanceof IdentityClientError ? describe(error.code, error.message) : (error?.message ?? String(error)));
 
-function base64url(bytes) {
-  let binary = '';
-  for (const byte of bytes) binary += String.fromCharCode(byte);
-  return btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
-}
-
-/**
- * The handoff, as identity.social.start() makes it: a random verifier waits in this tab's
- * sessionStorage (never a token) while the browser is at the provider; only its SHA-256 travels.
- * A social_code planted in another browser is useless. The verifier is kept only once the router
- * accepted the start, so a refused address leaves nothing behind.
- */
+/** The client keeps the handoff verifier in this tab and leaves for the organization's provider. */
 async function leaveForProvider(email) {
-  const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
-  const challenge = base64url(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier))));
-  let start;
   try {
-    // No client member starts single sign-on: the route is called through the client's request().
-    start = await identity.request('POST', '/auth/sso/authorize', { body: { email, handoff_challenge: challenge, handoff_challenge_method: 'S256' } });
+    await identity.sso.start(email);
   } catch (error) {
     throw new Error(errorText(error));
   }
-  sessionStorage.setItem(handoffStorageKey, verifier);
-  location.assign(start.authorization_url);
 }
 
 /**
@@ -79,11 +62,9 @@ export default {
       let result;
       try {
         // The client takes social_code or social_error out of the address (and the history), and
-        // exchanges the code once with the verifier leaveForProvider() kept.
+        // exchanges the code once with the verifier identity.sso.start() kept.
         result = await identity.social.complete();
       } catch (error) {
-        // After a social_error the client leaves the verifier where it was: it is of no further use.
-        sessionStorage.removeItem(handoffStorageKey);
         progress.remove();
         return fail(errorText(error));
       }
