@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Dialect } from './database.js';
+import type { Db } from './transaction.js';
 
 /**
  * The statements every request of the hot path runs, shaped once and then run
@@ -56,38 +57,45 @@ export class HotStatements {
   constructor(private readonly dialect: Dialect) {}
 
   /** Rows of a select. */
-  async all<V extends Values>(db: Knex | Knex.Transaction, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<Record<string, unknown>[]> {
+  async all<V extends Values>(db: Db, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<Record<string, unknown>[]> {
     return (await this.execute(db, name, build, values)).rows as Record<string, unknown>[];
   }
 
   /** The first row of a select (write `.first()` or `.limit(1)` in the builder). */
-  async first<V extends Values>(db: Knex | Knex.Transaction, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<Record<string, unknown> | undefined> {
+  async first<V extends Values>(db: Db, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<Record<string, unknown> | undefined> {
     return (await this.all(db, name, build, values))[0];
   }
 
   /** Rows an insert, update or delete changed. */
-  async run<V extends Values>(db: Knex | Knex.Transaction, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<number> {
+  async run<V extends Values>(db: Db, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<number> {
     return (await this.execute(db, name, build, values)).changed;
   }
 
-  private async execute<V extends Values>(db: Knex | Knex.Transaction, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<{ rows: unknown[]; changed: number }> {
+  private async execute<V extends Values>(db: Db, name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Promise<{ rows: unknown[]; changed: number }> {
     const shape = this.shapes.get(name) ?? this.learn(name, build, values);
     // Knex leaves an undefined column out of an insert; a shape has every column, so undefined is NULL.
     const bound = shape.slots.map((slot) => ('value' in slot ? (values[slot.value] ?? null) : slot.constant));
-    if ('isCompleted' in db && db.isCompleted()) throw new Error(`Transaction already completed before hot statement ${name}`);
+    if (db.pinnedConnection) {
+      if (db.isCompleted?.()) throw new Error(`Transaction already completed before hot statement ${name}`);
+      return this.executeOn(db.pinnedConnection, shape, bound);
+    }
     const connection = (await db.client.acquireConnection()) as object;
     try {
-      if (this.dialect === 'pg') {
-        const result = await (connection as PgConnection).query({ name: shape.pgName, text: shape.sql, values: bound });
-        return { rows: result.rows, changed: result.rowCount ?? 0 };
-      }
-      const statement = this.sqliteStatement(connection as SqliteConnection, shape.sql);
-      const driverValues = bound.map(toSqliteValue);
-      if (statement.reader) return { rows: statement.all(...driverValues), changed: 0 };
-      return { rows: [], changed: statement.run(...driverValues).changes };
+      return await this.executeOn(connection, shape, bound);
     } finally {
       await db.client.releaseConnection(connection);
     }
+  }
+
+  private async executeOn(connection: object, shape: Shape, bound: unknown[]): Promise<{ rows: unknown[]; changed: number }> {
+    if (this.dialect === 'pg') {
+      const result = await (connection as PgConnection).query({ name: shape.pgName, text: shape.sql, values: bound });
+      return { rows: result.rows, changed: result.rowCount ?? 0 };
+    }
+    const statement = this.sqliteStatement(connection as SqliteConnection, shape.sql);
+    const driverValues = bound.map(toSqliteValue);
+    if (statement.reader) return { rows: statement.all(...driverValues), changed: 0 };
+    return { rows: [], changed: statement.run(...driverValues).changes };
   }
 
   private learn<V extends Values>(name: string, build: (values: StandIns<V>) => Knex.QueryBuilder, values: V): Shape {

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Logger } from '../adapters/types.js';
 import type { Dialect } from './database.js';
+import type { Db } from './transaction.js';
 
 /**
  * Messages between instances that share one database, for caches that must drop an entry
@@ -21,7 +22,7 @@ import type { Dialect } from './database.js';
  */
 export interface InstanceNotifications {
   readonly live: boolean;
-  publish(topic: string, payload?: string, db?: Knex | Knex.Transaction): Promise<void>;
+  publish(topic: string, payload?: string, db?: Db): Promise<void>;
   subscribe(topic: string, handler: (payload: string) => void): () => void;
   onResync(handler: () => void): () => void;
   close(): Promise<void>;
@@ -126,7 +127,7 @@ class PgNotifications extends Dispatcher implements InstanceNotifications {
     return this.connection !== undefined;
   }
 
-  async publish(topic: string, payload = '', db: Knex | Knex.Transaction = this.knex): Promise<void> {
+  async publish(topic: string, payload = '', db: Db = this.knex): Promise<void> {
     await db.raw('SELECT pg_notify(?, ?)', [this.channel, JSON.stringify([topic, payload])]);
   }
 

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { HotStatements } from './hot-statements.js';
+import { runTransaction, type Db } from './transaction.js';
 import { ApiKeyRepository } from './api-key-repository.js';
 import { AuditRepository, RateEventRepository } from './audit-repository.js';
 import type { Dialect } from './database.js';
@@ -118,7 +119,7 @@ export class Store {
   }
 
   /** Runs `work` in one transaction with repositories bound to it. */
-  transaction<T>(work: (repos: Repositories, trx: Knex.Transaction) => Promise<T>): Promise<T> {
-    return this.knex.transaction((trx) => work(bindRepositories({ db: trx, table: this.table, dialect: this.dialect, hot: this.hot }), trx));
+  transaction<T>(work: (repos: Repositories, db: Db) => Promise<T>): Promise<T> {
+    return runTransaction(this.knex, this.dialect, (db) => work(bindRepositories({ db, table: this.table, dialect: this.dialect, hot: this.hot }), db));
   }
 }
