@@ -90,3 +90,27 @@ test('events name what they end; routine events end nothing', () => {
   assert.deepEqual(scopesOfEvent({ ...base, type: 'mfa.step_up_completed', user_id: 'u', organization_id: null, data: { session_id: 's' } }), [{ user: 'u' }, { session: 's' }]);
   assert.deepEqual(scopesOfEvent({ ...base, type: 'org.updated', user_id: null, organization_id: 'o', data: {} }), ['all']);
 });
+
+test('a page of rows counts one per row against the bound; the oldest entries make room', async () => {
+  const cache = new AccessCache({ ttlMs: 60_000, maxEntries: 10 });
+  const rows = (count: number) => async () => Array.from({ length: count }, (_, index) => index);
+  for (const key of ['a', 'b', 'c']) await cache.read(key, async () => key, () => ['u:1']);
+  await cache.read('page', rows(8), () => ['o:1'], (value) => value.length);
+  assert.equal(cache.sizes().weight, 10, 'the oldest single entry went to make room for the eight rows');
+  assert.equal(cache.sizes().entries, 3);
+  const source = counter();
+  assert.equal(await cache.read('a', source.load, () => ['u:1']), 1, 'the oldest was evicted and loads again');
+  // A page larger than the whole bound is never kept.
+  const big = counter();
+  const loadBig = async () => {
+    await big.load();
+    return [...Array(11).keys()];
+  };
+  const readBig = () => cache.read('big', loadBig, () => ['o:1'], (value) => value.length);
+  await readBig();
+  await readBig();
+  assert.equal(big.loads, 2);
+  assert.ok(cache.sizes().weight <= 10);
+  cache.invalidate(['all']);
+  assert.deepEqual([cache.sizes().entries, cache.sizes().weight], [0, 0]);
+});

@@ -190,3 +190,42 @@ test('a superadmin manages members of any organization without membership', asyn
   await h.identity.service.revokeSuperadmin(root.userId);
   assert.equal((await h.get(`/orgs/${org.id}/members`, { token: root.accessToken })).status, 403);
 });
+
+// Issue 28: the first page is kept in the access cache. Every change to what it shows must
+// reach the next answer at once: through the organization's events, or its members' users'.
+test('the first member page shows each change at once: roles, status, profile, invites, deletion', async () => {
+  const org = await createOrg(h);
+  const member = await addMember(h, org, org.owner.token);
+  const page = async () => {
+    const response = await h.get(`/orgs/${org.id}/members`, { token: org.owner.token });
+    assert.equal(response.status, 200, response.text);
+    return response.body.data as Array<{ user_id: string; display_name: string | null; status: string; roles: string[] }>;
+  };
+  const entryOf = async (userId: string) => (await page()).find((entry) => entry.user_id === userId);
+  assert.deepEqual((await entryOf(member.userId))?.roles, ['member']);
+  assert.deepEqual((await entryOf(member.userId))?.roles, ['member']);
+
+  assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['admin'] }, { token: org.owner.token })).status, 200);
+  assert.deepEqual((await entryOf(member.userId))?.roles, ['admin']);
+
+  assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'suspended' }, { token: org.owner.token })).status, 200);
+  assert.equal((await entryOf(member.userId))?.status, 'suspended');
+  assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'active' }, { token: org.owner.token })).status, 200);
+  assert.equal((await entryOf(member.userId))?.status, 'active');
+
+  // A change to the member's own account, which names no organization. (Suspension ended their session.)
+  const login = await h.post('/auth/login', { email: member.email, password: member.password });
+  assert.equal(login.status, 200, login.text);
+  const memberToken = login.body.data.access_token;
+  const renamed = await h.patch(`/users/${member.userId}`, { display_name: 'Renamed Member' }, { token: memberToken });
+  assert.equal(renamed.status, 200, renamed.text);
+  assert.equal((await entryOf(member.userId))?.display_name, 'Renamed Member');
+
+  const deleted = await h.delete(`/users/${member.userId}`, { token: memberToken });
+  assert.equal(deleted.status, 200, deleted.text);
+  assert.equal(await entryOf(member.userId), undefined);
+
+  const invitee = await h.signUp();
+  assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token })).status, 201);
+  assert.equal((await entryOf(invitee.userId))?.status, 'invited');
+});

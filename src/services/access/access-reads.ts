@@ -1,6 +1,6 @@
 import type { Clock } from '../../adapters/types.js';
 import type { ApiKeyForUse } from '../../store/api-key-repository.js';
-import type { OrganizationRecord, MembershipAuthorityRow } from '../../store/organization-repository.js';
+import type { MemberRow, OrganizationRecord, MembershipAuthorityRow } from '../../store/organization-repository.js';
 import type { SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
@@ -114,6 +114,21 @@ export class AccessReads implements GateReads {
       `memberships:${userId}`,
       () => this.repos.organizations.listActiveMembershipsOfUser(userId),
       (memberships) => [dependsOnUser(userId), ...memberships.map(({ organization }) => dependsOnOrganization(organization.id))],
+    );
+  }
+
+  /**
+   * The first page of an organization's members (GET /orgs/{orgId}/members without a cursor).
+   * It changes only through events of the organization (joins, roles, status, invites) and of
+   * its members' users (profile, deletion), so it depends on those. A page showing an invited
+   * entry is not kept: the entry leaves the page when its invite expires, which no event marks.
+   */
+  firstMemberPage(organizationId: string, limit: number): Promise<MemberRow[]> {
+    return this.cache.read(
+      `member-page:${organizationId}:${limit}`,
+      () => this.repos.memberships.listPage(organizationId, { limit, now: this.clock.now() }),
+      (rows) => (rows.some((row) => row.status === 'invited') ? undefined : [dependsOnOrganization(organizationId), ...rows.map((row) => dependsOnUser(row.userId))]),
+      (rows) => rows.length,
     );
   }
 

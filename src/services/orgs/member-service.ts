@@ -47,7 +47,9 @@ export class MemberService {
     const repos = this.context.store.repos;
     const after = decodeCursor(page.cursor, ['id']);
     const viewer = grant.authority!;
-    const rows = await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), ...(after ? { afterUserId: after[0] } : {}) });
+    const rows = after
+      ? await repos.memberships.listPage(organizationId, { limit: page.limit + 1, now: this.context.clock.now(), afterUserId: after[0] })
+      : await this.context.access.firstMemberPage(organizationId, page.limit + 1);
     const { items, nextCursor } = keysetPage(rows, page.limit, (row) => [row.userId]);
     return { members: items.map((row) => memberView(row, viewer)), nextCursor };
   }

@@ -22,6 +22,8 @@ interface Entry {
   /** performance.now() after which the entry is not served whatever was heard. */
   expiresAt: number;
   dependsOn: string[];
+  /** Its share of `maxEntries`: one, or one per row for a page of rows. */
+  weight: number;
 }
 
 export interface AccessCacheOptions {
@@ -30,6 +32,7 @@ export interface AccessCacheOptions {
    * another instance was lost on the way.
    */
   ttlMs: number;
+  /** The bound on what is held: an entry counts one, a cached page of rows one per row. */
   maxEntries: number;
 }
 
@@ -41,7 +44,7 @@ export interface AccessCacheOptions {
 export const DEFAULT_ACCESS_CACHE: AccessCacheOptions = { ttlMs: 1_000, maxEntries: 20_000 };
 
 /**
- * Events that change nothing a cached session or authority holds. Every other committed
+ * Events that change nothing the cache holds (sessions, authority, member pages). Every other committed
  * event invalidates its user, its organization and its session (STYLE 18: the cache names
  * the events that end it, and errs on the side of forgetting).
  */
@@ -52,7 +55,6 @@ const EVENTS_THAT_KEEP_ACCESS: ReadonlySet<IdentityEventType> = new Set<Identity
   'user.password_reset_requested',
   'mfa.verify_failed',
   'mfa.verified',
-  'member.invited',
 ]);
 
 /** Organization-wide changes that reach members through other organizations' rules (require_mfa) or end the organization. */
@@ -94,6 +96,8 @@ export const dependsOnOrganization = (id: string) => `o:${id}`;
  */
 export class AccessCache {
   private readonly entries = new Map<string, Entry>();
+  /** The sum of the entries' weights, held within `maxEntries`. */
+  private weight = 0;
   private readonly invalidated = new Map<string, { stamp: number; at: number }>();
   private everythingInvalidatedAt = 0;
   private counter = 0;
@@ -120,8 +124,9 @@ export class AccessCache {
   /**
    * The cached value of `key`, or `load()`'s, kept when `dependsOn(value)` names its scopes.
    * `undefined` from `dependsOn` means "do not keep" (a miss such as an ended session).
+   * `weightOf` gives a value holding many rows its share of the bound.
    */
-  async read<T>(key: string, load: () => Promise<T>, dependsOn: (value: T) => string[] | undefined): Promise<T> {
+  async read<T>(key: string, load: () => Promise<T>, dependsOn: (value: T) => string[] | undefined, weightOf?: (value: T) => number): Promise<T> {
     if (this.carrier && !this.carrier.listening) return load();
     const now = performance.now();
     const entry = this.entries.get(key);
@@ -129,9 +134,12 @@ export class AccessCache {
     const stamp = this.counter;
     const value = await load();
     const scopes = dependsOn(value);
-    if (scopes) {
-      if (this.entries.size >= this.options.maxEntries) this.evictOldest();
-      this.entries.set(key, { value, stamp, expiresAt: now + this.options.ttlMs, dependsOn: scopes });
+    const weight = weightOf ? Math.max(1, weightOf(value)) : 1;
+    if (scopes && weight <= this.options.maxEntries) {
+      this.remove(key);
+      while (this.weight + weight > this.options.maxEntries) this.remove(this.entries.keys().next().value!);
+      this.entries.set(key, { value, stamp, expiresAt: now + this.options.ttlMs, dependsOn: scopes, weight });
+      this.weight += weight;
     }
     return value;
   }
@@ -155,6 +163,7 @@ export class AccessCache {
       if (scope === 'all') {
         this.everythingInvalidatedAt = stamp;
         this.entries.clear();
+        this.weight = 0;
         this.invalidated.clear();
         return;
       }
@@ -168,8 +177,8 @@ export class AccessCache {
   }
 
   /** @internal What the cache holds against its bound (the bench's soak reports it, docs/performance.md). */
-  sizes(): { entries: number; invalidations: number; maxEntries: number } {
-    return { entries: this.entries.size, invalidations: this.invalidated.size, maxEntries: this.options.maxEntries };
+  sizes(): { entries: number; weight: number; invalidations: number; maxEntries: number } {
+    return { entries: this.entries.size, weight: this.weight, invalidations: this.invalidated.size, maxEntries: this.options.maxEntries };
   }
 
   private isFresh(entry: Entry, now: number): boolean {
@@ -181,9 +190,11 @@ export class AccessCache {
     return true;
   }
 
-  private evictOldest(): void {
-    const oldest = this.entries.keys().next();
-    if (!oldest.done) this.entries.delete(oldest.value);
+  private remove(key: string): void {
+    const entry = this.entries.get(key);
+    if (!entry) return;
+    this.entries.delete(key);
+    this.weight -= entry.weight;
   }
 
   // An invalidation older than the TTL can no longer make any entry stale: every entry loaded before it has expired.

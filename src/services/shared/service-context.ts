@@ -7,7 +7,7 @@ import type { PasswordHasher } from '../../crypto/password-hasher.js';
 import type { IdentityEventListener } from '../../events.js';
 import type { Store } from '../../store/store.js';
 import type { AccessCache } from './access-cache.js';
-import type { OrganizationRecord } from '../../store/organization-repository.js';
+import type { MemberRow, OrganizationRecord } from '../../store/organization-repository.js';
 import type { EventOutbox } from './outbox.js';
 import type { OutboundGuard } from '../../outbound/outbound-guard.js';
 
@@ -42,6 +42,7 @@ export interface CachedReads {
   activeMemberships(userId: string): Promise<Array<{ organization: OrganizationRecord; roleSlugs: string[] }>>;
   isSuperadmin(userId: string): Promise<boolean>;
   recoveryCodesRemaining(userId: string): Promise<number>;
+  firstMemberPage(organizationId: string, limit: number): Promise<MemberRow[]>;
 }
 
 /** Who asked, as far as the audit trail cares. */
