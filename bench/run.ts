@@ -737,7 +737,7 @@ async function soak(): Promise<void> {
     },
     {
       work: 'access cache, largest size seen',
-      measured: `${largestCache} entries, ${largestInvalidations} invalidations`,
+      measured: `weight ${largestCache} (a cached page counts its rows), ${largestInvalidations} invalidations`,
       floor: { kind: 'bound', label: `bound ${last.accessCache.maxEntries}`, value: last.accessCache.maxEntries },
       ratio: largestCache / last.accessCache.maxEntries,
       goals: [{ source: 'issue 28', label: 'within its bound', met: largestCache <= last.accessCache.maxEntries }],
