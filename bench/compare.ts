@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
 import { cpuMicros } from './process-cpu.js';
-import { HOST_ROUTE, MOUNT, type IdentitySeed } from './hot-path-shared.js';
+import { HOST_ROUTE, MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
@@ -41,24 +41,7 @@ function start(env: Record<string, string>): Promise<{ child: ChildProcess; seed
 
 function load(seed: IdentitySeed): object {
   const headers = { authorization: `Bearer ${seed.token}` };
-  if (row === 'refresh') {
-    const pool = [...seed.refreshTokens];
-    const path = `${MOUNT}/auth/token/refresh`;
-    return {
-      url: seed.origin + path,
-      requests: [
-        {
-          method: 'POST',
-          path,
-          headers: { 'content-type': 'application/json' },
-          setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify({ refresh_token: pool.shift() }) }),
-          onResponse: (status: number, body: string) => {
-            if (status === 200) pool.push(JSON.parse(body).data.refresh_token);
-          },
-        },
-      ],
-    };
-  }
+  if (row === 'refresh') return { url: `${seed.origin}${MOUNT}/auth/token/refresh`, requests: refreshRequests(seed.refreshTokens) };
   const paths: Record<string, string> = { host: HOST_ROUTE, me: `${MOUNT}/auth/me`, orgs: `${MOUNT}/orgs`, members: `${MOUNT}/orgs/${seed.organizationId}/members` };
   if (!paths[row]) throw new Error(`unknown row ${row}`);
   return { url: seed.origin + paths[row], headers };

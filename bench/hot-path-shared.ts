@@ -29,3 +29,23 @@ export interface IdentitySeed {
   scale?: { users: number; organizations: number; membersAdded: number; seconds: number };
 }
 
+
+/**
+ * The refresh row's autocannon requests: each takes a live refresh token from the pool and its
+ * answer puts the next one back, so each connection rotates its own chain.
+ */
+export function refreshRequests(refreshTokens: string[]): Array<Record<string, unknown>> {
+  const livePool = [...refreshTokens];
+  const path = `${MOUNT}/auth/token/refresh`;
+  return [
+    {
+      method: 'POST',
+      path,
+      headers: { 'content-type': 'application/json' },
+      setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify({ refresh_token: livePool.shift() }) }),
+      onResponse: (status: number, body: string) => {
+        if (status === 200) livePool.push(JSON.parse(body).data.refresh_token);
+      },
+    },
+  ];
+}

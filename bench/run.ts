@@ -44,7 +44,7 @@ import autocannon from 'autocannon';
 import bcrypt from 'bcryptjs';
 import { openDatabase } from '../src/store/database.js';
 import { cpuMicros } from './process-cpu.js';
-import { BCRYPT_COST, HOST_ROUTE, MOUNT, PG_POOL, type IdentitySeed } from './hot-path-shared.js';
+import { BCRYPT_COST, HOST_ROUTE, MOUNT, PG_POOL, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from './postgres.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -290,25 +290,9 @@ async function commitFloor(url: string | undefined, seconds: number): Promise<{ 
 const perSecond = (m: Measurement) => `${Math.round(m.requestsPerSecond).toLocaleString('en-US')} req/s`;
 const micros = (value: number | undefined) => (value === undefined ? '' : `${Math.round(value)} µs`);
 
-/** Each request takes a live refresh token from the pool and its answer puts the next one back: each connection rotates its own chain. */
+/** The refresh row: each connection rotates its own chain of refresh tokens. */
 function refreshLoad(seed: IdentitySeed): LoadRequest {
-  const livePool = [...seed.refreshTokens];
-  const path = `${MOUNT}/auth/token/refresh`;
-  return {
-    method: 'POST',
-    path,
-    requests: [
-      {
-        method: 'POST',
-        path,
-        headers: { 'content-type': 'application/json' },
-        setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify({ refresh_token: livePool.shift() }) }),
-        onResponse: (status: number, body: string) => {
-          if (status === 200) livePool.push(JSON.parse(body).data.refresh_token);
-        },
-      },
-    ],
-  };
+  return { method: 'POST', path: `${MOUNT}/auth/token/refresh`, requests: refreshRequests(seed.refreshTokens) };
 }
 
 /** Each login signs in as the next of the seeded accounts, as a storm of users would. */

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 // autocannon ships no types.
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
-import { MOUNT, type IdentitySeed } from './hot-path-shared.js';
+import { MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const seconds = Number(process.argv[2] ?? 8);
@@ -39,23 +39,7 @@ function threadCpu(pid: number): Record<string, number> {
 const child = fork(join(here, 'hot-path-server.ts'), ['identity'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
 try {
   const seed = (await new Promise((resolve) => child.once('message', resolve))) as IdentitySeed;
-  const pool = [...seed.refreshTokens];
-  const path = `${MOUNT}/auth/token/refresh`;
-  const load = {
-    url: seed.origin + path,
-    connections: 20,
-    requests: [
-      {
-        method: 'POST',
-        path,
-        headers: { 'content-type': 'application/json' },
-        setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify({ refresh_token: pool.shift() }) }),
-        onResponse: (status: number, body: string) => {
-          if (status === 200) pool.push(JSON.parse(body).data.refresh_token);
-        },
-      },
-    ],
-  };
+  const load = { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections: 20, requests: refreshRequests(seed.refreshTokens) };
   await autocannon({ ...load, duration: 2 });
   const before = threadCpu(child.pid!);
   const ownBefore = process.cpuUsage();
