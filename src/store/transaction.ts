@@ -60,6 +60,15 @@ export async function runTransaction<T>(knex: Knex, dialect: Dialect, work: (db:
     let result: T;
     try {
       result = await work(db);
+    } catch (error) {
+      // Closed before ROLLBACK, as Knex does: a statement that a still-running part of the work
+      // starts now would otherwise run after it, outside any transaction.
+      completed = true;
+      reusable = await rolledBack(dialect, connection);
+      throw error;
+    }
+    completed = true;
+    try {
       await control(dialect, connection, 'COMMIT');
     } catch (error) {
       reusable = await rolledBack(dialect, connection);
