@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Harness } from '../helpers/harness.js';
+import { runTransaction } from '../../src/store/transaction.js';
+import { Harness, TEST_DB } from '../helpers/harness.js';
 import { createOrg } from '../helpers/orgs.js';
 
 // Issue 28: a change runs as one transaction on one pooled connection (src/store/transaction.ts),
@@ -30,3 +31,39 @@ test('a change refused inside its transaction rolls back, and the next changes c
   assert.deepEqual(slugs, ['approver', 'auditor', 'observer', 'reviewer']);
   assert.equal(h.eventsOfType('role.created').filter((event) => event.organization_id === org.id).length, 4);
 });
+
+// A work whose parts run side by side can fail in one part while another still starts a
+// statement. Sent after ROLLBACK, that statement would run outside any transaction and stay.
+// SQLite's ROLLBACK is synchronous and leaves no such window; PostgreSQL's is a round trip.
+test(
+  'a statement started after its work failed is refused, and nothing of the work stays',
+  { skip: TEST_DB !== 'pg' && "SQLite's rollback is synchronous: no statement can start during it" },
+  async () => {
+    const probe = `${h.tablePrefix}transaction_probe`;
+    await h.knex.schema.createTable(probe, (table) => {
+      table.string('id').primary();
+    });
+    try {
+      let late: Promise<unknown> | undefined;
+      await assert.rejects(
+        runTransaction(h.knex, 'pg', async (db) => {
+          await db(probe).insert({ id: 'inside' });
+          // Its refusal is caught where it is made, to be checked below rather than left unhandled.
+          late = new Promise((resolve) => setImmediate(resolve))
+            .then(() => db(probe).insert({ id: 'late' }))
+            .then(
+              () => 'ran',
+              (error: unknown) => error,
+            );
+          throw new Error('refused halfway');
+        }),
+        /refused halfway/,
+      );
+      const outcome = await late;
+      assert.ok(outcome instanceof Error && /Transaction already completed/.test(outcome.message), String(outcome));
+      assert.deepEqual(await h.knex(probe).pluck('id'), []);
+    } finally {
+      await h.knex.schema.dropTableIfExists(probe);
+    }
+  },
+);
