@@ -71,13 +71,18 @@ async function assertRevokedEverywhere(probe: Probe, revoke: () => Promise<void>
   }
   await revoke();
   assert.equal(await probe(a), refused, 'on the instance that revoked, at once');
+  assert.equal(await onOtherInstance(probe, refused), refused, `on another instance within ${CROSS_INSTANCE_DEADLINE_MS} ms`);
+}
+
+/** Asks B until it answers `expected` (compared as JSON) or the deadline passes; its last answer. */
+async function onOtherInstance<T>(probe: (on: Instance) => Promise<T>, expected: T): Promise<T> {
   const started = performance.now();
-  let status = await probe(b);
-  while (status !== refused && performance.now() - started < CROSS_INSTANCE_DEADLINE_MS) {
+  let answer = await probe(b);
+  while (JSON.stringify(answer) !== JSON.stringify(expected) && performance.now() - started < CROSS_INSTANCE_DEADLINE_MS) {
     await new Promise((resolve) => setTimeout(resolve, 20));
-    status = await probe(b);
+    answer = await probe(b);
   }
-  assert.equal(status, refused, `on another instance within ${CROSS_INSTANCE_DEADLINE_MS} ms`);
+  return answer;
 }
 
 const sessionsStatus = (token: string): Probe => async (on) => (await on.h.get('/auth/sessions', { token })).status;
@@ -198,6 +203,21 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
       const changed = await a.h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token });
       assert.equal(changed.status, 200, changed.text);
     }, 403);
+  });
+
+  // Not a revocation, but the same cache (issue 28): the first member page is kept there too.
+  test('a member page cached on both instances shows a role change', async () => {
+    const { org, member } = await orgWithMember(['admin']);
+    const rolesOnPage = async (on: Instance) => {
+      const page = await on.h.get(`/orgs/${org.id}/members`, { token: org.owner.token });
+      assert.equal(page.status, 200, page.text);
+      return (page.body.data as Array<{ user_id: string; roles: string[] }>).find((entry) => entry.user_id === member.userId)?.roles;
+    };
+    for (const on of [a, b, a, b]) assert.deepEqual(await rolesOnPage(on), ['admin']);
+    const changed = await a.h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token });
+    assert.equal(changed.status, 200, changed.text);
+    assert.deepEqual(await rolesOnPage(a), ['member'], 'on the instance that changed it, at once');
+    assert.deepEqual(await onOtherInstance(rolesOnPage, ['member']), ['member'], `on another instance within ${CROSS_INSTANCE_DEADLINE_MS} ms`);
   });
 
   test('role edit', async () => {
