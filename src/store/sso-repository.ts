@@ -186,10 +186,11 @@ export class SsoConnectionRepository extends Repository {
     await this.db(this.table.ssoConnections).where({ id: connection.id }).update(changes);
   }
 
+  /** The connection removed, or undefined when there was none or a concurrent delete removed it first. */
   async delete(organizationId: string): Promise<SsoConnectionRecord | undefined> {
     const found = await this.findForOrganization(organizationId);
-    if (found) await this.db(this.table.ssoConnections).where({ id: found.id }).delete();
-    return found;
+    if (!found) return undefined;
+    return (await this.db(this.table.ssoConnections).where({ id: found.id }).delete()) === 1 ? found : undefined;
   }
 
   /**

@@ -120,6 +120,74 @@ describe('sso.manage re-checked inside the transaction', () => {
   });
 });
 
+describe('the credential gate re-checked inside the transaction', () => {
+  // Threat: discovery takes seconds, under the caller's control (their IdP answers slowly). A
+  // change admitted with a fresh sign-in, or a verified address, would otherwise be written
+  // after the sign-in went stale or the address stopped being proven. The write is refused as
+  // a new request would be, and nothing is written or announced.
+  const STALE = 301; // one second past security.stepUp.maxAge (300 s), well within the access token's life
+  const connectionEvents = (orgId: string) => h.events.filter((event) => event.organization_id === orgId && event.type.startsWith('sso.connection_'));
+  const unverify = async (userId: string) => {
+    await h.knex(`${h.tablePrefix}users`).where({ id: userId }).update({ email_verified: false });
+  };
+
+  test('a sign-in that goes stale during discovery: create and update answer 401 reauthentication_required, nothing stored or changed', async () => {
+    const org = await createOrg(h);
+    op.beforeNextDiscovery = async () => h.clock.advance(STALE);
+    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true }), { token: org.owner.token }), 401, 'reauthentication_required');
+    assert.equal(op.beforeNextDiscovery, undefined, 'the clock moved during discovery');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
+    assert.deepEqual(connectionEvents(org.id), []);
+
+    const fresh = await createOrg(h);
+    const created = await h.post(`/orgs/${fresh.id}/sso`, connectionBody({ jit: true }), { token: fresh.owner.token });
+    assert.equal(created.status, 201, created.text);
+    op.beforeNextDiscovery = async () => h.clock.advance(STALE);
+    assertError(await h.patch(`/orgs/${fresh.id}/sso`, { client_secret: 'another-secret', jit: false }, { token: fresh.owner.token }), 401, 'reauthentication_required');
+    assert.equal(op.beforeNextDiscovery, undefined, 'the clock moved during discovery');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: fresh.id, jit: true }), 1, 'unchanged');
+    assert.deepEqual(connectionEvents(fresh.id).map((event) => event.type), ['sso.connection_created']);
+  });
+
+  test('with a confirmed factor, a session that goes stale during discovery answers 401 step_up_required', async () => {
+    const { enrollTotp } = await import('../helpers/mfa.js');
+    const org = await createOrg(h);
+    await enrollTotp(h, org.owner.token);
+    op.beforeNextDiscovery = async () => h.clock.advance(STALE);
+    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody(), { token: org.owner.token }), 401, 'step_up_required');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
+    assert.deepEqual(connectionEvents(org.id), []);
+  });
+
+  test('an address that stops being verified during discovery: 403 email_unverified, nothing stored or changed', async () => {
+    const org = await createOrg(h);
+    op.beforeNextDiscovery = () => unverify(org.owner.userId);
+    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody(), { token: org.owner.token }), 403, 'email_unverified');
+    assert.equal(op.beforeNextDiscovery, undefined, 'the address changed during discovery');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
+    assert.deepEqual(connectionEvents(org.id), []);
+
+    const other = await createOrg(h);
+    const created = await h.post(`/orgs/${other.id}/sso`, connectionBody({ jit: true }), { token: other.owner.token });
+    assert.equal(created.status, 201, created.text);
+    op.beforeNextDiscovery = () => unverify(other.owner.userId);
+    assertError(await h.patch(`/orgs/${other.id}/sso`, { issuer: op.issuer, jit: false }, { token: other.owner.token }), 403, 'email_unverified');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: other.id, jit: true }), 1, 'unchanged');
+    assert.deepEqual(connectionEvents(other.id).map((event) => event.type), ['sso.connection_created']);
+  });
+
+  test('a verify, which needs no fresh authentication, still succeeds when the sign-in goes stale during the TXT lookup', async () => {
+    const org = await createOrg(h);
+    const added = await h.post(`/orgs/${org.id}/domains`, { domain: uniqueDomain('stale') }, { token: org.owner.token });
+    assert.equal(added.status, 201, added.text);
+    dns.txt.set(added.body.data.txt_name, [[added.body.data.txt_value]]);
+    dns.duringNextTxt(async () => h.clock.advance(STALE));
+    const verified = await h.post(`/orgs/${org.id}/domains/${added.body.data.id}/verify`, {}, { token: org.owner.token });
+    assert.equal(verified.status, 200, verified.text);
+    assert.equal(verified.body.data.status, 'verified');
+  });
+});
+
 describe('concurrent connection updates', () => {
   test('a change made while another update waits on discovery is kept: the later write changes only its own fields', async () => {
     const org = await createOrg(h);

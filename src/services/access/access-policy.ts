@@ -41,7 +41,8 @@ export interface AccessRequirement {
    * (docs/security.md, "One credential lifecycle"). A verified e-mail always (403
    * `email_unverified`); for a `sign_in_method` (passkey, provider link, API key), a fresh
    * authentication; for a `second_factor` (TOTP, SMS, e-mail), step-up once a factor exists.
-   * The service repeats the same check with `assertMayAddCredential` under the user's row lock.
+   * It is evaluated again inside the write's transaction: by `grant.recheck`, which reads the
+   * user's row there, or by `assertMayAddCredential` under the user's row lock.
    */
   addsCredential?: CredentialKind;
   /** Answers while MFA enrollment is pending under enforcement (docs/security.md). */
@@ -391,6 +392,8 @@ export class AccessPolicy {
     }
     if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
     if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
+    // The credential gate too, in admission's order: a sign-in gone stale, or an address no longer proven, while the request waited.
+    if (requirement.addsCredential && actor.kind === 'session') await this.assertMayAddCredential(repos, actor, requirement.addsCredential);
     return authority;
   }
 

@@ -80,6 +80,8 @@ export class ApiKeyService {
     const ttlSeconds = input.expiresIn ?? API_KEY_DEFAULT_TTL_SECONDS;
     return runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
+      // Before the re-check, which evaluates the same gate again after the membership: here the
+      // gate answers first (email_unverified before a lost membership's forbidden), as it always has.
       await this.policy.assertMayAddCredential(uow.repos, principal, 'sign_in_method');
       const authority = await this.memberAuthority(uow, grant);
       // No escalation: a key carries only what its creator holds now (a superadmin holds everything).
