@@ -146,7 +146,7 @@ export class IdentityServices {
     this.invites = new InviteService(context, this.catalog, this.policy, this.signInRules);
     this.roles = new RoleService(context, this.catalog, this.policy);
     this.users = new UserAdminService(context, this.catalog);
-    this.apiKeys = new ApiKeyService(context, this.catalog, this.policy);
+    this.apiKeys = new ApiKeyService(context, this.catalog);
     this.webhooks = new WebhookService(context);
     this.flows = new FederatedFlows(context, this.sessions, this.mfa);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.flows, this.policy, this.signInRules) : undefined;

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
 import type { Harness } from '../helpers/harness.js';
+import { enrollTotp } from '../helpers/mfa.js';
 import { CLIENT_ID, CLIENT_SECRET, newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
 import { addMember, createOrg, superadmin, switchOrg } from '../helpers/orgs.js';
 import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
@@ -131,49 +132,44 @@ describe('the credential gate re-checked inside the transaction', () => {
     await h.knex(`${h.tablePrefix}users`).where({ id: userId }).update({ email_verified: false });
   };
 
-  test('a sign-in that goes stale during discovery: create and update answer 401 reauthentication_required, nothing stored or changed', async () => {
-    const org = await createOrg(h);
-    op.beforeNextDiscovery = async () => h.clock.advance(STALE);
-    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true }), { token: org.owner.token }), 401, 'reauthentication_required');
-    assert.equal(op.beforeNextDiscovery, undefined, 'the clock moved during discovery');
-    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
-    assert.deepEqual(connectionEvents(org.id), []);
+  const changesDuringDiscovery = [
+    {
+      what: 'a sign-in that goes stale',
+      change: async (_userId: string) => h.clock.advance(STALE),
+      status: 401,
+      code: 'reauthentication_required',
+      update: () => ({ client_secret: 'another-secret', jit: false }),
+    },
+    { what: 'an address that stops being verified', change: unverify, status: 403, code: 'email_unverified', update: () => ({ issuer: op.issuer, jit: false }) },
+  ];
 
-    const fresh = await createOrg(h);
-    const created = await h.post(`/orgs/${fresh.id}/sso`, connectionBody({ jit: true }), { token: fresh.owner.token });
-    assert.equal(created.status, 201, created.text);
-    op.beforeNextDiscovery = async () => h.clock.advance(STALE);
-    assertError(await h.patch(`/orgs/${fresh.id}/sso`, { client_secret: 'another-secret', jit: false }, { token: fresh.owner.token }), 401, 'reauthentication_required');
-    assert.equal(op.beforeNextDiscovery, undefined, 'the clock moved during discovery');
-    assert.equal(await countRows(h, 'sso_connections', { organization_id: fresh.id, jit: true }), 1, 'unchanged');
-    assert.deepEqual(connectionEvents(fresh.id).map((event) => event.type), ['sso.connection_created']);
-  });
+  for (const { what, change, status, code, update } of changesDuringDiscovery) {
+    test(`${what} during discovery: create and update answer ${status} ${code}, nothing stored or changed`, async () => {
+      const org = await createOrg(h);
+      op.beforeNextDiscovery = () => change(org.owner.userId);
+      assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody({ jit: true }), { token: org.owner.token }), status, code);
+      assert.equal(op.beforeNextDiscovery, undefined, 'the change happened during discovery');
+      assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
+      assert.deepEqual(connectionEvents(org.id), []);
+
+      const other = await createOrg(h);
+      const created = await h.post(`/orgs/${other.id}/sso`, connectionBody({ jit: true }), { token: other.owner.token });
+      assert.equal(created.status, 201, created.text);
+      op.beforeNextDiscovery = () => change(other.owner.userId);
+      assertError(await h.patch(`/orgs/${other.id}/sso`, update(), { token: other.owner.token }), status, code);
+      assert.equal(op.beforeNextDiscovery, undefined, 'the change happened during discovery');
+      assert.equal(await countRows(h, 'sso_connections', { organization_id: other.id, jit: true }), 1, 'unchanged');
+      assert.deepEqual(connectionEvents(other.id).map((event) => event.type), ['sso.connection_created']);
+    });
+  }
 
   test('with a confirmed factor, a session that goes stale during discovery answers 401 step_up_required', async () => {
-    const { enrollTotp } = await import('../helpers/mfa.js');
     const org = await createOrg(h);
     await enrollTotp(h, org.owner.token);
     op.beforeNextDiscovery = async () => h.clock.advance(STALE);
     assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody(), { token: org.owner.token }), 401, 'step_up_required');
     assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
     assert.deepEqual(connectionEvents(org.id), []);
-  });
-
-  test('an address that stops being verified during discovery: 403 email_unverified, nothing stored or changed', async () => {
-    const org = await createOrg(h);
-    op.beforeNextDiscovery = () => unverify(org.owner.userId);
-    assertError(await h.post(`/orgs/${org.id}/sso`, connectionBody(), { token: org.owner.token }), 403, 'email_unverified');
-    assert.equal(op.beforeNextDiscovery, undefined, 'the address changed during discovery');
-    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0, 'nothing stored');
-    assert.deepEqual(connectionEvents(org.id), []);
-
-    const other = await createOrg(h);
-    const created = await h.post(`/orgs/${other.id}/sso`, connectionBody({ jit: true }), { token: other.owner.token });
-    assert.equal(created.status, 201, created.text);
-    op.beforeNextDiscovery = () => unverify(other.owner.userId);
-    assertError(await h.patch(`/orgs/${other.id}/sso`, { issuer: op.issuer, jit: false }, { token: other.owner.token }), 403, 'email_unverified');
-    assert.equal(await countRows(h, 'sso_connections', { organization_id: other.id, jit: true }), 1, 'unchanged');
-    assert.deepEqual(connectionEvents(other.id).map((event) => event.type), ['sso.connection_created']);
   });
 
   test('a verify, which needs no fresh authentication, still succeeds when the sign-in goes stale during the TXT lookup', async () => {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { apiKeyDigest, newApiKey } from '../../crypto/api-key.js';
 import { errors } from '../../errors.js';
 import type { ApiKeyRecord } from '../../store/api-key-repository.js';
-import { type AccessGrant, type AccessPolicy, managesMembers, organizationOf } from '../access/access-policy.js';
+import { type AccessGrant, managesMembers, organizationOf } from '../access/access-policy.js';
 import { assertHoldsEveryKey, type ResolvedAuthority } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { isWellFormedId } from '../shared/ids.js';
@@ -61,13 +61,12 @@ export class ApiKeyService {
   constructor(
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
-    private readonly policy: AccessPolicy,
   ) {}
 
   /**
    * POST /orgs/{id}/api-keys. The route's requirement (an active member of the active
-   * organization, its MFA policy, the credential gate) is met before this runs; the gate is
-   * checked again under the user's row lock, with the authority the key is cut from.
+   * organization, its MFA policy, the credential gate) is met before this runs; the grant's
+   * re-check evaluates it again under the user's row lock, with the authority the key is cut from.
    */
   async create(grant: AccessGrant, input: { name: string; permissionKeys: string[]; expiresIn?: number | undefined }, meta: RequestMeta): Promise<CreatedApiKeyView> {
     const { principal } = grant;
@@ -80,9 +79,7 @@ export class ApiKeyService {
     const ttlSeconds = input.expiresIn ?? API_KEY_DEFAULT_TTL_SECONDS;
     return runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
-      // Before the re-check, which evaluates the same gate again after the membership: here the
-      // gate answers first (email_unverified before a lost membership's forbidden), as it always has.
-      await this.policy.assertMayAddCredential(uow.repos, principal, 'sign_in_method');
+      // The re-check evaluates the route's credential gate too, under this lock (docs/security.md).
       const authority = await this.memberAuthority(uow, grant);
       // No escalation: a key carries only what its creator holds now (a superadmin holds everything).
       assertHoldsEveryKey(authority, permissionKeys);
