@@ -22,13 +22,23 @@ export function dialectOf(knex: Knex): Dialect {
   throw new Error(`identity-router supports better-sqlite3 and pg; got client "${client}"`);
 }
 
+interface SqliteStatement {
+  reader: boolean;
+  all(...values: unknown[]): unknown[];
+  get(...values: unknown[]): unknown;
+  run(...values: unknown[]): unknown;
+}
+
 interface SqliteConnection {
   pragma(statement: string): unknown;
-  prepare(sql: string): unknown;
+  prepare(sql: string): SqliteStatement;
 }
 
 /** Distinct statements kept per connection; the router has a few hundred, so this only bounds a runaway. */
 const PREPARED_STATEMENT_LIMIT = 1000;
+
+/** Knex writes a query's LIMIT last, as a placeholder: `.first()` is `... limit ?`. */
+const TRAILING_LIMIT_PLACEHOLDER = / limit \?$/;
 
 /**
  * Knex's better-sqlite3 client prepares every query anew, which costs about as much as
@@ -38,15 +48,48 @@ const PREPARED_STATEMENT_LIMIT = 1000;
  */
 function reusePreparedStatements(connection: SqliteConnection): void {
   const prepare = connection.prepare.bind(connection);
-  const statements = new Map<string, unknown>();
-  connection.prepare = (sql: string) => {
+  const statements = new Map<string, SqliteStatement>();
+  const prepared = (sql: string): SqliteStatement => {
     let statement = statements.get(sql);
     if (statement === undefined) {
-      statement = prepare(sql);
+      statement = TRAILING_LIMIT_PLACEHOLDER.test(sql) ? limitWrittenIn(sql, prepared, prepare(sql)) : prepare(sql);
       if (statements.size >= PREPARED_STATEMENT_LIMIT) statements.delete(statements.keys().next().value!);
       statements.set(sql, statement);
     }
     return statement;
+  };
+  connection.prepare = prepared;
+}
+
+/**
+ * The SQLite that better-sqlite3 builds plans a LIMIT with its bound value, so a statement
+ * whose LIMIT is a placeholder is compiled again on every run: a refresh's one-row lookup took
+ * 40 µs so, and 12 µs with the value in its text (docs/performance.md). Such a statement runs as
+ * the text with the limit written in, one statement per value. The value is an integer Knex has
+ * already parsed, and anything else is bound as before.
+ */
+function limitWrittenIn(sql: string, prepared: (sql: string) => SqliteStatement, asBound: SqliteStatement): SqliteStatement {
+  const withoutLimit = sql.slice(0, -1);
+  const choose = (args: unknown[]): [SqliteStatement, unknown[]] => {
+    // Knex passes its values as one array; the hot statements pass them as arguments.
+    const values = args.length === 1 && Array.isArray(args[0]) ? (args[0] as unknown[]) : args;
+    const limit = values[values.length - 1];
+    return Number.isSafeInteger(limit) && (limit as number) >= 0 ? [prepared(`${withoutLimit}${limit}`), values.slice(0, -1)] : [asBound, values];
+  };
+  return {
+    reader: asBound.reader,
+    all: (...args) => {
+      const [statement, values] = choose(args);
+      return statement.all(...values);
+    },
+    get: (...args) => {
+      const [statement, values] = choose(args);
+      return statement.get(...values);
+    },
+    run: (...args) => {
+      const [statement, values] = choose(args);
+      return statement.run(...values);
+    },
   };
 }
 
