@@ -128,17 +128,30 @@ export class JwtCodec {
    * still published: a signature never changes, so only the time and the key ring can make
    * it invalid. Whether its session is still live is the caller's check, every time.
    */
-  async verifyAccessToken(token: string): Promise<AccessTokenClaims | undefined> {
+  verifyAccessToken(token: string): AccessTokenClaims | undefined | Promise<AccessTokenClaims | undefined> {
     const remembered = this.verified.get(lookupKey(token));
     if (remembered && remembered.token === token) {
       const now = Math.floor(this.clock.now() / 1000);
       const inTime = now < remembered.claims.exp && remembered.claims.iat <= now + 60;
       if (inTime) {
-        const key = this.keyRing.loadedVerificationKey?.(remembered.kid) ?? (await this.keyRing.verificationKey(remembered.kid));
+        // Answered within the request's own event when the key is loaded (docs/performance.md).
+        const key = this.keyRing.loadedVerificationKey?.(remembered.kid);
+        if (key === undefined) return this.verifyRemembered(token, remembered);
         if (key === remembered.publicKey) return remembered.claims;
       }
       this.verified.delete(lookupKey(token));
     }
+    return this.verifyAfresh(token);
+  }
+
+  /** A remembered token whose key is not loaded: the key ring is asked, and a key that changed means verifying again. */
+  private async verifyRemembered(token: string, remembered: VerifiedToken): Promise<AccessTokenClaims | undefined> {
+    if ((await this.keyRing.verificationKey(remembered.kid)) === remembered.publicKey) return remembered.claims;
+    this.verified.delete(lookupKey(token));
+    return this.verifyAfresh(token);
+  }
+
+  private async verifyAfresh(token: string): Promise<AccessTokenClaims | undefined> {
     const decoded = jwt.decode(token, { complete: true });
     if (!decoded || typeof decoded.payload === 'string') return undefined;
     const { header } = decoded;

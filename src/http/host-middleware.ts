@@ -2,6 +2,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
 import type { AccessRequirement, Caller } from '../services/access/access-policy.js';
+import { type Answer, decide, read, type Steps } from '../services/access/decision-steps.js';
 import type { IdentityServices } from '../services/build-services.js';
 import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
@@ -56,27 +57,45 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
   // Each key has its own budget in the `authenticated` group (docs/api-keys.md), counted before
   // the permission check so a key probing for permissions spends it too.
   // One handler in sequence rather than a Router of steps: this runs before every host route.
-  const gate = async (req: Request, res: Response): Promise<void> => {
+  // Its steps run within the request's own event while every read is in memory, and call
+  // next() there; the first read that has to wait turns the rest into a promise
+  // (services/access/decision-steps.ts).
+  function* gate(req: Request, res: Response): Steps<void> {
     if (!readiness.ready) {
-      await readiness.ensure().catch((error: unknown) => {
-        throw errors.unavailable(error);
-      });
+      yield* read(
+        readiness.ensure().catch((error: unknown) => {
+          throw errors.unavailable(error);
+        }),
+      );
     }
     const credential = presentedCredential(req);
     if (credential.kind === 'none') throw errors.unauthorized();
-    const grant = await services.policy.admit(credential, requirement, { organizationFromCaller: true }, async (actor) => {
-      if (actor.kind === 'session') return setPrincipal(res, actor);
-      setApiKeyPrincipal(res, actor);
-      await countAgainst(authenticatedLimiter, req, res);
-    });
-    const { actor } = grant;
-    const authority = grant.authority ?? (actor.kind === 'session' ? await services.policy.authorityOf(actor) : undefined);
-    callers.set(req, services.policy.caller(actor, authority));
-  };
-  return (req, res, next) => {
-    gate(req, res).then(
-      () => next(),
-      (error: unknown) => answerError(error, req, res, next),
+    const grant = yield* read(
+      services.policy.admit(credential, requirement, { organizationFromCaller: true }, (actor) => {
+        if (actor.kind === 'session') return setPrincipal(res, actor);
+        setApiKeyPrincipal(res, actor);
+        return countAgainst(authenticatedLimiter, req, res);
+      }),
     );
+    const { actor } = grant;
+    const authority = grant.authority ?? (actor.kind === 'session' ? yield* read(services.policy.authorityOf(actor)) : undefined);
+    callers.set(req, services.policy.caller(actor, authority));
+  }
+  return (req, res, next) => {
+    let admitted: Answer<void>;
+    try {
+      admitted = decide(gate(req, res));
+    } catch (error) {
+      answerError(error, req, res, next);
+      return;
+    }
+    if (admitted instanceof Promise) {
+      admitted.then(
+        () => next(),
+        (error: unknown) => answerError(error, req, res, next),
+      );
+    } else {
+      next();
+    }
   };
 }

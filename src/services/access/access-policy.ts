@@ -2,6 +2,7 @@ import { apiKeyDigest, isApiKeyShaped } from '../../crypto/api-key.js';
 import { errors, type IdentityError } from '../../errors.js';
 import type { Repositories } from '../../store/store.js';
 import { type AccessReads, type GateReads, uncachedReads } from './access-reads.js';
+import { type Answer, decide, decideLater, read, type Steps } from './decision-steps.js';
 import type { ResolvedAuthority } from './authority.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import { isWellFormedId } from '../shared/ids.js';
@@ -16,6 +17,10 @@ import type { Principal } from './principal.js';
  * a second factor) through the same functions, inside the transaction whose write they
  * guard. Patterns: better-auth `has-permission.ts` + `orgMiddleware`, node-oidc-provider
  * `grant_common.js`.
+ *
+ * The rules are written as steps that yield their reads (decision-steps.ts): the same steps
+ * decide from the access cache within the request's event, or from the database and the
+ * transaction's repositories after waiting.
  */
 export interface AccessRequirement {
   /** docs/security.md: public, bearer (access token of a live session), ticket (MFA ticket). */
@@ -267,11 +272,15 @@ export class AccessPolicy {
   ) {}
 
   /** A verified access token whose session is live and whose user may authenticate; otherwise 401. */
-  async authenticate(token: string): Promise<Principal> {
-    const claims = await this.context.jwt.verifyAccessToken(token);
+  authenticate(token: string): Promise<Principal> {
+    return decideLater(this.authenticating(token));
+  }
+
+  private *authenticating(token: string): Steps<Principal> {
+    const claims = yield* read(this.context.jwt.verifyAccessToken(token));
     if (!claims) throw errors.unauthorized('The access token is invalid or expired.');
     // Through the access cache (docs/multiple-instances.md): every revocation invalidates it after commit.
-    const found = await this.reads.liveSession(claims.sid);
+    const found = yield* read(this.reads.liveSession(claims.sid));
     if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
     const { session, user } = found;
     if (!mayAuthenticate(user)) throw errors.unauthorized('The account is not active.');
@@ -284,14 +293,14 @@ export class AccessPolicy {
    * organization deleted. Membership and permissions are `authorize`'s. One indexed query on
    * the key's hash; nothing about a key is cached, so every instance sees a change at once.
    */
-  async authenticateApiKey(presented: string, requirement: AccessRequirement): Promise<ApiKeyPrincipal> {
+  private *authenticateApiKey(presented: string, requirement: AccessRequirement): Steps<ApiKeyPrincipal> {
     if (!requirement.acceptsApiKeys) throw apiKeyNotAccepted();
     let digest = this.apiKeyDigests.get(presented);
     if (digest === undefined) {
       if (!isApiKeyShaped(presented)) throw apiKeyStopped();
       digest = apiKeyDigest(this.context.keys.apiKeyHash, presented);
     }
-    const found = await this.reads.apiKeyForUse(digest);
+    const found = yield* read(this.reads.apiKeyForUse(digest));
     if (!found) throw apiKeyStopped();
     if (!this.apiKeyDigests.has(presented)) {
       if (this.apiKeyDigests.size >= API_KEY_DIGESTS_REMEMBERED) this.apiKeyDigests.delete(this.apiKeyDigests.keys().next().value!);
@@ -320,36 +329,36 @@ export class AccessPolicy {
    * membership), step-up, the credential gate, the user named in the path. Superadmin is
    * resolved once. Answers the caller's authority and the organization it was resolved in.
    */
-  private async authorize(actor: Actor, requirement: AccessRequirement, target: AccessTarget): Promise<{ authority: ResolvedAuthority | undefined; organizationId: string | undefined }> {
+  private *authorize(actor: Actor, requirement: AccessRequirement, target: AccessTarget): Steps<{ authority: ResolvedAuthority | undefined; organizationId: string | undefined }> {
     const organizationId = target.organizationFromCaller ? (actor.organizationId ?? undefined) : target.organizationId;
-    if (actor.kind === 'api_key') return { authority: await this.authorizeApiKey(actor, requirement), organizationId: actor.organizationId };
+    if (actor.kind === 'api_key') return { authority: yield* this.authorizeApiKey(actor, requirement), organizationId: actor.organizationId };
     const principal = actor;
     const repos = this.reads;
     if (requirement.refusesLockedAccount) this.assertNotLocked(principal.user);
-    if (!requirement.allowedDuringEnrollment) await this.assertEnrollmentNotPending(repos, principal);
+    if (!requirement.allowedDuringEnrollment) yield* this.assertEnrollmentNotPending(repos, principal);
     let authority: ResolvedAuthority | undefined;
     if (requirement.entersOrganization) {
       const entered = enteredOrganization(target.body?.());
       if (entered === undefined) throw errors.validation(['"organization_id" is required']);
-      authority = await this.authorizeEntry(repos, principal, entered);
+      authority = yield* this.authorizeEntry(repos, principal, entered);
       return { authority, organizationId: entered };
     }
     if (requirement.permission !== undefined || requirement.member) {
       if (organizationId === undefined) throw errors.noActiveOrganization();
-      authority = await this.authorizeInOrganization(repos, principal, organizationId, requirement);
+      authority = yield* this.authorizeInOrganization(repos, principal, organizationId, requirement);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
-      authority = await repos.authority(this.catalog, principal.userId, principal.organizationId);
+      authority = yield* read(repos.authority(this.catalog, principal.userId, principal.organizationId));
       // docs/getting-started.md: a host that scopes data by the caller's organization never serves one the
       // user has left, though the session lives on until its token expires.
       if (!authority.member && !authority.superadmin) throw errors.forbidden('You are no longer a member of the organization this token was issued for.');
       // Every request scoped to an organization meets its MFA policy, host middleware included.
-      await this.assertOrganizationMfa(repos, principal, principal.organizationId);
+      yield* this.assertOrganizationMfa(repos, principal, principal.organizationId);
     }
-    if (requirement.stepUp) await this.assertStepUpWith(repos, principal);
-    if (requirement.addsCredential) await this.assertMayAddCredentialWith(repos, principal, principal.user.emailVerified, requirement.addsCredential);
+    if (requirement.stepUp) yield* this.assertStepUpWith(repos, principal);
+    if (requirement.addsCredential) yield* this.assertMayAddCredentialWith(repos, principal, principal.user.emailVerified, requirement.addsCredential);
     // After step-up, as the service decided it before: a stale session hears step_up_required first.
     // Uncached, as before: a superadmin grant or revocation counts from the next request.
-    if (requirement.user) authority = await this.authorizeOnUser(uncachedReads(this.context.store.repos), principal, requirement.user, target);
+    if (requirement.user) authority = yield* this.authorizeOnUser(uncachedReads(this.context.store.repos), principal, requirement.user, target);
     return { authority, organizationId: requirement.permission !== undefined || requirement.member ? organizationId : (principal.organizationId ?? undefined) };
   }
 
@@ -358,22 +367,32 @@ export class AccessPolicy {
    * authenticate the presented credential (a session's access token, or an API key where the
    * requirement accepts one), run `afterAuthentication` (the per-caller rate limit, so a probe
    * spends its budget before it learns anything), then evaluate the requirement. Answers the
-   * grant the route hands to its service.
+   * grant the route hands to its service: at once when every read was in memory, else a
+   * promise; a refusal before any wait is thrown at once (decision-steps.ts).
    */
-  async admit(
+  admit(
     credential: { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string },
     requirement: AccessRequirement,
     target: AccessTarget,
-    afterAuthentication?: (actor: Actor) => Promise<void>,
-  ): Promise<AccessGrant> {
-    const actor: Actor = credential.kind === 'api_key' ? await this.authenticateApiKey(credential.key, requirement) : await this.authenticate(credential.token);
-    if (afterAuthentication) await afterAuthentication(actor);
-    const { authority, organizationId } = await this.authorize(actor, requirement, target);
+    afterAuthentication?: (actor: Actor) => Answer<void>,
+  ): Answer<AccessGrant> {
+    return decide(this.admitting(credential, requirement, target, afterAuthentication));
+  }
+
+  private *admitting(
+    credential: { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string },
+    requirement: AccessRequirement,
+    target: AccessTarget,
+    afterAuthentication: ((actor: Actor) => Answer<void>) | undefined,
+  ): Steps<AccessGrant> {
+    const actor: Actor = credential.kind === 'api_key' ? yield* this.authenticateApiKey(credential.key, requirement) : yield* this.authenticating(credential.token);
+    if (afterAuthentication) yield* read(afterAuthentication(actor));
+    const { authority, organizationId } = yield* this.authorize(actor, requirement, target);
     return this.grant(actor, requirement, organizationId, authority, target);
   }
 
   private grant(actor: Actor, requirement: AccessRequirement, organizationId: string | undefined, authority: ResolvedAuthority | undefined, target: AccessTarget): AccessGrant {
-    return new AdmittedGrant(actor, requirement, organizationId, authority, (repos) => this.recheck(actor, requirement, organizationId, target, repos));
+    return new AdmittedGrant(actor, requirement, organizationId, authority, (repos) => decideLater(this.recheck(actor, requirement, organizationId, target, repos)));
   }
 
   /**
@@ -381,19 +400,19 @@ export class AccessPolicy {
    * transaction: authority is read from `repos`, so a role or membership changed since
    * admission (and committed before the caller's row locks) is seen.
    */
-  private async recheck(actor: Actor, requirement: AccessRequirement, organizationId: string | undefined, target: AccessTarget, repos: Repositories): Promise<ResolvedAuthority> {
+  private *recheck(actor: Actor, requirement: AccessRequirement, organizationId: string | undefined, target: AccessTarget, repos: Repositories): Steps<ResolvedAuthority> {
     const reads = uncachedReads(repos);
-    if (requirement.user) return this.authorizeOnUser(reads, actor as Principal, requirement.user, target);
-    const authority = await reads.authority(this.catalog, actor.userId, organizationId ?? null);
+    if (requirement.user) return yield* this.authorizeOnUser(reads, actor as Principal, requirement.user, target);
+    const authority = yield* read(reads.authority(this.catalog, actor.userId, organizationId ?? null));
     if (requirement.entersOrganization) {
       if (!authority.member && !authority.superadmin) throw notMemberOf();
-      if (organizationId !== undefined) await this.assertOrganizationMfa(reads, actor as Principal, organizationId);
+      if (organizationId !== undefined) yield* this.assertOrganizationMfa(reads, actor as Principal, organizationId);
       return authority;
     }
     if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
     if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
     // The credential gate too, in admission's order: a sign-in gone stale, or an address no longer proven, while the request waited.
-    if (requirement.addsCredential && actor.kind === 'session') await this.assertMayAddCredential(repos, actor, requirement.addsCredential);
+    if (requirement.addsCredential && actor.kind === 'session') yield* this.credentialGate(repos, actor, requirement.addsCredential);
     return authority;
   }
 
@@ -402,16 +421,20 @@ export class AccessPolicy {
    * row locked by the caller): the address is read from that row, so a proof or a change
    * between the request's admission and its write cannot slip through.
    */
-  async assertMayAddCredential(repos: Repositories, principal: Principal, kind: CredentialKind): Promise<void> {
-    const user = await repos.users.findById(principal.userId);
-    await this.assertMayAddCredentialWith(uncachedReads(repos), principal, user?.emailVerified === true, kind);
+  assertMayAddCredential(repos: Repositories, principal: Principal, kind: CredentialKind): Promise<void> {
+    return decideLater(this.credentialGate(repos, principal, kind));
   }
 
-  private async assertMayAddCredentialWith(reads: GateReads, principal: Principal, emailVerified: boolean, kind: CredentialKind): Promise<void> {
+  private *credentialGate(repos: Repositories, principal: Principal, kind: CredentialKind): Steps<void> {
+    const user = yield* read(repos.users.findById(principal.userId));
+    yield* this.assertMayAddCredentialWith(uncachedReads(repos), principal, user?.emailVerified === true, kind);
+  }
+
+  private *assertMayAddCredentialWith(reads: GateReads, principal: Principal, emailVerified: boolean, kind: CredentialKind): Steps<void> {
     // First, because signing in again would not help: only the owner's proof of the address does.
     if (!emailVerified) throw errors.emailUnverified('Verify your e-mail address before adding a way to sign in or a second factor.');
-    if (kind === 'sign_in_method') await this.assertFreshAuthenticationWith(reads, principal);
-    else await this.assertStepUpWith(reads, principal);
+    if (kind === 'sign_in_method') yield* this.assertFreshAuthenticationWith(reads, principal);
+    else yield* this.assertStepUpWith(reads, principal);
   }
 
   /** docs/getting-started.md: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */
@@ -425,13 +448,13 @@ export class AccessPolicy {
    * without a confirmed factor has nothing to step up with and passes. Pass the unit of
    * work's repositories when the decision guards a write in that transaction.
    */
-  async assertStepUp(repos: Repositories, principal: Principal): Promise<void> {
-    await this.assertStepUpWith(uncachedReads(repos), principal);
+  assertStepUp(repos: Repositories, principal: Principal): Promise<void> {
+    return decideLater(this.assertStepUpWith(uncachedReads(repos), principal));
   }
 
-  private async assertStepUpWith(reads: GateReads, principal: Principal): Promise<void> {
+  private *assertStepUpWith(reads: GateReads, principal: Principal): Steps<void> {
     if (this.stepUpFresh(principal)) return;
-    if (!(await reads.hasConfirmedFactor(principal.userId))) return;
+    if (!(yield* read(reads.hasConfirmedFactor(principal.userId)))) return;
     throw errors.stepUpRequired();
   }
 
@@ -439,9 +462,9 @@ export class AccessPolicy {
    * Fresh authentication (docs/social-login.md): like step-up, but a user without a factor is not
    * waved through: a sign-in older than `security.stepUp.maxAge` must be repeated.
    */
-  private async assertFreshAuthenticationWith(reads: GateReads, principal: Principal): Promise<void> {
+  private *assertFreshAuthenticationWith(reads: GateReads, principal: Principal): Steps<void> {
     if (this.stepUpFresh(principal)) return;
-    if (await reads.hasConfirmedFactor(principal.userId)) throw errors.stepUpRequired();
+    if (yield* read(reads.hasConfirmedFactor(principal.userId))) throw errors.stepUpRequired();
     throw errors.reauthenticationRequired();
   }
 
@@ -451,12 +474,12 @@ export class AccessPolicy {
   }
 
   /** docs/security.md: global enforcement, the per-user flag, or an organization that requires MFA. */
-  async isMfaEnforcedFor(repos: Repositories, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
-    return this.isMfaEnforcedWith(uncachedReads(repos), user);
+  isMfaEnforcedFor(repos: Repositories, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
+    return decideLater(this.isMfaEnforcedWith(uncachedReads(repos), user));
   }
 
-  private isMfaEnforcedWith(reads: GateReads, user: { id: string; mfaEnforced: boolean }): Promise<boolean> {
-    return this.mfaEnforced(user, () => reads.belongsToMfaRequiringOrganization(user.id));
+  private *isMfaEnforcedWith(reads: GateReads, user: { id: string; mfaEnforced: boolean }): Steps<boolean> {
+    return yield* this.mfaEnforced(user, () => reads.belongsToMfaRequiringOrganization(user.id));
   }
 
   /**
@@ -464,9 +487,9 @@ export class AccessPolicy {
    * flag, or an active membership of an organization that requires MFA. The membership is
    * asked last, and only when the cheaper answers did not settle it.
    */
-  private async mfaEnforced(user: { mfaEnforced: boolean }, inMfaRequiringOrganization: () => boolean | Promise<boolean>): Promise<boolean> {
+  private *mfaEnforced(user: { mfaEnforced: boolean }, inMfaRequiringOrganization: () => Answer<boolean>): Steps<boolean> {
     if (this.context.config.mfa.enforce || user.mfaEnforced) return true;
-    return inMfaRequiringOrganization();
+    return yield* read(inMfaRequiringOrganization());
   }
 
   /** The caller as the host middleware exposes it. */
@@ -490,12 +513,12 @@ export class AccessPolicy {
   }
 
   /** A user's live authority in an organization, through the access cache (every change to it invalidates the cache). */
-  authorityIn(userId: string, organizationId: string | null): Promise<ResolvedAuthority> {
+  authorityIn(userId: string, organizationId: string | null): Answer<ResolvedAuthority> {
     return this.reads.authority(this.catalog, userId, organizationId);
   }
 
   /** Resolves the caller's authority (for `caller()`) when the requirement did not. */
-  async authorityOf(principal: Principal): Promise<ResolvedAuthority> {
+  authorityOf(principal: Principal): Answer<ResolvedAuthority> {
     return this.reads.authority(this.catalog, principal.userId, principal.organizationId);
   }
 
@@ -504,22 +527,22 @@ export class AccessPolicy {
    * it). Decided before the target is looked up, so a caller without the permission learns
    * nothing about which ids exist.
    */
-  private async authorizeOnUser(reads: GateReads, principal: Principal, rule: NonNullable<AccessRequirement['user']>, target: AccessTarget): Promise<ResolvedAuthority> {
+  private *authorizeOnUser(reads: GateReads, principal: Principal, rule: NonNullable<AccessRequirement['user']>, target: AccessTarget): Steps<ResolvedAuthority> {
     const body = rule.exceptFields ? target.body?.() : undefined;
     const sendsRestrictedField = rule.exceptFields?.some((field) => bodyHas(body, field)) ?? false;
-    const authority = await reads.authority(this.catalog, principal.userId, null);
+    const authority = yield* read(reads.authority(this.catalog, principal.userId, null));
     if (rule.self && !sendsRestrictedField && target.userId === principal.userId) return authority;
     if (!authority.permissions.has(rule.permission)) throw errors.forbidden();
     return authority;
   }
 
   /** Entering an organization (switch-org): it exists, the caller belongs to it, and its MFA policy is met. */
-  private async authorizeEntry(reads: GateReads, principal: Principal, organizationId: string): Promise<ResolvedAuthority> {
-    const organization = await reads.activeOrganization(organizationId);
+  private *authorizeEntry(reads: GateReads, principal: Principal, organizationId: string): Steps<ResolvedAuthority> {
+    const organization = yield* read(reads.activeOrganization(organizationId));
     if (!organization) throw errors.notFound('Organization');
-    const authority = await reads.authority(this.catalog, principal.userId, organizationId);
+    const authority = yield* read(reads.authority(this.catalog, principal.userId, organizationId));
     if (!authority.member && !authority.superadmin) throw notMemberOf();
-    if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
+    if (organization.requireMfa) yield* this.assertSessionMeetsOrganizationMfa(reads, principal);
     return authority;
   }
 
@@ -529,17 +552,17 @@ export class AccessPolicy {
    * owner's sessions, a key never passes step-up, and the permissions are the key's
    * intersected with the owner's live ones (403 for one it lacks).
    */
-  private async authorizeApiKey(actor: ApiKeyPrincipal, requirement: AccessRequirement): Promise<ResolvedAuthority> {
-    const owner = await this.reads.authority(this.catalog, actor.userId, actor.organizationId);
+  private *authorizeApiKey(actor: ApiKeyPrincipal, requirement: AccessRequirement): Steps<ResolvedAuthority> {
+    const owner = yield* read(this.reads.authority(this.catalog, actor.userId, actor.organizationId));
     if (!owner.member) throw apiKeyStopped();
-    const mfaEnforced = await this.mfaEnforced(actor.owner, () => actor.owner.inMfaRequiringOrganization);
+    const mfaEnforced = yield* this.mfaEnforced(actor.owner, () => actor.owner.inMfaRequiringOrganization);
     if (!requirement.allowedDuringEnrollment && mfaEnforced && !actor.owner.hasConfirmedFactor) throw mfaEnrollmentRequired();
     const now = this.context.clock.now();
     const lastUsedAt = Math.max(actor.lastUsedAt ?? Number.NEGATIVE_INFINITY, this.apiKeyTouchedAt.get(actor.apiKeyId) ?? Number.NEGATIVE_INFINITY);
     if (now - lastUsedAt >= API_KEY_LAST_USED_RESOLUTION_MS) {
       if (this.apiKeyTouchedAt.size >= API_KEY_TOUCHES_REMEMBERED) this.apiKeyTouchedAt.clear();
       this.apiKeyTouchedAt.set(actor.apiKeyId, now);
-      await this.context.store.repos.apiKeys.touchLastUsed(actor.apiKeyId, now, API_KEY_LAST_USED_RESOLUTION_MS);
+      yield* read(this.context.store.repos.apiKeys.touchLastUsed(actor.apiKeyId, now, API_KEY_LAST_USED_RESOLUTION_MS));
     }
     if (requirement.stepUp) throw errors.stepUpRequired();
     const permissions = new Set(actor.keyPermissions.filter((permission) => owner.permissions.has(permission)));
@@ -548,43 +571,43 @@ export class AccessPolicy {
   }
 
   /** Grace enrollment (docs/security.md): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */
-  private async assertEnrollmentNotPending(reads: GateReads, principal: Principal): Promise<void> {
+  private *assertEnrollmentNotPending(reads: GateReads, principal: Principal): Steps<void> {
     if (principal.mfa) return;
-    if (!(await this.isMfaEnforcedWith(reads, principal.user))) return;
-    if (await reads.hasConfirmedFactor(principal.userId)) return;
+    if (!(yield* this.isMfaEnforcedWith(reads, principal.user))) return;
+    if (yield* read(reads.hasConfirmedFactor(principal.userId))) return;
     throw mfaEnrollmentRequired();
   }
 
-  private async authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, requirement: AccessRequirement): Promise<ResolvedAuthority> {
+  private *authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, requirement: AccessRequirement): Steps<ResolvedAuthority> {
     // The token's own organization needs neither the superadmin flag nor a shape check here:
     // the authority read below carries the flag, and the id is one the router issued.
     let superadmin: boolean | undefined;
     if (organizationId !== principal.organizationId) {
-      superadmin = await reads.isSuperadmin(principal.userId);
+      superadmin = yield* read(reads.isSuperadmin(principal.userId));
       if (requirement.member || !superadmin) throw errors.forbidden('The organization in the path is not your active organization.');
       // Only a superadmin reaches here with a path value that did not come from our own token.
       if (!isWellFormedId(organizationId)) throw errors.notFound('Organization');
     }
     // One after the other: on the hot path both are cache hits, to which Promise.all only adds promises.
-    const organization = await reads.activeOrganization(organizationId);
-    const authority = await reads.authority(this.catalog, principal.userId, organizationId, superadmin);
+    const organization = yield* read(reads.activeOrganization(organizationId));
+    const authority = yield* read(reads.authority(this.catalog, principal.userId, organizationId, superadmin));
     if (!organization) throw errors.notFound('Organization');
-    if (organization.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
+    if (organization.requireMfa) yield* this.assertSessionMeetsOrganizationMfa(reads, principal);
     if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
     if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
     return authority;
   }
 
-  private async assertOrganizationMfa(reads: GateReads, principal: Principal, organizationId: string): Promise<void> {
+  private *assertOrganizationMfa(reads: GateReads, principal: Principal, organizationId: string): Steps<void> {
     if (principal.mfa) return;
-    const organization = await reads.activeOrganization(organizationId);
-    if (organization?.requireMfa) await this.assertSessionMeetsOrganizationMfa(reads, principal);
+    const organization = yield* read(reads.activeOrganization(organizationId));
+    if (organization?.requireMfa) yield* this.assertSessionMeetsOrganizationMfa(reads, principal);
   }
 
   /** docs/security.md: a session without a second factor cannot act in a `require_mfa` organization. */
-  private async assertSessionMeetsOrganizationMfa(reads: GateReads, principal: Principal): Promise<void> {
+  private *assertSessionMeetsOrganizationMfa(reads: GateReads, principal: Principal): Steps<void> {
     if (principal.mfa) return;
-    if (await reads.hasConfirmedFactor(principal.userId)) {
+    if (yield* read(reads.hasConfirmedFactor(principal.userId))) {
       throw errors.mfaRequired();
     }
     throw mfaEnrollmentRequired();

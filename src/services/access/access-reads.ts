@@ -6,15 +6,19 @@ import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import { type AccessCache, dependsOnOrganization, dependsOnSession, dependsOnUser } from '../shared/access-cache.js';
 import { authorityFrom, resolveAuthority, type ResolvedAuthority } from './authority.js';
+import { type Answer, decide, read, type Steps } from './decision-steps.js';
 import type { PermissionCatalog } from './permission-catalog.js';
 
-/** What the access policy reads to decide; cached for request gates, straight from a transaction's repositories otherwise. */
+/**
+ * What the access policy reads to decide; cached for request gates, straight from a
+ * transaction's repositories otherwise. A cached read answers at once when its entry is kept.
+ */
 export interface GateReads {
-  isSuperadmin(userId: string): Promise<boolean>;
-  activeOrganization(organizationId: string): Promise<OrganizationRecord | undefined>;
-  authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Promise<ResolvedAuthority>;
-  belongsToMfaRequiringOrganization(userId: string): Promise<boolean>;
-  hasConfirmedFactor(userId: string): Promise<boolean>;
+  isSuperadmin(userId: string): Answer<boolean>;
+  activeOrganization(organizationId: string): Answer<OrganizationRecord | undefined>;
+  authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Answer<ResolvedAuthority>;
+  belongsToMfaRequiringOrganization(userId: string): Answer<boolean>;
+  hasConfirmedFactor(userId: string): Answer<boolean>;
 }
 
 /** The same reads without the cache: for decisions that guard a write in the transaction of `repos`. */
@@ -41,16 +45,22 @@ export class AccessReads implements GateReads {
   ) {}
 
   /** A session that is neither revoked nor past its lifetime, with its user. */
-  async liveSession(sessionId: string): Promise<{ session: SessionRecord; user: UserRecord } | undefined> {
-    const found = await this.cache.read(
-      `session:${sessionId}`,
-      () => this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()),
-      (value) => (value ? [dependsOnSession(sessionId), dependsOnUser(value.user.id)] : undefined),
+  liveSession(sessionId: string): Answer<{ session: SessionRecord; user: UserRecord } | undefined> {
+    return decide(this.liveSessionSteps(sessionId));
+  }
+
+  private *liveSessionSteps(sessionId: string): Steps<{ session: SessionRecord; user: UserRecord } | undefined> {
+    const found = yield* read(
+      this.cache.readNow(
+        `session:${sessionId}`,
+        () => this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()),
+        (value) => (value ? [dependsOnSession(sessionId), dependsOnUser(value.user.id)] : undefined),
+      ),
     );
     // The clock moves on while an entry is kept: its lifetime is checked on every read, and a
     // refresh may have extended it since (refreshes do not invalidate), so the database decides.
     if (!found || found.session.expiresAt > this.clock.now()) return found;
-    return this.repos.sessions.findLiveWithUser(sessionId, this.clock.now());
+    return yield* read(this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()));
   }
 
   /**
@@ -58,20 +68,20 @@ export class AccessReads implements GateReads {
    * the owner's changes and the organization's emit events that drop the entry; expiry is
    * checked by the caller on every read. Unknown digests are not kept, so guessing fills nothing.
    */
-  apiKeyForUse(digest: string): Promise<ApiKeyForUse | undefined> {
-    return this.cache.read(
+  apiKeyForUse(digest: string): Answer<ApiKeyForUse | undefined> {
+    return this.cache.readNow(
       `api_key:${digest}`,
       () => this.repos.apiKeys.findForUse(digest),
       (value) => (value ? [dependsOnUser(value.key.userId), dependsOnOrganization(value.key.organizationId)] : undefined),
     );
   }
 
-  isSuperadmin(userId: string): Promise<boolean> {
-    return this.cache.read(`superadmin:${userId}`, () => this.repos.roles.isSuperadmin(userId), () => [dependsOnUser(userId)]);
+  isSuperadmin(userId: string): Answer<boolean> {
+    return this.cache.readNow(`superadmin:${userId}`, () => this.repos.roles.isSuperadmin(userId), () => [dependsOnUser(userId)]);
   }
 
-  membershipAuthority(userId: string, organizationId: string): Promise<MembershipAuthorityRow | undefined> {
-    return this.cache.read(
+  membershipAuthority(userId: string, organizationId: string): Answer<MembershipAuthorityRow | undefined> {
+    return this.cache.readNow(
       `membership:${userId}:${organizationId}`,
       () => this.repos.roles.resolveMembershipAuthority(userId, organizationId),
       () => [dependsOnUser(userId), dependsOnOrganization(organizationId)],
@@ -83,29 +93,35 @@ export class AccessReads implements GateReads {
    * does not rebuild the permission set. It depends on the user and the organization, like
    * the parts it is made of; an entry older than their invalidations is never served.
    */
-  async authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Promise<ResolvedAuthority> {
-    const authority = await this.cache.read(
-      `authority:${userId}:${organizationId ?? ''}`,
-      async () => {
-        const [superadmin, membership] = await Promise.all([this.isSuperadmin(userId), organizationId ? this.membershipAuthority(userId, organizationId) : undefined]);
-        return authorityFrom(catalog, superadmin, membership);
-      },
-      () => (organizationId ? [dependsOnUser(userId), dependsOnOrganization(organizationId)] : [dependsOnUser(userId)]),
+  authority(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin?: boolean): Answer<ResolvedAuthority> {
+    return decide(this.authoritySteps(catalog, userId, organizationId, knownSuperadmin));
+  }
+
+  private *authoritySteps(catalog: PermissionCatalog, userId: string, organizationId: string | null, knownSuperadmin: boolean | undefined): Steps<ResolvedAuthority> {
+    const authority = yield* read(
+      this.cache.readNow(
+        `authority:${userId}:${organizationId ?? ''}`,
+        async () => {
+          const [superadmin, membership] = await Promise.all([this.isSuperadmin(userId), organizationId ? this.membershipAuthority(userId, organizationId) : undefined]);
+          return authorityFrom(catalog, superadmin, membership);
+        },
+        () => (organizationId ? [dependsOnUser(userId), dependsOnOrganization(organizationId)] : [dependsOnUser(userId)]),
+      ),
     );
     // The caller read the flag a moment ago and an invalidation fell in between: its reading wins.
     if (knownSuperadmin !== undefined && knownSuperadmin !== authority.superadmin) {
-      return authorityFrom(catalog, knownSuperadmin, organizationId ? await this.membershipAuthority(userId, organizationId) : undefined);
+      return authorityFrom(catalog, knownSuperadmin, organizationId ? yield* read(this.membershipAuthority(userId, organizationId)) : undefined);
     }
     return authority;
   }
 
-  activeOrganization(organizationId: string): Promise<OrganizationRecord | undefined> {
-    return this.cache.read(`organization:${organizationId}`, () => this.repos.organizations.findActive(organizationId), () => [dependsOnOrganization(organizationId)]);
+  activeOrganization(organizationId: string): Answer<OrganizationRecord | undefined> {
+    return this.cache.readNow(`organization:${organizationId}`, () => this.repos.organizations.findActive(organizationId), () => [dependsOnOrganization(organizationId)]);
   }
 
   /** Whether an active membership puts the user under an organization's `require_mfa` (an organization change invalidates every entry). */
-  belongsToMfaRequiringOrganization(userId: string): Promise<boolean> {
-    return this.cache.read(`mfa-organization:${userId}`, () => this.repos.organizations.userBelongsToMfaRequiringOrganization(userId), () => [dependsOnUser(userId)]);
+  belongsToMfaRequiringOrganization(userId: string): Answer<boolean> {
+    return this.cache.readNow(`mfa-organization:${userId}`, () => this.repos.organizations.userBelongsToMfaRequiringOrganization(userId), () => [dependsOnUser(userId)]);
   }
 
   /** The user's active memberships of active organizations, with role slugs (GET /auth/me, GET /orgs). */
@@ -136,7 +152,7 @@ export class AccessReads implements GateReads {
     return this.cache.read(`recovery-codes:${userId}`, () => this.repos.recoveryCodes.countUnused(userId), () => [dependsOnUser(userId)]);
   }
 
-  hasConfirmedFactor(userId: string): Promise<boolean> {
-    return this.cache.read(`confirmed-factor:${userId}`, () => this.repos.mfaFactors.hasConfirmed(userId), () => [dependsOnUser(userId)]);
+  hasConfirmedFactor(userId: string): Answer<boolean> {
+    return this.cache.readNow(`confirmed-factor:${userId}`, () => this.repos.mfaFactors.hasConfirmed(userId), () => [dependsOnUser(userId)]);
   }
 }

@@ -144,6 +144,18 @@ export class AccessCache {
     return value;
   }
 
+  /**
+   * `read`, answered at once when a fresh entry is kept: the access policy decides within the
+   * request's own event when every read it needs is here (services/access/decision-steps.ts).
+   */
+  readNow<T>(key: string, load: () => Promise<T>, dependsOn: (value: T) => string[] | undefined): T | Promise<T> {
+    if (!this.carrier || this.carrier.listening) {
+      const entry = this.entries.get(key);
+      if (entry && this.isFresh(entry, performance.now())) return entry.value as T;
+    }
+    return this.read(key, load, dependsOn);
+  }
+
   /** Applies here and in this process's peers at once, and tells other instances. */
   invalidate(scopes: AccessScope[]): void {
     if (scopes.length === 0) return;
