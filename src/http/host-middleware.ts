@@ -11,14 +11,17 @@ import { countAgainst } from './rate-limits.js';
 import { setApiKeyPrincipal, setPrincipal } from './request-state.js';
 
 /*
- * The caller of a host route, keyed by the request object itself: nothing is added to
- * Express's global types in the host's program, and `identity.caller(req)` is typed.
+ * The caller of a host route, under a symbol only this module holds: nothing is added to
+ * Express's global types in the host's program, and `identity.caller(req)` is typed. (A
+ * WeakMap keyed by the request cost the host route more: one entry per request for the
+ * garbage collector to trace.)
  */
-const callers = new WeakMap<Request, Caller>();
+const CALLER = Symbol('identity-router caller');
+type RequestWithCaller = Request & { [CALLER]?: Caller };
 
 /** The caller set by `authenticate()` or `requirePermission()`, or undefined on a request they did not pass. */
 export function callerOf(req: Request): Caller | undefined {
-  return callers.get(req);
+  return (req as RequestWithCaller)[CALLER];
 }
 
 /** What the host middleware needs from the router. */
@@ -70,16 +73,14 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     }
     const credential = presentedCredential(req);
     if (credential.kind === 'none') throw errors.unauthorized();
-    const grant = yield* read(
-      services.policy.admit(credential, requirement, { organizationFromCaller: true }, (actor) => {
-        if (actor.kind === 'session') return setPrincipal(res, actor);
-        setApiKeyPrincipal(res, actor);
-        return countAgainst(authenticatedLimiter, req, res);
-      }),
-    );
+    const grant = yield* services.policy.admission(credential, requirement, { organizationFromCaller: true }, (actor) => {
+      if (actor.kind === 'session') return setPrincipal(res, actor);
+      setApiKeyPrincipal(res, actor);
+      return countAgainst(authenticatedLimiter, req, res);
+    });
     const { actor } = grant;
     const authority = grant.authority ?? (actor.kind === 'session' ? yield* read(services.policy.authorityOf(actor)) : undefined);
-    callers.set(req, services.policy.caller(actor, authority));
+    (req as RequestWithCaller)[CALLER] = services.policy.caller(actor, authority);
   }
   return (req, res, next) => {
     let admitted: Answer<void>;

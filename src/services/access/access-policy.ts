@@ -376,10 +376,11 @@ export class AccessPolicy {
     target: AccessTarget,
     afterAuthentication?: (actor: Actor) => Answer<void>,
   ): Answer<AccessGrant> {
-    return decide(this.admitting(credential, requirement, target, afterAuthentication));
+    return decide(this.admission(credential, requirement, target, afterAuthentication));
   }
 
-  private *admitting(
+  /** The steps of `admit`, for the host middleware, which runs them among its own. */
+  *admission(
     credential: { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string },
     requirement: AccessRequirement,
     target: AccessTarget,
