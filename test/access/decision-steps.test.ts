@@ -60,6 +60,14 @@ test('a read that fails is thrown into the rules where they asked for it', async
   await assert.rejects(decide(rules([], [() => Promise.reject(new Error('gone'))])) as Promise<string>, /gone/);
 });
 
+test('a thenable that is not a promise (a Knex query is one) is waited for, never handed over as the value', async () => {
+  const log: string[] = [];
+  const thenable = { then: (resolve: (value: string) => void) => resolve('b') };
+  const answer = decide(rules(log, [() => 'a', () => thenable, () => 'c']));
+  assert.ok(answer instanceof Promise);
+  assert.equal(await answer, 'abc');
+});
+
 // Through HTTP: requirePermission calls the host's next handler within the request's own event
 // once what it reads is cached, and still refuses at once when the cache is told of a change.
 const HOST_PERMISSION = 'reports.read';

@@ -28,21 +28,29 @@ export function* read<T>(answer: Answer<T>): Generator<unknown, T, unknown> {
 export function decide<T>(steps: Steps<T>): Answer<T> {
   let step = steps.next();
   while (!step.done) {
-    if (step.value instanceof Promise) return finishAfter(steps, step.value);
+    if (isWaiting(step.value)) return finishAfter(steps, step.value);
     step = steps.next(step.value);
   }
   return step.value;
 }
 
-async function finishAfter<T>(steps: Steps<T>, pending: Promise<unknown>): Promise<T> {
+async function finishAfter<T>(steps: Steps<T>, pending: PromiseLike<unknown>): Promise<T> {
   let step = await resume(steps, pending);
-  while (!step.done) step = step.value instanceof Promise ? await resume(steps, step.value) : steps.next(step.value);
+  while (!step.done) step = isWaiting(step.value) ? await resume(steps, step.value) : steps.next(step.value);
   return step.value;
 }
 
+/**
+ * Whether a read has to be waited for: a promise, or any other thenable (a Knex query is one),
+ * which must never be handed to the rules as if it were the value.
+ */
+function isWaiting(value: unknown): value is PromiseLike<unknown> {
+  return value instanceof Promise || (typeof value === 'object' && value !== null && typeof (value as PromiseLike<unknown>).then === 'function');
+}
+
 /** A failed read is thrown into the steps at the point that asked for it, as `await` would. */
-function resume<T>(steps: Steps<T>, pending: Promise<unknown>): Promise<IteratorResult<unknown, T>> {
-  return pending.then(
+function resume<T>(steps: Steps<T>, pending: PromiseLike<unknown>): Promise<IteratorResult<unknown, T>> {
+  return Promise.resolve(pending).then(
     (value) => steps.next(value),
     (error: unknown) => steps.throw(error),
   );
