@@ -62,6 +62,7 @@ test('a read that fails is thrown into the rules where they asked for it', async
 
 test('a thenable that is not a promise (a Knex query is one) is waited for, never handed over as the value', async () => {
   const log: string[] = [];
+  // biome-ignore lint/suspicious/noThenProperty: a thenable that is not a Promise is what this test is about.
   const thenable = { then: (resolve: (value: string) => void) => resolve('b') };
   const answer = decide(rules(log, [() => 'a', () => thenable, () => 'c']));
   assert.ok(answer instanceof Promise);
