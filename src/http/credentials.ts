@@ -1,9 +1,10 @@
 import type { Request } from 'express';
 import { looksLikeApiKey } from '../crypto/api-key.js';
 import { errors } from '../errors.js';
+import type { AdmissionCredential } from '../services/access/access-policy.js';
 
 /** The one credential a request presents (docs/getting-started.md and docs/api-keys.md). */
-export type PresentedCredential = { kind: 'none' } | { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string };
+export type PresentedCredential = { kind: 'none' } | AdmissionCredential;
 
 /** The `Authorization` and `X-API-Key` lines as sent, in one pass: Node keeps only the first `Authorization` in `req.headers`. */
 function credentialLines(req: Request): { authorization: string[]; apiKeys: string[] } {

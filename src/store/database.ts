@@ -25,7 +25,6 @@ export function dialectOf(knex: Knex): Dialect {
 interface SqliteStatement {
   reader: boolean;
   all(...values: unknown[]): unknown[];
-  get(...values: unknown[]): unknown;
   run(...values: unknown[]): unknown;
 }
 
@@ -76,21 +75,13 @@ function limitWrittenIn(sql: string, prepared: (sql: string) => SqliteStatement,
     const limit = values[values.length - 1];
     return Number.isSafeInteger(limit) && (limit as number) >= 0 ? [prepared(`${withoutLimit}${limit}`), values.slice(0, -1)] : [asBound, values];
   };
-  return {
-    reader: asBound.reader,
-    all: (...args) => {
+  const via =
+    (method: 'all' | 'run') =>
+    (...args: unknown[]) => {
       const [statement, values] = choose(args);
-      return statement.all(...values);
-    },
-    get: (...args) => {
-      const [statement, values] = choose(args);
-      return statement.get(...values);
-    },
-    run: (...args) => {
-      const [statement, values] = choose(args);
-      return statement.run(...values);
-    },
-  };
+      return statement[method](...values);
+    };
+  return { reader: asBound.reader, all: via('all') as SqliteStatement['all'], run: via('run') };
 }
 
 export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDatabase {

@@ -78,6 +78,9 @@ export interface AccessRequirement {
   refusesLockedAccount?: boolean;
 }
 
+/** What a caller presented: a session's access token, or an API key. */
+export type AdmissionCredential = { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string };
+
 /** What a request names that a requirement is evaluated against. */
 export interface AccessTarget {
   /** The path's `:orgId` (router routes), or the token's active organization (host middleware). */
@@ -371,7 +374,7 @@ export class AccessPolicy {
    * promise; a refusal before any wait is thrown at once (decision-steps.ts).
    */
   admit(
-    credential: { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string },
+    credential: AdmissionCredential,
     requirement: AccessRequirement,
     target: AccessTarget,
     afterAuthentication?: (actor: Actor) => Answer<void>,
@@ -381,7 +384,7 @@ export class AccessPolicy {
 
   /** The steps of `admit`, for the host middleware, which runs them among its own. */
   *admission(
-    credential: { kind: 'access_token'; token: string } | { kind: 'api_key'; key: string },
+    credential: AdmissionCredential,
     requirement: AccessRequirement,
     target: AccessTarget,
     afterAuthentication: ((actor: Actor) => Answer<void>) | undefined,
