@@ -18,6 +18,8 @@ export interface ThrowawayPostgres {
   version: string;
   /** A connection URL per database asked for, in order. */
   urls: string[];
+  /** The cluster's data directory (its postmaster.pid names the server's process). */
+  dataDirectory: string;
   stop(): void;
 }
 
@@ -98,7 +100,7 @@ export async function startThrowawayPostgres(databases: string[]): Promise<Throw
     run(pgCtl, ['-D', dataDir, '-l', join(dir, 'pg.log'), '-w', '-t', '60', '-o', options, 'start'], asPostgres);
     for (const database of databases) run(createdb, ['-h', '127.0.0.1', '-p', String(port), '-U', SUPERUSER, database]);
     const version = /(\d+)/.exec(run(pgCtl, ['--version']))?.[1] ?? '?';
-    return { version, urls: databases.map((database) => `postgres://${SUPERUSER}@127.0.0.1:${port}/${database}`), stop };
+    return { version, urls: databases.map((database) => `postgres://${SUPERUSER}@127.0.0.1:${port}/${database}`), dataDirectory: dataDir, stop };
   } catch (error) {
     stop();
     throw error;

@@ -1,15 +1,17 @@
 /**
  * Where a refresh's CPU goes, thread by thread:
  *
- *   npx tsx bench/thread-cpu.ts [seconds]
+ *   npx tsx bench/thread-cpu.ts [seconds] [--database pg]
  *
- * Starts the router as the bench does (bench/hot-path-server.ts, SQLite unless
- * BENCH_DATABASE_URL names a PostgreSQL), drives the refresh row with 20 connections for 2 s
- * of warm-up and then `seconds` (default 8), and divides each thread's CPU time over the load
- * (/proc/<pid>/task/<tid>/stat) by the refreshes answered: the event loop ("main"), libuv's
- * pool and V8's helper threads (named "node" by Linux, where the RS256 signatures run), and
- * this process, the load generator. On a 2-core machine all three share the cores, so the
- * event loop's figure bounds the rate and the sum bounds it too (docs/performance.md).
+ * Starts the router as the bench does (bench/hot-path-server.ts, on SQLite, or with
+ * `--database pg` on a throwaway PostgreSQL 15 started as bench/postgres.ts starts the
+ * bench's), drives the refresh row with 20 connections for 2 s of warm-up and then `seconds`
+ * (default 8), and divides each thread's CPU time over the load (/proc/<pid>/task/<tid>/stat)
+ * by the refreshes answered: the event loop ("main"), libuv's pool and V8's helper threads
+ * (named "node" by Linux, where the RS256 signatures run), this process (the load generator),
+ * and on PostgreSQL the database's own processes. On a 2-core machine all of them share the
+ * cores, so the event loop's figure bounds the rate and the sum bounds it too
+ * (docs/performance.md).
  */
 import { fork } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -19,9 +21,12 @@ import { fileURLToPath } from 'node:url';
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
 import { MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
+import { startThrowawayPostgres, type ThrowawayPostgres } from './postgres.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const seconds = Number(process.argv[2] ?? 8);
+const args = process.argv.slice(2);
+const onPostgres = args.includes('--database') && args[args.indexOf('--database') + 1] === 'pg';
+const seconds = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 8);
 process.env.BENCH_REFRESH_SESSIONS ??= '200';
 
 /** CPU microseconds per thread name; the event loop is the thread whose id is the process id. */
@@ -36,20 +41,52 @@ function threadCpu(pid: number): Record<string, number> {
   return totals;
 }
 
-const child = fork(join(here, 'hot-path-server.ts'), ['identity'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+/** CPU microseconds of every process of the PostgreSQL cluster whose postmaster is `postmaster`: it and its children. */
+function postgresCpu(postmaster: number): number {
+  let total = 0;
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      continue; // ended while we looked
+    }
+    const fields = stat.split(') ')[1]!.split(' ');
+    if (Number(pid) !== postmaster && Number(fields[1]) !== postmaster) continue;
+    total += (Number(fields[11]) + Number(fields[12])) * 10_000;
+  }
+  return total;
+}
+
+const postgres: ThrowawayPostgres | undefined = onPostgres ? await startThrowawayPostgres(['identity_thread_cpu']) : undefined;
+/** The postmaster's pid, from the first line of its data directory's postmaster.pid. */
+const postmaster = postgres ? Number(readFileSync(join(postgres.dataDirectory, 'postmaster.pid'), 'utf8').split('\n')[0]) : undefined;
+const child = fork(join(here, 'hot-path-server.ts'), ['identity'], {
+  execArgv: ['--import', 'tsx'],
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  env: { ...process.env, ...(postgres ? { BENCH_DATABASE_URL: postgres.urls[0]! } : {}) },
+});
 try {
   const seed = (await new Promise((resolve) => child.once('message', resolve))) as IdentitySeed;
   const load = { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections: 20, requests: refreshRequests(seed.refreshTokens) };
   await autocannon({ ...load, duration: 2 });
   const before = threadCpu(child.pid!);
+  const databaseBefore = postmaster === undefined ? 0 : postgresCpu(postmaster);
   const ownBefore = process.cpuUsage();
   const result = await autocannon({ ...load, duration: seconds });
   const after = threadCpu(child.pid!);
+  const databaseAfter = postmaster === undefined ? 0 : postgresCpu(postmaster);
   const own = process.cpuUsage(ownBefore);
   const answered = result['2xx'] as number;
   console.log(`refresh: ${Math.round(result.requests.average)} req/s, ${answered} answered, ${result.non2xx} not 2xx`);
   for (const name of Object.keys(after)) console.log(`  ${name}: ${Math.round(((after[name] ?? 0) - (before[name] ?? 0)) / answered)} µs per refresh`);
   console.log(`  load generator (this process): ${Math.round((own.user + own.system) / answered)} µs per refresh`);
+  if (postmaster !== undefined) console.log(`  PostgreSQL (its processes): ${Math.round((databaseAfter - databaseBefore) / answered)} µs per refresh`);
 } finally {
   child.kill('SIGINT');
+  if (postgres) {
+    await new Promise((resolve) => child.once('exit', resolve));
+    postgres.stop();
+  }
 }
