@@ -406,18 +406,24 @@ export class AccessPolicy {
    */
   private *recheck(actor: Actor, requirement: AccessRequirement, organizationId: string | undefined, target: AccessTarget, repos: Repositories): Steps<ResolvedAuthority> {
     const reads = uncachedReads(repos);
-    if (requirement.user) return yield* this.authorizeOnUser(reads, actor as Principal, requirement.user, target);
-    const authority = yield* read(reads.authority(this.catalog, actor.userId, organizationId ?? null));
+    // In admission's order (`authorize`): entering an organization decides alone; otherwise the
+    // organization's rule, then the credential gate, then the user named in the path.
     if (requirement.entersOrganization) {
+      const authority = yield* read(reads.authority(this.catalog, actor.userId, organizationId ?? null));
       if (!authority.member && !authority.superadmin) throw notMemberOf();
       if (organizationId !== undefined) yield* this.assertOrganizationMfa(reads, actor as Principal, organizationId);
       return authority;
     }
-    if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
-    if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
-    // The credential gate too, in admission's order: a sign-in gone stale, or an address no longer proven, while the request waited.
+    let authority: ResolvedAuthority | undefined;
+    if (!requirement.user) {
+      authority = yield* read(reads.authority(this.catalog, actor.userId, organizationId ?? null));
+      if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
+      if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
+    }
+    // A sign-in gone stale, or an address no longer proven, while the request waited.
     if (requirement.addsCredential && actor.kind === 'session') yield* this.credentialGate(repos, actor, requirement.addsCredential);
-    return authority;
+    if (requirement.user) authority = yield* this.authorizeOnUser(reads, actor as Principal, requirement.user, target);
+    return authority!;
   }
 
   /**
