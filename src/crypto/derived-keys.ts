@@ -9,8 +9,10 @@ export interface DerivedKeys {
   signingKeyEncryption: Buffer;
   /** AES-256-GCM key for TOTP secrets. */
   totpSecretEncryption: Buffer;
-  /** HMAC key for refresh, verification, reset and invite tokens. */
+  /** HMAC key for refresh (from before refresh-token MACs), verification, reset and invite tokens. */
   tokenHash: Buffer;
+  /** HMAC key that authenticates a refresh token's session and generation (src/crypto/refresh-token.ts). */
+  refreshTokenMac: Buffer;
   /** HMAC key for SMS / e-mail one-time codes. */
   otpCodeHash: Buffer;
   /** HMAC key for recovery codes. */
@@ -48,6 +50,7 @@ export function deriveKeys(secret: string): DerivedKeys {
     signingKeyEncryption: derive(secret, 'aead:signing-key'),
     totpSecretEncryption: derive(secret, 'aead:totp-secret'),
     tokenHash: derive(secret, 'hmac:token'),
+    refreshTokenMac: derive(secret, 'hmac:refresh-token'),
     otpCodeHash: derive(secret, 'hmac:otp-code'),
     recoveryCodeHash: derive(secret, 'hmac:recovery-code'),
     passwordPepper: derive(secret, 'hmac:password-pepper'),

@@ -11,6 +11,7 @@ import * as eventsAndWebhooks from './migrations/010-events-and-webhooks.js';
 import * as sso from './migrations/011-sso.js';
 import * as passwordless from './migrations/012-passwordless.js';
 import * as hostPermissionCatalog from './migrations/013-host-permission-catalog.js';
+import * as refreshGenerations from './migrations/014-refresh-generations.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -37,6 +38,7 @@ const MIGRATIONS: Migration[] = [
   { name: '011-sso', up: sso.up },
   { name: '012-passwordless', up: passwordless.up },
   { name: '013-host-permission-catalog', up: hostPermissionCatalog.up },
+  { name: '014-refresh-generations', up: refreshGenerations.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

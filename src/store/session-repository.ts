@@ -16,6 +16,8 @@ export interface SessionRecord {
   lastUsedAt: number;
   expiresAt: number;
   revokedAt: number | null;
+  /** The generation its current refresh token names (src/crypto/refresh-token.ts). */
+  refreshGeneration: number;
 }
 
 export interface NewSession {
@@ -46,7 +48,7 @@ export type SessionRevocationReason =
   | 'email_proven';
 
 /** The columns mapSession reads, named: a hot statement never selects `*` (see hot-statements.ts). */
-export const SESSION_COLUMNS = ['id', 'user_id', 'organization_id', 'mfa', 'amr', 'auth_time', 'ip', 'user_agent', 'created_at', 'last_used_at', 'expires_at', 'revoked_at'] as const;
+export const SESSION_COLUMNS = ['id', 'user_id', 'organization_id', 'mfa', 'amr', 'auth_time', 'ip', 'user_agent', 'created_at', 'last_used_at', 'expires_at', 'revoked_at', 'refresh_generation'] as const;
 
 export function mapSession(row: Record<string, unknown>): SessionRecord {
   return {
@@ -62,6 +64,7 @@ export function mapSession(row: Record<string, unknown>): SessionRecord {
     lastUsedAt: toNumber(row.last_used_at),
     expiresAt: toNumber(row.expires_at),
     revokedAt: toNullableNumber(row.revoked_at),
+    refreshGeneration: toNumber(row.refresh_generation),
   };
 }
 
@@ -140,15 +143,39 @@ export class SessionRepository extends Repository {
     await this.db(this.table.sessions).where({ id }).update({ last_used_at: now, expires_at: expiresAt });
   }
 
-  /** Records a refresh on a session that is still live; false when it was revoked in the meantime. */
-  async touchLive(id: string, now: number, expiresAt: number): Promise<boolean> {
+  /**
+   * A refresh: the session moves from `generation` to `next` (the same with rotation off) and its
+   * lifetime slides, if it is live and still at `generation`. Exactly one of concurrent refreshes
+   * with one token gets `true`; false also when it was revoked in the meantime.
+   */
+  async rotate(id: string, generation: number, next: number, now: number, expiresAt: number): Promise<boolean> {
     const changed = await this.hot.run(
       this.db,
-      'sessions.touchLive',
-      (values) => this.db(this.table.sessions).where({ id: values.id }).whereNull('revoked_at').update({ last_used_at: values.now, expires_at: values.expiresAt }),
-      { id, now, expiresAt },
+      'sessions.rotate',
+      (values) =>
+        this.db(this.table.sessions)
+          .where({ id: values.id, refresh_generation: values.generation })
+          .whereNull('revoked_at')
+          .update({ refresh_generation: values.next, last_used_at: values.now, expires_at: values.expiresAt }),
+      { id, generation, next, now, expiresAt },
     );
     return changed === 1;
+  }
+
+  /** A session, ended or not, with its user: what a refresh needs, in one query. */
+  async findWithUser(id: string): Promise<{ session: SessionRecord; user: UserRecord } | undefined> {
+    const row = await this.hot.first(
+      this.db,
+      'sessions.findWithUser',
+      (values) =>
+        this.db(`${this.table.sessions} as s`)
+          .join(`${this.table.users} as u`, 'u.id', 's.user_id')
+          .where('s.id', values.id)
+          .first([...SESSION_COLUMNS.map((column) => `s.${column}`), ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`)]),
+      { id },
+    );
+    if (!row) return undefined;
+    return { session: mapSession(row), user: mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]]))) };
   }
 
   async setOrganization(id: string, organizationId: string | null): Promise<boolean> {
@@ -196,29 +223,8 @@ export interface RefreshTokenRecord {
   consumedAt: number | null;
 }
 
+/** Refresh tokens issued before they carried a MAC (src/crypto/refresh-token.ts): read and consumed until they are used or expire. */
 export class RefreshTokenRepository extends Repository {
-  async insert(token: { id: string; sessionId: string; tokenHash: string; now: number; expiresAt: number }): Promise<void> {
-    await this.hot.run(
-      this.db,
-      'refreshTokens.insert',
-      (values) =>
-        this.db(this.table.refreshTokens).insert({
-          id: values.id,
-          session_id: values.sessionId,
-          token_hash: values.tokenHash,
-          created_at: values.now,
-          expires_at: values.expiresAt,
-        }),
-      token,
-    );
-  }
-
-  async findByHash(tokenHash: string): Promise<RefreshTokenRecord | undefined> {
-    const row = await this.db(this.table.refreshTokens).where({ token_hash: tokenHash }).first();
-    if (!row) return undefined;
-    return { id: String(row.id), sessionId: String(row.session_id), expiresAt: toNumber(row.expires_at), consumedAt: toNullableNumber(row.consumed_at) };
-  }
-
   /**
    * What a refresh needs, in one query: the presented token, its session and the session's
    * user. The caller decides on liveness, reuse and expiry.

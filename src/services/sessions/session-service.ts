@@ -1,7 +1,8 @@
 import type { SignInRules } from '../access/sign-in-rules.js';
 import { randomUUID } from 'node:crypto';
 import { errors, } from '../../errors.js';
-import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
+import { keyedHash } from '../../crypto/keyed-hash.js';
+import { isStoredRefreshToken, issueRefreshToken, readRefreshToken } from '../../crypto/refresh-token.js';
 import type { AccessTokenSubject } from '../../crypto/jwt.js';
 import type { SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
@@ -52,6 +53,14 @@ export interface StrongAuthentication {
 
 const USER_AGENT_MAX = 512;
 
+/** The session and user behind a presented refresh token, and the stored token's row and lifetime if it is one from before MACs. */
+interface PresentedRefreshToken {
+  session: SessionRecord;
+  user: UserRecord;
+  storedId: string | undefined;
+  expiresAt: number;
+}
+
 /** Sessions are refresh-token families: opening, rotating, re-scoping and revoking them. */
 export class SessionService {
   constructor(
@@ -82,10 +91,10 @@ export class SessionService {
       lastUsedAt: uow.now,
       expiresAt,
       revokedAt: null,
+      refreshGeneration: 0,
     };
     await uow.repos.sessions.insert({ ...session, now: uow.now });
-    const refreshToken = randomToken();
-    await this.storeRefreshToken(uow.repos, sessionId, refreshToken, uow.now, expiresAt);
+    const refreshToken = issueRefreshToken(this.context.keys.refreshTokenMac, sessionId, 0);
     return { subject: await this.accessSubjectFor(uow.repos, session, user), refreshToken };
   }
 
@@ -121,46 +130,82 @@ export class SessionService {
   }
 
   /**
-   * Rotation: the presented token is consumed by one conditional update. Presenting a
-   * consumed token again (a replay, or the loser of a concurrent race) revokes the family.
+   * Rotation (docs/security.md): a refresh token names its session and generation under a MAC
+   * (src/crypto/refresh-token.ts), and the refresh moves the session to the next generation in
+   * one conditional update. Presenting an older generation again (a replay, or the loser of a
+   * concurrent race) revokes the family. A token from before MACs is found by its keyed hash and
+   * consumed, as it was; its session then moves on to MAC'd tokens.
    *
-   * One read finds the token, its session and user; one transaction of the fewest writes
-   * (consume, extend the session if still live, the next token, the audit event) commits;
-   * the access token is signed after commit, so the write lock is never held while signing.
-   * Nothing written is read back: what the response needs is known before the writes.
+   * One read finds the session and user; one transaction of the fewest writes (the session's
+   * generation and lifetime, the audit event) commits; the access token is signed after commit,
+   * so the write lock is never held while signing. Nothing written is read back.
    */
   async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
-    const found = await this.context.store.repos.refreshTokens.findForRefresh(keyedHash(this.context.keys.tokenHash, refreshToken));
-    const now = this.context.clock.now();
-    if (!found || found.session.revokedAt !== null || found.session.expiresAt <= now) throw errors.invalidGrant();
-    const { token: stored, session, user } = found;
-    const rotation = this.context.config.tokens.refreshRotation;
-    if (stored.consumedAt !== null) {
-      await runUnitOfWork(this.context, meta, async (uow) => {
-        await this.recordReuse(uow, session);
-        return uow.failAfterCommit(errors.invalidGrant());
-      });
-    }
-    if (stored.expiresAt <= now || !mayAuthenticate(user)) throw errors.invalidGrant();
+    const presented = isStoredRefreshToken(refreshToken) ? await this.presentedStored(refreshToken, meta) : await this.presentedGeneration(refreshToken, meta);
+    const { session, user, storedId } = presented;
+    if (!mayAuthenticate(user)) throw errors.invalidGrant();
     // Require SSO (docs/sso.md): sessions from before enforcement end at their next refresh.
     await this.signInRules.assertSessionAllowed(user, session.id, 401);
 
-    const nextRefreshToken = rotation ? randomToken() : refreshToken;
+    const rotation = this.context.config.tokens.refreshRotation;
+    const generation = session.refreshGeneration;
+    const next = rotation ? generation + 1 : generation;
     await runUnitOfWork(this.context, meta, async (uow) => {
-      if (rotation && !(await uow.repos.refreshTokens.consume(stored.id, uow.now))) {
+      if (storedId !== undefined && rotation && !(await uow.repos.refreshTokens.consume(storedId, uow.now))) {
         // Lost a race for this token (or it expired just now): a second use revokes the family.
-        if (stored.expiresAt > uow.now) await this.recordReuse(uow, session);
+        if (presented.expiresAt > uow.now) await this.recordReuse(uow, session);
         return uow.failAfterCommit(errors.invalidGrant());
       }
-      const expiresAt = rotation ? this.slidingExpiry(session, uow.now) : Math.min(Math.max(session.expiresAt, stored.expiresAt), this.absoluteExpiry(session));
-      // Revoked since it was read: nothing of this refresh may commit.
-      if (!(await uow.repos.sessions.touchLive(session.id, uow.now, expiresAt))) throw errors.invalidGrant();
-      if (rotation) await this.storeRefreshToken(uow.repos, session.id, nextRefreshToken, uow.now, expiresAt);
+      const expiresAt = rotation ? this.slidingExpiry(session, uow.now) : Math.min(Math.max(session.expiresAt, presented.expiresAt), this.absoluteExpiry(session));
+      if (!(await uow.repos.sessions.rotate(session.id, generation, next, uow.now, expiresAt))) {
+        // Revoked since it was read: nothing of this refresh may commit.
+        if (storedId !== undefined) throw errors.invalidGrant();
+        // Or another refresh moved the session on first: a second use of this generation revokes the family.
+        await this.recordReuse(uow, session);
+        return uow.failAfterCommit(errors.invalidGrant());
+      }
       await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
     });
     // Live authority through the access cache: as current as the database, since every change to it invalidates the cache.
     const authority = await this.policy.authorityIn(user.id, session.organizationId);
+    // With rotation off a stored token is returned as it came; a MAC'd one names the same generation again.
+    const nextRefreshToken = storedId !== undefined && !rotation ? refreshToken : issueRefreshToken(this.context.keys.refreshTokenMac, session.id, next);
     return { ...(await this.sign(this.subjectOf(session, user, authority))), refresh_token: nextRefreshToken };
+  }
+
+  /** A MAC'd token: its session, if live and at the token's generation. An older generation is a replay. */
+  private async presentedGeneration(refreshToken: string, meta: RequestMeta): Promise<PresentedRefreshToken> {
+    const named = readRefreshToken(this.context.keys.refreshTokenMac, refreshToken);
+    if (!named) throw errors.invalidGrant();
+    const found = await this.context.store.repos.sessions.findWithUser(named.sessionId);
+    if (!found || !this.isLive(found.session)) throw errors.invalidGrant();
+    if (named.generation !== found.session.refreshGeneration) {
+      if (named.generation < found.session.refreshGeneration) await this.revokeForReuse(found.session, meta);
+      throw errors.invalidGrant();
+    }
+    return { ...found, storedId: undefined, expiresAt: found.session.expiresAt };
+  }
+
+  /** A token from before MACs, by its keyed hash: live, unused and unexpired. A used one is a replay. */
+  private async presentedStored(refreshToken: string, meta: RequestMeta): Promise<PresentedRefreshToken> {
+    const found = await this.context.store.repos.refreshTokens.findForRefresh(keyedHash(this.context.keys.tokenHash, refreshToken));
+    if (!found || !this.isLive(found.session)) throw errors.invalidGrant();
+    if (found.token.consumedAt !== null) await this.revokeForReuse(found.session, meta);
+    if (found.token.expiresAt <= this.context.clock.now()) throw errors.invalidGrant();
+    return { session: found.session, user: found.user, storedId: found.token.id, expiresAt: found.token.expiresAt };
+  }
+
+  private isLive(session: SessionRecord): boolean {
+    return session.revokedAt === null && session.expiresAt > this.context.clock.now();
+  }
+
+  /** A replay: the family is revoked in its own transaction, and the refresh answers invalid_grant. */
+  private async revokeForReuse(session: SessionRecord, meta: RequestMeta): Promise<never> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      await this.recordReuse(uow, session);
+      return uow.failAfterCommit(errors.invalidGrant());
+    });
+    throw errors.invalidGrant();
   }
 
   /** A session's refresh lifetime slides with each rotation but never past its absolute end (`tokens.sessionMaxAge`). */
@@ -173,7 +218,8 @@ export class SessionService {
   }
 
   private async recordReuse(uow: UnitOfWork, session: SessionRecord): Promise<void> {
-    await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse');
+    // A family already revoked (by the other replay of a race) is not reported twice.
+    if (!(await uow.repos.sessions.revoke(session.id, uow.now, 'refresh_reuse'))) return;
     await uow.emit({ type: 'auth.refresh_reuse_detected', userId: session.userId, organizationId: session.organizationId, data: { session_id: session.id } });
   }
 
@@ -253,9 +299,5 @@ export class SessionService {
       return subject;
     });
     return this.sign(subject);
-  }
-
-  private async storeRefreshToken(repos: Repositories, sessionId: string, refreshToken: string, now: number, expiresAt: number): Promise<void> {
-    await repos.refreshTokens.insert({ id: randomUUID(), sessionId, tokenHash: keyedHash(this.context.keys.tokenHash, refreshToken), now, expiresAt });
   }
 }
