@@ -68,6 +68,10 @@ export function mapSession(row: Record<string, unknown>): SessionRecord {
   };
 }
 
+/** A session's user in a query joined to it: its columns as `user_<column>`, and the mapping back. */
+const JOINED_USER_COLUMNS = USER_COLUMNS.map((column) => `u.${column} as user_${column}`);
+const mapJoinedUser = (row: Record<string, unknown>): UserRecord => mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]])));
+
 export class SessionRepository extends Repository {
   async insert(session: NewSession): Promise<void> {
     await this.hot.run(
@@ -120,9 +124,9 @@ export class SessionRepository extends Repository {
       .where('s.id', id)
       .whereNull('s.revoked_at')
       .andWhere('s.expires_at', '>', now)
-      .first(['s.*', ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`)]);
+      .first(['s.*', ...JOINED_USER_COLUMNS]);
     if (!row) return undefined;
-    return { session: mapSession(row), user: mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]]))) };
+    return { session: mapSession(row), user: mapJoinedUser(row) };
   }
 
   async listLiveForUser(userId: string, now: number, page: { limit: number; afterCreatedAt?: number; afterId?: string }): Promise<SessionRecord[]> {
@@ -171,11 +175,11 @@ export class SessionRepository extends Repository {
         this.db(`${this.table.sessions} as s`)
           .join(`${this.table.users} as u`, 'u.id', 's.user_id')
           .where('s.id', values.id)
-          .first([...SESSION_COLUMNS.map((column) => `s.${column}`), ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`)]),
+          .first([...SESSION_COLUMNS.map((column) => `s.${column}`), ...JOINED_USER_COLUMNS]),
       { id },
     );
     if (!row) return undefined;
-    return { session: mapSession(row), user: mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]]))) };
+    return { session: mapSession(row), user: mapJoinedUser(row) };
   }
 
   async setOrganization(id: string, organizationId: string | null): Promise<boolean> {
@@ -243,7 +247,7 @@ export class RefreshTokenRepository extends Repository {
             't.expires_at as token_expires_at',
             't.consumed_at as token_consumed_at',
             ...SESSION_COLUMNS.map((column) => `s.${column}`),
-            ...USER_COLUMNS.map((column) => `u.${column} as user_${column}`),
+            ...JOINED_USER_COLUMNS,
           ]),
       { tokenHash },
     );
@@ -251,7 +255,7 @@ export class RefreshTokenRepository extends Repository {
     return {
       token: { id: String(row.token_id), sessionId: String(row.id), expiresAt: toNumber(row.token_expires_at), consumedAt: toNullableNumber(row.token_consumed_at) },
       session: mapSession(row),
-      user: mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]]))),
+      user: mapJoinedUser(row),
     };
   }
 
