@@ -119,14 +119,8 @@ export class SessionRepository extends Repository {
 
   /** A live session and its user in one query: what every authenticated request needs. */
   async findLiveWithUser(id: string, now: number): Promise<{ session: SessionRecord; user: UserRecord } | undefined> {
-    const row = await this.db(`${this.table.sessions} as s`)
-      .join(`${this.table.users} as u`, 'u.id', 's.user_id')
-      .where('s.id', id)
-      .whereNull('s.revoked_at')
-      .andWhere('s.expires_at', '>', now)
-      .first(['s.*', ...JOINED_USER_COLUMNS]);
-    if (!row) return undefined;
-    return { session: mapSession(row), user: mapJoinedUser(row) };
+    const found = await this.findWithUser(id);
+    return found && found.session.revokedAt === null && found.session.expiresAt > now ? found : undefined;
   }
 
   async listLiveForUser(userId: string, now: number, page: { limit: number; afterCreatedAt?: number; afterId?: string }): Promise<SessionRecord[]> {
