@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
 import { mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
@@ -31,6 +32,19 @@ export interface NewSession {
   userAgent: string | null;
   now: number;
   expiresAt: number;
+}
+
+/**
+ * A live session: not revoked, and before the end of its refresh lifetime. This is the one
+ * definition, in its two forms side by side: `isLiveSession` for a row in hand, `whereLive`
+ * for a query.
+ */
+export function isLiveSession(session: Pick<SessionRecord, 'revokedAt' | 'expiresAt'>, now: number): boolean {
+  return session.revokedAt === null && session.expiresAt > now;
+}
+
+function whereLive<Q extends Knex.QueryBuilder>(query: Q, now: number): Q {
+  return query.whereNull('revoked_at').andWhere('expires_at', '>', now) as Q;
 }
 
 export type SessionRevocationReason =
@@ -113,21 +127,18 @@ export class SessionRepository extends Repository {
 
   /** A session that is neither revoked nor past its refresh lifetime. */
   async findLive(id: string, now: number): Promise<SessionRecord | undefined> {
-    const row = await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').andWhere('expires_at', '>', now).first();
+    const row = await whereLive(this.db(this.table.sessions).where({ id }), now).first();
     return row ? mapSession(row) : undefined;
   }
 
   /** A live session and its user in one query: what every authenticated request needs. */
   async findLiveWithUser(id: string, now: number): Promise<{ session: SessionRecord; user: UserRecord } | undefined> {
     const found = await this.findWithUser(id);
-    return found && found.session.revokedAt === null && found.session.expiresAt > now ? found : undefined;
+    return found && isLiveSession(found.session, now) ? found : undefined;
   }
 
   async listLiveForUser(userId: string, now: number, page: { limit: number; afterCreatedAt?: number; afterId?: string }): Promise<SessionRecord[]> {
-    const query = this.db(this.table.sessions)
-      .where({ user_id: userId })
-      .whereNull('revoked_at')
-      .andWhere('expires_at', '>', now)
+    const query = whereLive(this.db(this.table.sessions).where({ user_id: userId }), now)
       .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }])
       .limit(page.limit);
     if (page.afterCreatedAt !== undefined && page.afterId !== undefined) {
@@ -197,7 +208,7 @@ export class SessionRepository extends Repository {
 
   /** Revokes every live session of a user, optionally sparing one; answers how many were revoked. */
   async revokeAllForUser(userId: string, now: number, reason: SessionRevocationReason, exceptSessionId?: string): Promise<number> {
-    const query = this.db(this.table.sessions).where({ user_id: userId }).whereNull('revoked_at').andWhere('expires_at', '>', now);
+    const query = whereLive(this.db(this.table.sessions).where({ user_id: userId }), now);
     if (exceptSessionId) query.whereNot({ id: exceptSessionId });
     return query.update({ revoked_at: now, revoked_reason: reason });
   }

@@ -1,7 +1,7 @@
 import type { Clock } from '../../adapters/types.js';
 import type { ApiKeyForUse } from '../../store/api-key-repository.js';
 import type { MemberRow, OrganizationRecord, MembershipAuthorityRow } from '../../store/organization-repository.js';
-import type { SessionRecord } from '../../store/session-repository.js';
+import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import { type AccessCache, dependsOnOrganization, dependsOnSession, dependsOnUser } from '../shared/access-cache.js';
@@ -59,7 +59,7 @@ export class AccessReads implements GateReads {
     );
     // The clock moves on while an entry is kept: its lifetime is checked on every read, and a
     // refresh may have extended it since (refreshes do not invalidate), so the database decides.
-    if (!found || found.session.expiresAt > this.clock.now()) return found;
+    if (!found || isLiveSession(found.session, this.clock.now())) return found;
     return yield* read(this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()));
   }
 

@@ -4,7 +4,7 @@ import { errors, } from '../../errors.js';
 import { keyedHash } from '../../crypto/keyed-hash.js';
 import { isStoredRefreshToken, issueRefreshToken, readRefreshToken } from '../../crypto/refresh-token.js';
 import type { AccessTokenSubject } from '../../crypto/jwt.js';
-import type { SessionRecord } from '../../store/session-repository.js';
+import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import { type AccessGrant, type AccessPolicy, mayAuthenticate, organizationOf } from '../access/access-policy.js';
@@ -178,7 +178,7 @@ export class SessionService {
     const named = readRefreshToken(this.context.keys.refreshTokenMac, refreshToken);
     if (!named) throw errors.invalidGrant();
     const found = await this.context.store.repos.sessions.findWithUser(named.sessionId);
-    if (!found || !this.isLive(found.session)) throw errors.invalidGrant();
+    if (!found || !isLiveSession(found.session, this.context.clock.now())) throw errors.invalidGrant();
     if (named.generation !== found.session.refreshGeneration) {
       if (named.generation < found.session.refreshGeneration) await this.revokeForReuse(found.session, meta);
       throw errors.invalidGrant();
@@ -189,15 +189,12 @@ export class SessionService {
   /** A token from before MACs, by its keyed hash: live, unused and unexpired. A used one is a replay. */
   private async presentedStored(refreshToken: string, meta: RequestMeta): Promise<PresentedRefreshToken> {
     const found = await this.context.store.repos.refreshTokens.findForRefresh(keyedHash(this.context.keys.tokenHash, refreshToken));
-    if (!found || !this.isLive(found.session)) throw errors.invalidGrant();
+    if (!found || !isLiveSession(found.session, this.context.clock.now())) throw errors.invalidGrant();
     if (found.token.consumedAt !== null) await this.revokeForReuse(found.session, meta);
     if (found.token.expiresAt <= this.context.clock.now()) throw errors.invalidGrant();
     return { session: found.session, user: found.user, storedId: found.token.id, expiresAt: found.token.expiresAt };
   }
 
-  private isLive(session: SessionRecord): boolean {
-    return session.revokedAt === null && session.expiresAt > this.context.clock.now();
-  }
 
   /** A replay: the family is revoked in its own transaction, and the refresh answers invalid_grant. */
   private async revokeForReuse(session: SessionRecord, meta: RequestMeta): Promise<never> {
