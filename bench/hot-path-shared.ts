@@ -49,3 +49,16 @@ export function refreshRequests(refreshTokens: string[]): Array<Record<string, u
     },
   ];
 }
+
+/** The login row's autocannon requests: the seeded accounts in turn. */
+export function loginRequests(logins: IdentitySeed['logins']): Array<Record<string, unknown>> {
+  let next = 0;
+  return [
+    {
+      method: 'POST',
+      path: `${MOUNT}/auth/login`,
+      headers: { 'content-type': 'application/json' },
+      setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify(logins[next++ % logins.length]) }),
+    },
+  ];
+}

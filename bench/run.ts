@@ -44,7 +44,7 @@ import autocannon from 'autocannon';
 import bcrypt from 'bcryptjs';
 import { openDatabase } from '../src/store/database.js';
 import { cpuMicros } from './process-cpu.js';
-import { BCRYPT_COST, HOST_ROUTE, MOUNT, PG_POOL, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
+import { BCRYPT_COST, HOST_ROUTE, MOUNT, PG_POOL, loginRequests, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from './postgres.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -297,20 +297,7 @@ function refreshLoad(seed: IdentitySeed): LoadRequest {
 
 /** Each login signs in as the next of the seeded accounts, as a storm of users would. */
 function loginLoad(seed: IdentitySeed): LoadRequest {
-  let next = 0;
-  const path = `${MOUNT}/auth/login`;
-  return {
-    method: 'POST',
-    path,
-    requests: [
-      {
-        method: 'POST',
-        path,
-        headers: { 'content-type': 'application/json' },
-        setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify(seed.logins[next++ % seed.logins.length]) }),
-      },
-    ],
-  };
+  return { method: 'POST', path: `${MOUNT}/auth/login`, requests: loginRequests(seed.logins) };
 }
 
 const readLoads = (seed: IdentitySeed) => {

@@ -1,14 +1,14 @@
 /**
- * Where a refresh's CPU goes, thread by thread:
+ * Where a refresh's (or a login's) CPU goes, thread by thread:
  *
- *   npx tsx bench/thread-cpu.ts [seconds] [--database pg]
+ *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login]
  *
  * Starts the router as the bench does (bench/hot-path-server.ts, on SQLite, or with
  * `--database pg` on a throwaway PostgreSQL 15 started as bench/postgres.ts starts the
  * bench's), drives the refresh row with 20 connections for 2 s of warm-up and then `seconds`
  * (default 8), and divides each thread's CPU time over the load (/proc/<pid>/task/<tid>/stat)
- * by the refreshes answered: the event loop ("main"), libuv's pool and V8's helper threads
- * (named "node" by Linux, where the RS256 signatures run), this process (the load generator),
+ * by the requests answered (`--row login`: the login row's load, the seeded accounts in turn): the event loop ("main"), libuv's pool and V8's helper threads
+ * (named "node" by Linux, where the RS256 signatures and the password hashes run), this process (the load generator),
  * and on PostgreSQL the database's own processes. On a 2-core machine all of them share the
  * cores, so the event loop's figure bounds the rate and the sum bounds it too
  * (docs/performance.md).
@@ -20,16 +20,18 @@ import { fileURLToPath } from 'node:url';
 // autocannon ships no types.
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
-import { MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
+import { loginRequests, MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from './postgres.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
 const onPostgres = args.includes('--database') && args[args.indexOf('--database') + 1] === 'pg';
 const seconds = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 8);
+const row = args.includes('--row') ? args[args.indexOf('--row') + 1] : 'refresh';
+if (row !== 'refresh' && row !== 'login') throw new Error('usage: thread-cpu.ts [seconds] [--database pg] [--row refresh|login]');
 process.env.BENCH_REFRESH_SESSIONS ??= '200';
 
-/** CPU microseconds per thread name; the event loop is the thread whose id is the process id. */
+/** CPU microseconds per thread name, and the kernel's part of it; the event loop is the thread whose id is the process id. */
 function threadCpu(pid: number): Record<string, number> {
   const totals: Record<string, number> = {};
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
@@ -37,6 +39,7 @@ function threadCpu(pid: number): Record<string, number> {
     const name = tid === String(pid) ? 'event loop' : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
     const fields = stat.split(') ')[1]!.split(' ');
     totals[name] = (totals[name] ?? 0) + (Number(fields[11]) + Number(fields[12])) * 10_000;
+    totals[`${name} (kernel)`] = (totals[`${name} (kernel)`] ?? 0) + Number(fields[12]) * 10_000;
   }
   return totals;
 }
@@ -69,7 +72,10 @@ const child = fork(join(here, 'hot-path-server.ts'), ['identity'], {
 });
 try {
   const seed = (await new Promise((resolve) => child.once('message', resolve))) as IdentitySeed;
-  const load = { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections: 20, requests: refreshRequests(seed.refreshTokens) };
+  const load =
+    row === 'login'
+      ? { url: `${seed.origin}${MOUNT}/auth/login`, connections: 20, requests: loginRequests(seed.logins) }
+      : { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections: 20, requests: refreshRequests(seed.refreshTokens) };
   await autocannon({ ...load, duration: 2 });
   const before = threadCpu(child.pid!);
   const databaseBefore = postmaster === undefined ? 0 : postgresCpu(postmaster);
@@ -79,10 +85,10 @@ try {
   const databaseAfter = postmaster === undefined ? 0 : postgresCpu(postmaster);
   const own = process.cpuUsage(ownBefore);
   const answered = result['2xx'] as number;
-  console.log(`refresh: ${Math.round(result.requests.average)} req/s, ${answered} answered, ${result.non2xx} not 2xx`);
-  for (const name of Object.keys(after)) console.log(`  ${name}: ${Math.round(((after[name] ?? 0) - (before[name] ?? 0)) / answered)} µs per refresh`);
-  console.log(`  load generator (this process): ${Math.round((own.user + own.system) / answered)} µs per refresh`);
-  if (postmaster !== undefined) console.log(`  PostgreSQL (its processes): ${Math.round((databaseAfter - databaseBefore) / answered)} µs per refresh`);
+  console.log(`${row}: ${result.requests.average.toFixed(1)} req/s, ${answered} answered, ${result.non2xx} not 2xx`);
+  for (const name of Object.keys(after)) console.log(`  ${name}: ${Math.round(((after[name] ?? 0) - (before[name] ?? 0)) / answered)} µs per ${row}`);
+  console.log(`  load generator (this process): ${Math.round((own.user + own.system) / answered)} µs per ${row}`);
+  if (postmaster !== undefined) console.log(`  PostgreSQL (its processes): ${Math.round((databaseAfter - databaseBefore) / answered)} µs per ${row}`);
 } finally {
   child.kill('SIGINT');
   if (postgres) {
