@@ -131,9 +131,7 @@ export class JwtCodec {
   verifyAccessToken(token: string): AccessTokenClaims | undefined | Promise<AccessTokenClaims | undefined> {
     const remembered = this.verified.get(lookupKey(token));
     if (remembered && remembered.token === token) {
-      const now = Math.floor(this.clock.now() / 1000);
-      const inTime = now < remembered.claims.exp && remembered.claims.iat <= now + 60;
-      if (inTime) {
+      if (this.inTime(remembered.claims)) {
         // Answered within the request's own event when the key is loaded (docs/performance.md).
         const key = this.keyRing.loadedVerificationKey?.(remembered.kid);
         if (key === undefined) return this.verifyRemembered(token, remembered);
@@ -142,6 +140,21 @@ export class JwtCodec {
       this.verified.delete(lookupKey(token));
     }
     return this.verifyAfresh(token);
+  }
+
+  /**
+   * The claims of a token verified before, when memory alone shows that it still verifies: in
+   * time, and its key loaded and still published. Undefined means "ask `verifyAccessToken`".
+   */
+  rememberedClaims(token: string): AccessTokenClaims | undefined {
+    const remembered = this.verified.get(lookupKey(token));
+    if (!remembered || remembered.token !== token || !this.inTime(remembered.claims)) return undefined;
+    return this.keyRing.loadedVerificationKey?.(remembered.kid) === remembered.publicKey ? remembered.claims : undefined;
+  }
+
+  private inTime(claims: AccessTokenClaims): boolean {
+    const now = Math.floor(this.clock.now() / 1000);
+    return now < claims.exp && claims.iat <= now + 60;
   }
 
   /** A remembered token whose key is not loaded: the key ring is asked, and a key that changed means verifying again. */

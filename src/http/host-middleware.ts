@@ -1,7 +1,7 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from '../adapters/types.js';
 import { errors } from '../errors.js';
-import type { AccessRequirement, Caller } from '../services/access/access-policy.js';
+import type { AccessRequirement, AdmissionCredential, Caller, HostAdmission } from '../services/access/access-policy.js';
 import { type Answer, decide, read, type Steps } from '../services/access/decision-steps.js';
 import type { IdentityServices } from '../services/build-services.js';
 import { presentedCredential } from './credentials.js';
@@ -23,6 +23,9 @@ type RequestWithCaller = Request & { [CALLER]?: Caller };
 export function callerOf(req: Request): Caller | undefined {
   return (req as RequestWithCaller)[CALLER];
 }
+
+/** Host middlewares made in this process, to tell their remembered admissions apart. */
+let hostMiddlewares = 0;
 
 /** What the host middleware needs from the router. */
 export interface HostMiddlewareParts {
@@ -57,6 +60,9 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     refusesLockedAccount: true,
   };
   const answerError = errorHandler(logger);
+  // Each middleware has its own requirement, so its own remembered admissions.
+  hostMiddlewares += 1;
+  const middlewareKey = `admission:${hostMiddlewares}:`;
   // Each key has its own budget in the `authenticated` group (docs/api-keys.md), counted before
   // the permission check so a key probing for permissions spends it too.
   // One handler in sequence rather than a Router of steps: this runs before every host route.
@@ -73,6 +79,17 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     }
     const credential = presentedCredential(req);
     if (credential.kind === 'none') throw errors.unauthorized();
+    // An access token admitted here before is answered as it was while nothing it was decided
+    // from has changed (AccessPolicy.admitRemembered); an API key is decided every time, its
+    // rate-limit budget with it.
+    const { actor, caller } =
+      credential.kind === 'access_token'
+        ? yield* read(services.policy.admitRemembered(middlewareKey, credential.token, () => decide(admission(req, res, credential))))
+        : yield* admission(req, res, credential);
+    if (actor.kind === 'session') setPrincipal(res, actor);
+    (req as RequestWithCaller)[CALLER] = caller;
+  }
+  function* admission(req: Request, res: Response, credential: AdmissionCredential): Steps<HostAdmission> {
     const grant = yield* services.policy.admission(credential, requirement, { organizationFromCaller: true }, (actor) => {
       if (actor.kind === 'session') return setPrincipal(res, actor);
       setApiKeyPrincipal(res, actor);
@@ -80,7 +97,7 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     });
     const { actor } = grant;
     const authority = grant.authority ?? (actor.kind === 'session' ? yield* read(services.policy.authorityOf(actor)) : undefined);
-    (req as RequestWithCaller)[CALLER] = services.policy.caller(actor, authority);
+    return { actor, caller: services.policy.caller(actor, authority) };
   }
   return (req, res, next) => {
     let admitted: Answer<void>;

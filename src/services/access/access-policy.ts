@@ -1,5 +1,7 @@
 import { apiKeyDigest, isApiKeyShaped } from '../../crypto/api-key.js';
 import { errors, type IdentityError } from '../../errors.js';
+import type { AccessTokenClaims } from '../../crypto/jwt.js';
+import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import { type AccessReads, type GateReads, uncachedReads } from './access-reads.js';
 import { type Answer, decide, decideLater, read, type Steps } from './decision-steps.js';
@@ -234,6 +236,28 @@ export function mayActOnOwner(actor: { superadmin: boolean; member: boolean; rol
 export function mayAuthenticate(user: { status: string; deletedAt: number | null }): boolean {
   return user.status === 'active' && user.deletedAt === null;
 }
+
+/** A host middleware's admission of a request: who acts, and the caller its handler sees. */
+export interface HostAdmission {
+  actor: Actor;
+  caller: Caller;
+}
+
+/** An admission kept in the access cache (`AccessPolicy.admitRemembered`), with what no event marks. */
+interface KeptAdmission {
+  token: string;
+  /** The token's remembered claims: the same object while the token still verifies from memory. */
+  claims: AccessTokenClaims;
+  /** The session as the admission read it, for its end. */
+  session: SessionRecord;
+  admission: HostAdmission;
+}
+
+/** Read-only for the host: a caller may be handed to later requests with the same token. */
+const frozen = <T>(values: T[]): T[] => Object.freeze(values) as T[];
+
+/** Kept admissions are found by the last characters of the token's signature, and count only if the whole token is equal. */
+const ADMISSION_TOKEN_TAIL = 32;
 
 /** `last_used_at` is written at most this often per key, so a busy key does not write on every request. */
 const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
@@ -502,24 +526,58 @@ export class AccessPolicy {
     return yield* read(inMfaRequiringOrganization());
   }
 
+  /**
+   * A host middleware's admission of an access token, remembered (docs/performance.md). The
+   * first request with a token is decided by `decideAdmission`, the policy's steps. When every
+   * read of that decision was answered by a fresh access-cache entry, its outcome is kept in the
+   * cache under the union of those entries' scopes, until the first of them expires: any change
+   * that would have made one of them stale makes it stale too (CONTRACT section 7). Later
+   * requests with the same token through the same middleware get that outcome while it is
+   * fresh, the token still verifies from memory (its time, its key still published) and its
+   * session has not reached its end, which are what no event marks. Refusals are never kept.
+   */
+  admitRemembered(middlewareKey: string, token: string, decideAdmission: () => Answer<HostAdmission>): Answer<HostAdmission> {
+    const cache = this.context.accessCache;
+    const key = `${middlewareKey}${token.slice(-ADMISSION_TOKEN_TAIL)}`;
+    const kept = cache.peek<KeptAdmission>(key);
+    if (kept && kept.token === token && this.stillAdmits(kept)) return kept.admission;
+    const derivation = cache.beginDerivation();
+    let admission: Answer<HostAdmission>;
+    try {
+      admission = decideAdmission();
+    } finally {
+      cache.endDerivation(derivation);
+    }
+    if (!(admission instanceof Promise) && admission.actor.kind === 'session') {
+      const claims = this.context.jwt.rememberedClaims(token);
+      const found = this.reads.keptSession(admission.actor.sessionId);
+      if (claims && found) cache.keepDerived(key, { token, claims, session: found.session, admission } satisfies KeptAdmission, derivation);
+    }
+    return admission;
+  }
+
+  private stillAdmits(kept: KeptAdmission): boolean {
+    return this.context.jwt.rememberedClaims(kept.token) === kept.claims && isLiveSession(kept.session, this.context.clock.now());
+  }
+
   /** The caller as the host middleware exposes it. */
   caller(actor: Actor, authority: ResolvedAuthority | undefined): Caller {
     if (actor.kind === 'api_key') {
-      return { kind: 'api_key', user_id: actor.userId, organization_id: actor.organizationId, api_key_id: actor.apiKeyId, permissions: authority ? sortedPermissions(authority) : [] };
+      return Object.freeze({ kind: 'api_key', user_id: actor.userId, organization_id: actor.organizationId, api_key_id: actor.apiKeyId, permissions: frozen(authority ? sortedPermissions(authority) : []) });
     }
     const principal = actor;
-    return {
+    return Object.freeze({
       kind: 'session',
       user_id: principal.userId,
       session_id: principal.sessionId,
       organization_id: principal.organizationId,
       mfa: principal.mfa,
-      amr: [...principal.amr],
+      amr: frozen([...principal.amr]),
       auth_time: Math.floor(principal.authTime / 1000),
       email_verified: principal.user.emailVerified,
       superadmin: authority?.superadmin ?? false,
-      permissions: authority ? sortedPermissions(authority) : [],
-    };
+      permissions: frozen(authority ? sortedPermissions(authority) : []),
+    });
   }
 
   /** A user's live authority in an organization, through the access cache (every change to it invalidates the cache). */

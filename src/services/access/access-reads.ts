@@ -37,6 +37,8 @@ export function uncachedReads(repos: Repositories): GateReads {
  * the access cache. Only the request gates use these: a service that decides inside a
  * transaction reads the database itself.
  */
+const sessionKey = (sessionId: string) => `session:${sessionId}`;
+
 export class AccessReads implements GateReads {
   constructor(
     private readonly repos: Repositories,
@@ -52,7 +54,7 @@ export class AccessReads implements GateReads {
   private *liveSessionSteps(sessionId: string): Steps<{ session: SessionRecord; user: UserRecord } | undefined> {
     const found = yield* read(
       this.cache.readNow(
-        `session:${sessionId}`,
+        sessionKey(sessionId),
         () => this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()),
         (value) => (value ? [dependsOnSession(sessionId), dependsOnUser(value.user.id)] : undefined),
       ),
@@ -61,6 +63,11 @@ export class AccessReads implements GateReads {
     // refresh may have extended it since (refreshes do not invalidate), so the database decides.
     if (!found || isLiveSession(found.session, this.clock.now())) return found;
     return yield* read(this.repos.sessions.findLiveWithUser(sessionId, this.clock.now()));
+  }
+
+  /** The live session and its user as kept now, or undefined; nothing is loaded. */
+  keptSession(sessionId: string): { session: SessionRecord; user: UserRecord } | undefined {
+    return this.cache.peek(sessionKey(sessionId));
   }
 
   /**

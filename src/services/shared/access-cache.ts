@@ -57,6 +57,18 @@ const EVENTS_THAT_KEEP_ACCESS: ReadonlySet<IdentityEventType> = new Set<Identity
   'mfa.verified',
 ]);
 
+/**
+ * What a value computed from kept entries was computed from (`AccessCache.beginDerivation`):
+ * the scopes it depends on and the first moment one of those entries expires.
+ */
+export interface Derivation {
+  readonly stamp: number;
+  expiresAt: number;
+  readonly dependsOn: Set<string>;
+  /** False once a read could not be answered from a fresh entry: nothing derived is then kept. */
+  fromKeptOnly: boolean;
+}
+
 /** Organization-wide changes that reach members through other organizations' rules (require_mfa) or end the organization. */
 const EVENTS_THAT_CHANGE_EVERYONE: ReadonlySet<IdentityEventType> = new Set<IdentityEventType>(['org.updated', 'org.deleted']);
 
@@ -103,6 +115,8 @@ export class AccessCache {
   private counter = 0;
   private carrier: InvalidationCarrier | undefined;
   private peers = new Set<AccessCache>([this]);
+  /** The derivation under way, if any: every read notes what answered it. */
+  private derivation: Derivation | undefined;
 
   constructor(private readonly options: AccessCacheOptions = DEFAULT_ACCESS_CACHE) {}
 
@@ -127,6 +141,8 @@ export class AccessCache {
    * `weightOf` gives a value holding many rows its share of the bound.
    */
   async read<T>(key: string, load: () => Promise<T>, dependsOn: (value: T) => string[] | undefined, weightOf?: (value: T) => number): Promise<T> {
+    // Answered later, or by a load: what a derivation under way computes is not kept.
+    if (this.derivation) this.derivation.fromKeptOnly = false;
     if (this.carrier && !this.carrier.listening) return load();
     const now = performance.now();
     const entry = this.entries.get(key);
@@ -151,9 +167,49 @@ export class AccessCache {
   readNow<T>(key: string, load: () => Promise<T>, dependsOn: (value: T) => string[] | undefined): T | Promise<T> {
     if (!this.carrier || this.carrier.listening) {
       const entry = this.entries.get(key);
-      if (entry && this.isFresh(entry, performance.now())) return entry.value as T;
+      if (entry && this.isFresh(entry, performance.now())) {
+        if (this.derivation) noteSource(this.derivation, entry);
+        return entry.value as T;
+      }
     }
     return this.read(key, load, dependsOn);
+  }
+
+  /** A fresh entry's value, or undefined; nothing is loaded. */
+  peek<T>(key: string): T | undefined {
+    if (this.carrier && !this.carrier.listening) return undefined;
+    const entry = this.entries.get(key);
+    return entry && this.isFresh(entry, performance.now()) ? (entry.value as T) : undefined;
+  }
+
+  /**
+   * Notes the entries that answer `readNow` from here until `endDerivation`, so that a value
+   * computed from them within one event can be kept with `keepDerived` (the host middleware's
+   * admissions, docs/performance.md).
+   */
+  beginDerivation(): Derivation {
+    const derivation: Derivation = { stamp: this.counter, expiresAt: Number.POSITIVE_INFINITY, dependsOn: new Set(), fromKeptOnly: true };
+    if (this.derivation) this.derivation.fromKeptOnly = false;
+    this.derivation = derivation;
+    return derivation;
+  }
+
+  endDerivation(derivation: Derivation): void {
+    if (this.derivation === derivation) this.derivation = undefined;
+  }
+
+  /**
+   * Keeps a value computed from fresh entries alone under the union of their scopes, until
+   * the first of them expires: it is stale exactly when one of them would be. A derivation
+   * that read anything else, or none, keeps nothing.
+   */
+  keepDerived(key: string, value: unknown, derivation: Derivation): void {
+    if (!derivation.fromKeptOnly || derivation.dependsOn.size === 0 || this.derivation === derivation) return;
+    if (this.carrier && !this.carrier.listening) return;
+    this.remove(key);
+    while (this.weight + 1 > this.options.maxEntries) this.remove(this.entries.keys().next().value!);
+    this.entries.set(key, { value, stamp: derivation.stamp, expiresAt: derivation.expiresAt, dependsOn: [...derivation.dependsOn], weight: 1 });
+    this.weight += 1;
   }
 
   /** Applies here and in this process's peers at once, and tells other instances. */
@@ -215,4 +271,9 @@ export class AccessCache {
       if (now - at > this.options.ttlMs) this.invalidated.delete(scope);
     }
   }
+}
+
+function noteSource(derivation: Derivation, entry: Entry): void {
+  derivation.expiresAt = Math.min(derivation.expiresAt, entry.expiresAt);
+  for (const scope of entry.dependsOn) derivation.dependsOn.add(scope);
 }
