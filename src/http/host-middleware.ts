@@ -8,7 +8,7 @@ import { presentedCredential } from './credentials.js';
 import { errorHandler } from './error-handler.js';
 import type { Readiness } from './readiness.js';
 import { countAgainst } from './rate-limits.js';
-import { setApiKeyPrincipal, setPrincipal } from './request-state.js';
+import { setApiKeyPrincipal } from './request-state.js';
 
 /*
  * The caller of a host route, under a symbol only this module holds: nothing is added to
@@ -63,35 +63,24 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
   // Each middleware has its own requirement, so its own remembered admissions.
   hostMiddlewares += 1;
   const middlewareKey = `admission:${hostMiddlewares}:`;
-  // Each key has its own budget in the `authenticated` group (docs/api-keys.md), counted before
-  // the permission check so a key probing for permissions spends it too.
-  // One handler in sequence rather than a Router of steps: this runs before every host route.
-  // Its steps run within the request's own event while every read is in memory, and call
-  // next() there; the first read that has to wait turns the rest into a promise
+  // One handler rather than a Router of steps: this runs before every host route. Its decision
+  // runs within the request's own event while every read is in memory, and the host's handler
+  // is called there; the first read that has to wait turns the rest into a promise
   // (services/access/decision-steps.ts).
-  function* gate(req: Request, res: Response): Steps<void> {
-    if (!readiness.ready) {
-      yield* read(
-        readiness.ensure().catch((error: unknown) => {
-          throw errors.unavailable(error);
-        }),
-      );
-    }
+  function admit(req: Request, res: Response): Answer<HostAdmission> {
     const credential = presentedCredential(req);
     if (credential.kind === 'none') throw errors.unauthorized();
+    if (credential.kind === 'api_key') return decide(admission(req, res, credential));
     // An access token admitted here before is answered as it was while nothing it was decided
     // from has changed (AccessPolicy.admitRemembered); an API key is decided every time, its
     // rate-limit budget with it.
-    const { actor, caller } =
-      credential.kind === 'access_token'
-        ? yield* read(services.policy.admitRemembered(middlewareKey, credential.token, () => decide(admission(req, res, credential))))
-        : yield* admission(req, res, credential);
-    if (actor.kind === 'session') setPrincipal(res, actor);
-    (req as RequestWithCaller)[CALLER] = caller;
+    return services.policy.admitRemembered(middlewareKey, credential.token, () => decide(admission(req, res, credential)));
   }
   function* admission(req: Request, res: Response, credential: AdmissionCredential): Steps<HostAdmission> {
+    // Each key has its own budget in the `authenticated` group (docs/api-keys.md), counted before
+    // the permission check so a key probing for permissions spends it too.
     const grant = yield* services.policy.admission(credential, requirement, { organizationFromCaller: true }, (actor) => {
-      if (actor.kind === 'session') return setPrincipal(res, actor);
+      if (actor.kind === 'session') return;
       setApiKeyPrincipal(res, actor);
       return countAgainst(authenticatedLimiter, req, res);
     });
@@ -99,20 +88,31 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
     const authority = grant.authority ?? (actor.kind === 'session' ? yield* read(services.policy.authorityOf(actor)) : undefined);
     return { actor, caller: services.policy.caller(actor, authority) };
   }
+  const admitWhenReady = (req: Request, res: Response): Promise<HostAdmission> =>
+    readiness.ensure().then(
+      () => admit(req, res),
+      (error: unknown) => {
+        throw errors.unavailable(error);
+      },
+    );
   return (req, res, next) => {
-    let admitted: Answer<void>;
+    let admitted: Answer<HostAdmission>;
     try {
-      admitted = decide(gate(req, res));
+      admitted = readiness.ready ? admit(req, res) : admitWhenReady(req, res);
     } catch (error) {
       answerError(error, req, res, next);
       return;
     }
     if (admitted instanceof Promise) {
       admitted.then(
-        () => next(),
+        ({ caller }) => {
+          (req as RequestWithCaller)[CALLER] = caller;
+          next();
+        },
         (error: unknown) => answerError(error, req, res, next),
       );
     } else {
+      (req as RequestWithCaller)[CALLER] = admitted.caller;
       next();
     }
   };
