@@ -70,10 +70,10 @@ export function hostMiddleware({ services, readiness, logger, authenticatedLimit
   function admit(req: Request, res: Response): Answer<HostAdmission> {
     const credential = presentedCredential(req);
     if (credential.kind === 'none') throw errors.unauthorized();
+    // An API key is decided every time, its rate-limit budget with it. An access token admitted
+    // here before is answered as it was while nothing it was decided from has changed
+    // (AccessPolicy.admitRemembered).
     if (credential.kind === 'api_key') return decide(admission(req, res, credential));
-    // An access token admitted here before is answered as it was while nothing it was decided
-    // from has changed (AccessPolicy.admitRemembered); an API key is decided every time, its
-    // rate-limit budget with it.
     return services.policy.admitRemembered(middlewareKey, credential.token, () => decide(admission(req, res, credential)));
   }
   function* admission(req: Request, res: Response, credential: AdmissionCredential): Steps<HostAdmission> {

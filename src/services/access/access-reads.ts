@@ -32,13 +32,13 @@ export function uncachedReads(repos: Repositories): GateReads {
   };
 }
 
+const sessionKey = (sessionId: string) => `session:${sessionId}`;
+
 /**
  * The reads that decide whether a request may proceed (authentication and authority), through
  * the access cache. Only the request gates use these: a service that decides inside a
  * transaction reads the database itself.
  */
-const sessionKey = (sessionId: string) => `session:${sessionId}`;
-
 export class AccessReads implements GateReads {
   constructor(
     private readonly repos: Repositories,

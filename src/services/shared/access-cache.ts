@@ -62,6 +62,7 @@ const EVENTS_THAT_KEEP_ACCESS: ReadonlySet<IdentityEventType> = new Set<Identity
  * the scopes it depends on and the first moment one of those entries expires.
  */
 export interface Derivation {
+  /** The invalidation counter when it began: a later invalidation of one of its scopes makes what it kept stale. */
   readonly stamp: number;
   expiresAt: number;
   readonly dependsOn: Set<string>;
