@@ -195,7 +195,6 @@ export class SessionService {
     return { session: found.session, user: found.user, storedId: found.token.id, expiresAt: found.token.expiresAt };
   }
 
-
   /** A replay: the family is revoked in its own transaction, and the refresh answers invalid_grant. */
   private async revokeForReuse(session: SessionRecord, meta: RequestMeta): Promise<never> {
     await runUnitOfWork(this.context, meta, async (uow) => {

@@ -145,19 +145,14 @@ export class AccessCache {
     // Answered later, or by a load: what a derivation under way computes is not kept.
     if (this.derivation) this.derivation.fromKeptOnly = false;
     if (this.carrier && !this.carrier.listening) return load();
+    const kept = this.servable(key);
+    if (kept) return kept.value as T;
     const now = performance.now();
-    const entry = this.entries.get(key);
-    if (entry && this.isFresh(entry, now)) return entry.value as T;
     const stamp = this.counter;
     const value = await load();
     const scopes = dependsOn(value);
     const weight = weightOf ? Math.max(1, weightOf(value)) : 1;
-    if (scopes && weight <= this.options.maxEntries) {
-      this.remove(key);
-      while (this.weight + weight > this.options.maxEntries) this.remove(this.entries.keys().next().value!);
-      this.entries.set(key, { value, stamp, expiresAt: now + this.options.ttlMs, dependsOn: scopes, weight });
-      this.weight += weight;
-    }
+    if (scopes && weight <= this.options.maxEntries) this.store(key, { value, stamp, expiresAt: now + this.options.ttlMs, dependsOn: scopes, weight });
     return value;
   }
 
@@ -166,21 +161,15 @@ export class AccessCache {
    * request's own event when every read it needs is here (services/access/decision-steps.ts).
    */
   readNow<T>(key: string, load: () => Promise<T>, dependsOn: (value: T) => string[] | undefined): T | Promise<T> {
-    if (!this.carrier || this.carrier.listening) {
-      const entry = this.entries.get(key);
-      if (entry && this.isFresh(entry, performance.now())) {
-        if (this.derivation) noteSource(this.derivation, entry);
-        return entry.value as T;
-      }
-    }
-    return this.read(key, load, dependsOn);
+    const kept = this.servable(key);
+    if (!kept) return this.read(key, load, dependsOn);
+    if (this.derivation) noteSource(this.derivation, kept);
+    return kept.value as T;
   }
 
   /** A fresh entry's value, or undefined; nothing is loaded. */
   peek<T>(key: string): T | undefined {
-    if (this.carrier && !this.carrier.listening) return undefined;
-    const entry = this.entries.get(key);
-    return entry && this.isFresh(entry, performance.now()) ? (entry.value as T) : undefined;
+    return this.servable(key)?.value as T | undefined;
   }
 
   /**
@@ -207,10 +196,7 @@ export class AccessCache {
   keepDerived(key: string, value: unknown, derivation: Derivation): void {
     if (!derivation.fromKeptOnly || derivation.dependsOn.size === 0 || this.derivation === derivation) return;
     if (this.carrier && !this.carrier.listening) return;
-    this.remove(key);
-    while (this.weight + 1 > this.options.maxEntries) this.remove(this.entries.keys().next().value!);
-    this.entries.set(key, { value, stamp: derivation.stamp, expiresAt: derivation.expiresAt, dependsOn: [...derivation.dependsOn], weight: 1 });
-    this.weight += 1;
+    this.store(key, { value, stamp: derivation.stamp, expiresAt: derivation.expiresAt, dependsOn: [...derivation.dependsOn], weight: 1 });
   }
 
   /** Applies here and in this process's peers at once, and tells other instances. */
@@ -248,6 +234,21 @@ export class AccessCache {
   /** @internal What the cache holds against its bound (the bench's soak reports it, docs/performance.md). */
   sizes(): { entries: number; weight: number; invalidations: number; maxEntries: number } {
     return { entries: this.entries.size, weight: this.weight, invalidations: this.invalidated.size, maxEntries: this.options.maxEntries };
+  }
+
+  /** The entry that may be served now: fresh, while the carrier (if any) is listening. */
+  private servable(key: string): Entry | undefined {
+    if (this.carrier && !this.carrier.listening) return undefined;
+    const entry = this.entries.get(key);
+    return entry && this.isFresh(entry, performance.now()) ? entry : undefined;
+  }
+
+  /** Keeps an entry within `maxEntries`, the oldest going first. */
+  private store(key: string, entry: Entry): void {
+    this.remove(key);
+    while (this.weight + entry.weight > this.options.maxEntries) this.remove(this.entries.keys().next().value!);
+    this.entries.set(key, entry);
+    this.weight += entry.weight;
   }
 
   private isFresh(entry: Entry, now: number): boolean {
