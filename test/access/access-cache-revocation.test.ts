@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { Harness, STRONG_PASSWORD, TEST_DB, decodeJwt, uniqueEmail, type SignedUpUser } from '../helpers/harness.js';
+import { assertError } from '../helpers/account.js';
 import { addMember, createOrg, roleIdOf, superadmin, switchOrg, type CreatedOrg } from '../helpers/orgs.js';
 
 /*
@@ -85,6 +86,15 @@ async function onOtherInstance<T>(probe: (on: Instance) => Promise<T>, expected:
   return answer;
 }
 
+/** Refreshes with the newest token of a session's chain, on whichever instance it is asked. */
+function refreshStatus(refreshToken: string): Probe {
+  let current = refreshToken;
+  return async (on) => {
+    const refreshed = await on.h.post('/auth/token/refresh', { refresh_token: current });
+    if (refreshed.status === 200) current = refreshed.body.data.refresh_token as string;
+    return refreshed.status;
+  };
+}
 const sessionsStatus = (token: string): Probe => async (on) => (await on.h.get('/auth/sessions', { token })).status;
 const hostStatus = (token: string): Probe => (on) => on.host(token);
 const membersStatus = (organizationId: string, token: string): Probe => async (on) => (await on.h.get(`/orgs/${organizationId}/members`, { token })).status;
@@ -108,7 +118,7 @@ async function secondSession(user: SignedUpUser): Promise<string> {
 describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('logout', async () => {
     const { org, member } = await orgWithMember();
-    await assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token)), async () => {
+    await assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token), refreshStatus(member.refreshToken)), async () => {
       assert.equal((await a.h.post('/auth/logout', {}, { token: member.token })).status, 200);
     }, 401);
     assert.ok(org.id);
@@ -151,7 +161,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('user disable', async () => {
     const { member } = await orgWithMember();
     const root = await superadmin(a.h);
-    await assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token)), async () => {
+    await assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token), refreshStatus(member.refreshToken)), async () => {
       const disabled = await a.h.post(`/users/${member.userId}/disable`, undefined, { token: root.accessToken });
       assert.equal(disabled.status, 200, disabled.text);
     }, 401);
@@ -263,4 +273,30 @@ test('the cache serves: a cached session answers without reading its row', async
   // which shows it is in use. This is not a supported way to revoke; the expiry bounds it.
   await a.h.knex(`${a.h.tablePrefix}sessions`).where({ id: decodeJwt(user.accessToken).sid }).update({ revoked_at: a.h.clock.now() });
   assert.equal((await a.h.get('/auth/sessions', { token: user.accessToken })).status, 200);
+});
+
+test('a refresh rotates only a live session at its generation, whatever the cache holds', async () => {
+  const user = await a.h.signUp(uniqueEmail('refresh-cached'));
+  assert.equal((await a.h.get('/auth/sessions', { token: user.accessToken })).status, 200);
+  // As above: the cache still holds the session, and the conditional update refuses it.
+  await a.h.knex(`${a.h.tablePrefix}sessions`).where({ id: decodeJwt(user.accessToken).sid }).update({ revoked_at: a.h.clock.now() });
+  assert.equal((await a.h.get('/auth/sessions', { token: user.accessToken })).status, 200);
+  assertError(await a.h.post('/auth/token/refresh', { refresh_token: user.refreshToken }), 401, 'invalid_grant');
+});
+
+// A refresh reads the session through the access cache, and refreshes do not invalidate it:
+// B keeps generation 0 while A moves the session on.
+test('B, keeping a session at an older generation, refreshes the newer token and refuses the older one as a replay', async () => {
+  const user = await a.h.signUp(uniqueEmail('refresh-generations'));
+  const sessionId = decodeJwt(user.accessToken).sid as string;
+  assert.equal((await b.h.get('/auth/sessions', { token: user.accessToken })).status, 200);
+  const onA = await a.h.post('/auth/token/refresh', { refresh_token: user.refreshToken });
+  assert.equal(onA.status, 200, onA.text);
+  const onB = await b.h.post('/auth/token/refresh', { refresh_token: onA.body.data.refresh_token });
+  assert.equal(onB.status, 200, onB.text);
+  assertError(await b.h.post('/auth/token/refresh', { refresh_token: onA.body.data.refresh_token }), 401, 'invalid_grant', 'the older token again, on B');
+  const reuse = (h: Harness) => h.eventsOfType('auth.refresh_reuse_detected').filter((event) => (event.data as { session_id?: string }).session_id === sessionId);
+  assert.equal(reuse(a.h).length + reuse(b.h).length, 1, 'auth.refresh_reuse_detected, once');
+  const newest = await a.h.post('/auth/token/refresh', { refresh_token: onB.body.data.refresh_token });
+  assert.equal(newest.status, 401, 'the family is revoked: the newest token dies too');
 });

@@ -3,6 +3,7 @@ import { errors, type IdentityError } from '../../errors.js';
 import type { AccessTokenClaims } from '../../crypto/jwt.js';
 import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
+import type { UserRecord } from '../../store/user-repository.js';
 import { type AccessReads, type GateReads, uncachedReads } from './access-reads.js';
 import { type Answer, decide, decideLater, read, type Steps } from './decision-steps.js';
 import type { ResolvedAuthority } from './authority.js';
@@ -578,6 +579,14 @@ export class AccessPolicy {
       superadmin: authority?.superadmin ?? false,
       permissions: frozen(authority ? sortedPermissions(authority) : []),
     });
+  }
+
+  /**
+   * A live session and its user, as the request gates read them: through the access cache,
+   * which every revocation invalidates (docs/multiple-instances.md).
+   */
+  liveSession(sessionId: string): Answer<{ session: SessionRecord; user: UserRecord } | undefined> {
+    return this.reads.liveSession(sessionId);
   }
 
   /** A user's live authority in an organization, through the access cache (every change to it invalidates the cache). */

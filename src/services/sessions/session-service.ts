@@ -53,10 +53,14 @@ export interface StrongAuthentication {
 
 const USER_AGENT_MAX = 512;
 
-/** The session and user behind a presented refresh token, and the stored token's row and lifetime if it is one from before MACs. */
+/**
+ * The session and user behind a presented refresh token; the generation the refresh moves the
+ * session on from; and the stored token's row and lifetime if it is one from before MACs.
+ */
 interface PresentedRefreshToken {
   session: SessionRecord;
   user: UserRecord;
+  generation: number;
   storedId: string | undefined;
   expiresAt: number;
 }
@@ -136,9 +140,11 @@ export class SessionService {
    * concurrent race) revokes the family. A token from before MACs is found by its keyed hash and
    * consumed, as it was; its session then moves on to MAC'd tokens.
    *
-   * One read finds the session and user; one transaction of the fewest writes (the session's
-   * generation and lifetime, the audit event) commits; the access token is signed after commit,
-   * so the write lock is never held while signing. Nothing written is read back.
+   * The session and user are read as every request gate reads them, through the access cache;
+   * the conditional update decides whether the token's generation is still the session's. One
+   * transaction of the fewest writes (the session's generation and lifetime, the audit event)
+   * commits; the access token is signed after commit, so the write lock is never held while
+   * signing. Nothing written is read back.
    */
   async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
     const presented = isStoredRefreshToken(refreshToken) ? await this.presentedStored(refreshToken, meta) : await this.presentedGeneration(refreshToken, meta);
@@ -148,7 +154,7 @@ export class SessionService {
     await this.signInRules.assertSessionAllowed(user, session.id, 401);
 
     const rotation = this.context.config.tokens.refreshRotation;
-    const generation = session.refreshGeneration;
+    const { generation } = presented;
     const next = rotation ? generation + 1 : generation;
     await runUnitOfWork(this.context, meta, async (uow) => {
       if (storedId !== undefined && rotation && !(await uow.repos.refreshTokens.consume(storedId, uow.now))) {
@@ -173,17 +179,18 @@ export class SessionService {
     return { ...(await this.sign(this.subjectOf(session, user, authority))), refresh_token: nextRefreshToken };
   }
 
-  /** A MAC'd token: its session, if live and at the token's generation. An older generation is a replay. */
+  /**
+   * A MAC'd token: its live session. A generation older than one the session has reached is a
+   * replay. A kept entry may be behind the database (a refresh does not invalidate it), so the
+   * token's generation is the one the update asks for, and the update decides.
+   */
   private async presentedGeneration(refreshToken: string, meta: RequestMeta): Promise<PresentedRefreshToken> {
     const named = readRefreshToken(this.context.keys.refreshTokenMac, refreshToken);
     if (!named) throw errors.invalidGrant();
-    const found = await this.context.store.repos.sessions.findWithUser(named.sessionId);
-    if (!found || !isLiveSession(found.session, this.context.clock.now())) throw errors.invalidGrant();
-    if (named.generation !== found.session.refreshGeneration) {
-      if (named.generation < found.session.refreshGeneration) await this.revokeForReuse(found.session, meta);
-      throw errors.invalidGrant();
-    }
-    return { ...found, storedId: undefined, expiresAt: found.session.expiresAt };
+    const found = await this.policy.liveSession(named.sessionId);
+    if (!found) throw errors.invalidGrant();
+    if (named.generation < found.session.refreshGeneration) await this.revokeForReuse(found.session, meta);
+    return { ...found, generation: named.generation, storedId: undefined, expiresAt: found.session.expiresAt };
   }
 
   /** A token from before MACs, by its keyed hash: live, unused and unexpired. A used one is a replay. */
@@ -192,7 +199,7 @@ export class SessionService {
     if (!found || !isLiveSession(found.session, this.context.clock.now())) throw errors.invalidGrant();
     if (found.token.consumedAt !== null) await this.revokeForReuse(found.session, meta);
     if (found.token.expiresAt <= this.context.clock.now()) throw errors.invalidGrant();
-    return { session: found.session, user: found.user, storedId: found.token.id, expiresAt: found.token.expiresAt };
+    return { session: found.session, user: found.user, generation: found.session.refreshGeneration, storedId: found.token.id, expiresAt: found.token.expiresAt };
   }
 
   /** A replay: the family is revoked in its own transaction, and the refresh answers invalid_grant. */
