@@ -2,6 +2,9 @@
  * The server side of `npm run bench` (bench/run.ts forks it; it is not run by hand).
  *
  *   hot-path-server.ts bare      bare Express 5 answering GET /hello: the baseline
+ *   hot-path-server.ts bare-after-traffic
+ *                                the same, after it has first served other routes the way
+ *                                any app does (bench/process-history.ts)
  *   hot-path-server.ts identity  the router on SQLite at bcrypt cost 10, plus a host route
  *                                behind requirePermission, seeded with an organization of
  *                                11 members, the sessions the load needs and the accounts
@@ -47,14 +50,53 @@ function listen(app: express.Express): Promise<string> {
   });
 }
 
-async function bare(): Promise<void> {
+async function bare(history: 'none' | 'traffic'): Promise<void> {
   const app = express();
   app.get('/hello', (_req, res) => {
     res.json({ message: 'hello' });
   });
+  if (history === 'traffic') otherRoutes(app);
   const origin = await listen(app);
+  if (history === 'traffic') await serveOtherTraffic(origin);
   if (process.env.BENCH_PROFILE_DIR) await startProfile(process.env.BENCH_PROFILE_DIR);
   process.send!({ origin });
+}
+
+/**
+ * What an app's process has served besides the measured route, in miniature: JSON bodies
+ * through express.json(), route parameters, answers of several statuses with headers of their
+ * own, and requests that carry credentials. None of it runs while the route is measured.
+ */
+function otherRoutes(app: express.Express): void {
+  app.post('/items', express.json(), (req, res) => {
+    if (typeof req.body?.name !== 'string') {
+      res.status(422).json({ error: 'validation_failed', message: 'name is required' });
+      return;
+    }
+    res.status(201).location(`/items/${req.body.name}`).json({ data: { name: req.body.name, tags: req.body.tags ?? [] } });
+  });
+  app.get('/items/:id', (req, res) => {
+    if (req.params.id.startsWith('missing')) {
+      res.status(404).json({ error: 'not_found', message: 'Item not found' });
+      return;
+    }
+    res.set('Cache-Control', 'no-store').json({ data: { id: req.params.id } });
+  });
+  app.delete('/items/:id/tags/:tag', (req, res) => {
+    res.json({ data: { id: req.params.id, removed: req.params.tag } });
+  });
+}
+
+async function serveOtherTraffic(origin: string): Promise<void> {
+  const credentials = { authorization: `Bearer ${'x'.repeat(900)}`, cookie: 'session=abc; theme=dark' };
+  for (let i = 0; i < 1_000; i += 1) {
+    const json = { 'content-type': 'application/json', ...(i % 2 === 0 ? credentials : {}) };
+    await Promise.all([
+      fetch(`${origin}/items`, { method: 'POST', headers: json, body: JSON.stringify(i % 5 === 0 ? { tags: [i] } : { name: `item${i}`, ...(i % 3 === 0 ? { tags: ['a', 'b'] } : {}) }) }),
+      fetch(`${origin}/items/${i % 4 === 0 ? 'missing' : ''}${i}`, { headers: i % 2 === 1 ? credentials : {} }),
+      fetch(`${origin}/items/${i}/tags/t${i % 7}`, { method: 'DELETE' }),
+    ]).then((responses) => Promise.all(responses.map((response) => response.arrayBuffer())));
+  }
 }
 
 /** The database of this run: PostgreSQL with the pool the bench gives it, or a SQLite file. */
@@ -199,7 +241,7 @@ process.on('SIGINT', () => {
   void (stopProfile?.() ?? Promise.resolve()).finally(() => process.exit(0));
 });
 const mode = process.argv[2];
-(mode === 'bare' ? bare() : mode === 'identity' ? identity() : mode === 'startup' ? startup() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
+(mode === 'bare' ? bare('none') : mode === 'bare-after-traffic' ? bare('traffic') : mode === 'identity' ? identity() : mode === 'startup' ? startup() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
   // A failed bulk insert's message quotes its whole statement: the start of it says enough.
   console.error(String(error instanceof Error ? (error.stack ?? error.message) : error).slice(0, 2000));
   process.exit(1);
