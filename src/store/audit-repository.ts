@@ -1,4 +1,8 @@
-import { toNumber } from './database.js';
+import type { Knex } from 'knex';
+import { type Dialect, toNumber } from './database.js';
+import type { StandIns } from './hot-statements.js';
+import type { TableNames } from './table-names.js';
+import type { Db } from './transaction.js';
 import { Repository } from './repository.js';
 
 export interface AuditEventRecord {
@@ -27,33 +31,68 @@ function mapEvent(row: Record<string, unknown>): AuditEventRecord {
   };
 }
 
+/** An audit row's values, named for a hot statement. */
+export type AuditRowValues = {
+  eventId: string;
+  eventType: string;
+  occurredAt: number;
+  actorId: string | null;
+  userId: string | null;
+  organizationId: string | null;
+  ip: string | null;
+  data: string;
+};
+
+export function auditRowValues(event: Omit<AuditEventRecord, 'seq'>): AuditRowValues {
+  return {
+    eventId: event.id,
+    eventType: event.type,
+    occurredAt: event.occurredAt,
+    actorId: event.actorId,
+    userId: event.userId,
+    organizationId: event.organizationId,
+    ip: event.ip,
+    data: JSON.stringify(event.data),
+  };
+}
+
+/** The audit table's columns, each with the value that fills it. */
+const AUDIT_ROW: ReadonlyArray<readonly [column: string, value: keyof AuditRowValues]> = [
+  ['id', 'eventId'],
+  ['type', 'eventType'],
+  ['occurred_at', 'occurredAt'],
+  ['actor_id', 'actorId'],
+  ['user_id', 'userId'],
+  ['organization_id', 'organizationId'],
+  ['ip', 'ip'],
+  ['data', 'data'],
+];
+
+/** Whether `writeRecording` can be used: PostgreSQL's WITH can hold a write, SQLite's cannot. */
+export const recordsInOneStatement = (dialect: Dialect): boolean => dialect === 'pg';
+
+/**
+ * A conditional write and the audit row of the event it makes, as one statement: the row is
+ * inserted only if the write changed a row (a data-modifying WITH). `write` is an update or
+ * delete; the row's values are a hot statement's stand-ins.
+ */
+export function writeRecording(db: Db, table: TableNames, dialect: Dialect, write: Knex.QueryBuilder, row: StandIns<AuditRowValues>): Knex.QueryBuilder {
+  if (!recordsInOneStatement(dialect)) throw new Error(`A write and its audit row cannot be one statement on ${dialect}`);
+  return db.client
+    .queryBuilder()
+    .with('changed', write.returning('id'))
+    .into(db.raw(`?? (${AUDIT_ROW.map(() => '??').join(', ')})`, [table.auditEvents, ...AUDIT_ROW.map(([column]) => column)]))
+    .insert(db.raw(`select ${AUDIT_ROW.map(() => '?').join(', ')} from ??`, [...AUDIT_ROW.map(([, value]) => row[value]), 'changed']));
+}
+
 export class AuditRepository extends Repository {
   async insert(event: Omit<AuditEventRecord, 'seq'>): Promise<void> {
     // Every write of the hot path records an event: a hot statement.
     await this.hot.run(
       this.db,
       'audit.insert',
-      (values) =>
-        this.db(this.table.auditEvents).insert({
-          id: values.id,
-          type: values.type,
-          occurred_at: values.occurredAt,
-          actor_id: values.actorId,
-          user_id: values.userId,
-          organization_id: values.organizationId,
-          ip: values.ip,
-          data: values.data,
-        }),
-      {
-        id: event.id,
-        type: event.type,
-        occurredAt: event.occurredAt,
-        actorId: event.actorId,
-        userId: event.userId,
-        organizationId: event.organizationId,
-        ip: event.ip,
-        data: JSON.stringify(event.data),
-      },
+      (values) => this.db(this.table.auditEvents).insert(Object.fromEntries(AUDIT_ROW.map(([column, value]) => [column, values[value]]))),
+      auditRowValues(event),
     );
   }
 

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { HotStatements } from './hot-statements.js';
 import { runTransaction, type Db } from './transaction.js';
 import { ApiKeyRepository } from './api-key-repository.js';
-import { AuditRepository, RateEventRepository } from './audit-repository.js';
+import { AuditRepository, RateEventRepository, recordsInOneStatement } from './audit-repository.js';
 import type { Dialect } from './database.js';
 import { HostPermissionRepository } from './host-permission-repository.js';
 import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
@@ -116,6 +116,11 @@ export class Store {
   ) {
     this.hot = new HotStatements(dialect);
     this.repos = bindRepositories({ db: knex, table, dialect, hot: this.hot });
+  }
+
+  /** Whether a conditional write and its audit row can be one statement, which needs no transaction around it (`writeRecording`). */
+  get recordsInOneStatement(): boolean {
+    return recordsInOneStatement(this.dialect);
   }
 
   /** Runs `work` in one transaction with repositories bound to it. */

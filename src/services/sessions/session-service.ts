@@ -4,6 +4,7 @@ import { errors, } from '../../errors.js';
 import { keyedHash } from '../../crypto/keyed-hash.js';
 import { isStoredRefreshToken, issueRefreshToken, readRefreshToken } from '../../crypto/refresh-token.js';
 import type { AccessTokenSubject } from '../../crypto/jwt.js';
+import type { EventInput } from '../../events.js';
 import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
@@ -13,7 +14,7 @@ import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
 import type { Principal } from '../access/principal.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
-import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { commitRecordedWrite, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso } from '../shared/iso-time.js';
 
 export interface TokenResponse {
@@ -141,10 +142,11 @@ export class SessionService {
    * consumed, as it was; its session then moves on to MAC'd tokens.
    *
    * The session and user are read as every request gate reads them, through the access cache;
-   * the conditional update decides whether the token's generation is still the session's. One
-   * transaction of the fewest writes (the session's generation and lifetime, the audit event)
-   * commits; the access token is signed after commit, so the write lock is never held while
-   * signing. Nothing written is read back.
+   * the conditional update decides whether the token's generation is still the session's. It
+   * commits with the audit event and nothing else: as one statement on PostgreSQL while no
+   * listener or webhook waits for events (`commitRecordedWrite`), else as one transaction. The
+   * access token is signed after commit, so the write lock is never held while signing.
+   * Nothing written is read back.
    */
   async refresh(refreshToken: string, meta: RequestMeta): Promise<TokenResponse> {
     const presented = isStoredRefreshToken(refreshToken) ? await this.presentedStored(refreshToken, meta) : await this.presentedGeneration(refreshToken, meta);
@@ -156,22 +158,25 @@ export class SessionService {
     const rotation = this.context.config.tokens.refreshRotation;
     const { generation } = presented;
     const next = rotation ? generation + 1 : generation;
-    await runUnitOfWork(this.context, meta, async (uow) => {
-      if (storedId !== undefined && rotation && !(await uow.repos.refreshTokens.consume(storedId, uow.now))) {
-        // Lost a race for this token (or it expired just now): a second use revokes the family.
-        if (presented.expiresAt > uow.now) await this.recordReuse(uow, session);
-        return uow.failAfterCommit(errors.invalidGrant());
-      }
-      const expiresAt = rotation ? this.slidingExpiry(session, uow.now) : Math.min(Math.max(session.expiresAt, presented.expiresAt), this.absoluteExpiry(session));
-      if (!(await uow.repos.sessions.rotate(session.id, generation, next, uow.now, expiresAt))) {
+    const expiresAt = (now: number) => (rotation ? this.slidingExpiry(session, now) : Math.min(Math.max(session.expiresAt, presented.expiresAt), this.absoluteExpiry(session)));
+    const refreshed: EventInput = { type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } };
+    if (storedId === undefined) {
+      const rotated = await commitRecordedWrite(this.context, meta, refreshed, (repos, now, recording) => repos.sessions.rotate(session.id, generation, next, now, expiresAt(now), recording));
+      // Another refresh moved the session on first (a second use of this generation revokes the
+      // family), or it was revoked since it was read (then there is nothing left to revoke).
+      if (!rotated) await this.revokeForReuse(session, meta);
+    } else {
+      await runUnitOfWork(this.context, meta, async (uow) => {
+        if (rotation && !(await uow.repos.refreshTokens.consume(storedId, uow.now))) {
+          // Lost a race for this token (or it expired just now): a second use revokes the family.
+          if (presented.expiresAt > uow.now) await this.recordReuse(uow, session);
+          return uow.failAfterCommit(errors.invalidGrant());
+        }
         // Revoked since it was read: nothing of this refresh may commit.
-        if (storedId !== undefined) throw errors.invalidGrant();
-        // Or another refresh moved the session on first: a second use of this generation revokes the family.
-        await this.recordReuse(uow, session);
-        return uow.failAfterCommit(errors.invalidGrant());
-      }
-      await uow.emit({ type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } });
-    });
+        if (!(await uow.repos.sessions.rotate(session.id, generation, next, uow.now, expiresAt(uow.now)))) throw errors.invalidGrant();
+        await uow.emit(refreshed);
+      });
+    }
     // Live authority through the access cache: as current as the database, since every change to it invalidates the cache.
     const authority = await this.policy.authorityIn(user.id, session.organizationId);
     // With rotation off a stored token is returned as it came; a MAC'd one names the same generation again.

@@ -28,6 +28,8 @@ export interface DeliveryTotals {
  * below every domain.
  */
 export interface EventOutbox {
+  /** Whether events have anywhere to go (an `onEvent` listener, webhooks): else `writeOutbox` writes nothing. */
+  readonly hasTargets: boolean;
   /** Inside the unit of work's transaction: the delivery rows of its events. */
   writeOutbox(repos: Repositories, entries: readonly OutboxEntry[], now: number): Promise<WrittenDeliveries | undefined>;
   /** After commit: attempts the rows this instance just wrote. */

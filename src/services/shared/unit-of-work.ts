@@ -32,26 +32,8 @@ export class UnitOfWork {
    * listener (`webhook.test`, docs/webhooks.md).
    */
   async emit(input: EventInput, options: { onlyWebhook?: { webhookId: string; deliveryId: string } } = {}): Promise<IdentityEvent> {
-    const event: IdentityEvent = {
-      id: randomUUID(),
-      type: input.type,
-      occurred_at: iso(this.now),
-      actor_id: input.actorId ?? null,
-      user_id: input.userId ?? null,
-      organization_id: input.organizationId ?? null,
-      ip: this.meta.ip,
-      data: input.data ?? {},
-    };
-    await this.repos.audit.insert({
-      id: event.id,
-      type: event.type,
-      occurredAt: this.now,
-      actorId: event.actor_id,
-      userId: event.user_id,
-      organizationId: event.organization_id,
-      ip: event.ip,
-      data: event.data,
-    });
+    const event = newEvent(input, this.now, this.meta);
+    await this.repos.audit.insert(auditRecordOf(event, this.now));
     this.committedEvents.push(event);
     this.outbox.push({ event, ...(options.onlyWebhook ? { onlyWebhook: options.onlyWebhook } : {}) });
     return event;
@@ -97,6 +79,23 @@ export class UnitOfWork {
   }
 }
 
+function newEvent(input: EventInput, now: number, meta: RequestMeta): IdentityEvent {
+  return {
+    id: randomUUID(),
+    type: input.type,
+    occurred_at: iso(now),
+    actor_id: input.actorId ?? null,
+    user_id: input.userId ?? null,
+    organization_id: input.organizationId ?? null,
+    ip: meta.ip,
+    data: input.data ?? {},
+  };
+}
+
+function auditRecordOf(event: IdentityEvent, now: number): Omit<AuditEventRecord, 'seq'> {
+  return { id: event.id, type: event.type, occurredAt: now, actorId: event.actor_id, userId: event.user_id, organizationId: event.organization_id, ip: event.ip, data: event.data };
+}
+
 /** An audit row read back is the same event `onEvent` received (the audit log answers in this shape). */
 export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
   return {
@@ -128,6 +127,33 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
     if (unit.pendingFailure) throw unit.pendingFailure;
   }
   return result;
+}
+
+/**
+ * A change that is one conditional write and the event it records: true, and the event, only
+ * if the write changed a row. `write` is given the moment of the change and, when the database
+ * can write its audit row in the same statement (`Store.recordsInOneStatement`) and no outbox
+ * row is due (no `onEvent`, no webhooks), that row: the statement is then the whole
+ * transaction, with no BEGIN or COMMIT. Otherwise it is a unit of work of the write and the event.
+ */
+export async function commitRecordedWrite(
+  context: ServiceContext,
+  meta: RequestMeta,
+  input: EventInput,
+  write: (repos: Repositories, now: number, recording: Omit<AuditEventRecord, 'seq'> | undefined) => Promise<boolean>,
+): Promise<boolean> {
+  if (!context.store.recordsInOneStatement || context.delivery.hasTargets) {
+    return runUnitOfWork(context, meta, async (uow) => {
+      if (!(await write(uow.repos, uow.now, undefined))) return false;
+      await uow.emit(input);
+      return true;
+    });
+  }
+  const now = context.clock.now();
+  const event = newEvent(input, now, meta);
+  if (!(await write(context.store.repos, now, auditRecordOf(event, now)))) return false;
+  context.accessCache.invalidateForEvents([event]);
+  return true;
 }
 
 function dispatchAfterCommit(context: ServiceContext, unit: UnitOfWork, deliveries: WrittenDeliveries | undefined): void {

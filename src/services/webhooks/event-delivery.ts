@@ -52,12 +52,15 @@ export class EventDelivery implements EventOutbox {
     return [...(this.context.onEvent ? (['listener'] as const) : []), ...(this.context.config.webhooks.enabled ? (['webhook'] as const) : [])];
   }
 
+  get hasTargets(): boolean {
+    return this.targets.length > 0;
+  }
+
   /** Called by the unit of work inside its transaction, after its work: one row per target of each event. */
   async writeOutbox(repos: Repositories, entries: readonly OutboxEntry[], now: number): Promise<WrittenDeliveries | undefined> {
-    if (entries.length === 0) return undefined;
+    if (entries.length === 0 || !this.hasTargets) return undefined;
     const listener = this.context.onEvent !== undefined;
     const webhooksOn = this.context.config.webhooks.enabled;
-    if (!listener && !webhooksOn) return undefined;
     const { schedule, leaseSec, worker } = this.settings;
     const firstDelay = (schedule[0] ?? 0) * 1000;
     // The writing instance attempts at once only if attempt 1 is due at once and it runs a worker.
