@@ -1,8 +1,4 @@
-import type { Knex } from 'knex';
-import { type Dialect, toNumber } from './database.js';
-import type { StandIns } from './hot-statements.js';
-import type { TableNames } from './table-names.js';
-import type { Db } from './transaction.js';
+import { toNumber } from './database.js';
 import { Repository } from './repository.js';
 
 export interface AuditEventRecord {
@@ -57,7 +53,7 @@ export function auditRowValues(event: Omit<AuditEventRecord, 'seq'>): AuditRowVa
 }
 
 /** The audit table's columns, each with the value that fills it. */
-const AUDIT_ROW: ReadonlyArray<readonly [column: string, value: keyof AuditRowValues]> = [
+export const AUDIT_ROW: ReadonlyArray<readonly [column: string, value: keyof AuditRowValues]> = [
   ['id', 'eventId'],
   ['type', 'eventType'],
   ['occurred_at', 'occurredAt'],
@@ -67,23 +63,6 @@ const AUDIT_ROW: ReadonlyArray<readonly [column: string, value: keyof AuditRowVa
   ['ip', 'ip'],
   ['data', 'data'],
 ];
-
-/** Whether `writeRecording` can be used: PostgreSQL's WITH can hold a write, SQLite's cannot. */
-export const recordsInOneStatement = (dialect: Dialect): boolean => dialect === 'pg';
-
-/**
- * A conditional write and the audit row of the event it makes, as one statement: the row is
- * inserted only if the write changed a row (a data-modifying WITH). `write` is an update or
- * delete; the row's values are a hot statement's stand-ins.
- */
-export function writeRecording(db: Db, table: TableNames, dialect: Dialect, write: Knex.QueryBuilder, row: StandIns<AuditRowValues>): Knex.QueryBuilder {
-  if (!recordsInOneStatement(dialect)) throw new Error(`A write and its audit row cannot be one statement on ${dialect}`);
-  return db.client
-    .queryBuilder()
-    .with('changed', write.returning('id'))
-    .into(db.raw(`?? (${AUDIT_ROW.map(() => '??').join(', ')})`, [table.auditEvents, ...AUDIT_ROW.map(([column]) => column)]))
-    .insert(db.raw(`select ${AUDIT_ROW.map(() => '?').join(', ')} from ??`, [...AUDIT_ROW.map(([, value]) => row[value]), 'changed']));
-}
 
 export class AuditRepository extends Repository {
   async insert(event: Omit<AuditEventRecord, 'seq'>): Promise<void> {

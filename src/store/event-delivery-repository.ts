@@ -176,7 +176,7 @@ export class EventDeliveryRepository extends Repository {
   }
 }
 
-function deliveryValues(delivery: NewDelivery) {
+export function deliveryValues(delivery: NewDelivery) {
   return {
     id: delivery.id,
     eventId: delivery.eventId,
@@ -192,7 +192,7 @@ function deliveryValues(delivery: NewDelivery) {
 }
 
 /** A new row's columns, from its values or from a hot statement's stand-ins for them. */
-function deliveryColumns(values: { readonly [K in keyof ReturnType<typeof deliveryValues>]: unknown }) {
+export function deliveryColumns(values: { readonly [K in keyof ReturnType<typeof deliveryValues>]: unknown }) {
   return {
     id: values.id,
     event_id: values.eventId,

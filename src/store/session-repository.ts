@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
-import { type AuditEventRecord, auditRowValues, writeRecording } from './audit-repository.js';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import type { StandIns } from './hot-statements.js';
+import { type Recording, recordingValues, writeRecording } from './recorded-write.js';
 import { Repository } from './repository.js';
 import { mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
 
@@ -158,20 +158,19 @@ export class SessionRepository extends Repository {
    * A refresh: the session moves from `generation` to `next` (the same with rotation off) and its
    * lifetime slides, if it is not revoked and still at `generation`. Exactly one of concurrent
    * refreshes with one token gets `true`; false also when it was revoked in the meantime.
-   * With `recording`, that event's audit row is written in the same statement, and only if the
-   * session moved (`writeRecording`: PostgreSQL only).
+   * With `recording`, what the refresh records is written in the same statement, and only if
+   * the session moved (`writeRecording`: PostgreSQL only).
    */
-  async rotate(id: string, generation: number, next: number, now: number, expiresAt: number, recording?: Omit<AuditEventRecord, 'seq'>): Promise<boolean> {
+  async rotate(id: string, generation: number, next: number, now: number, expiresAt: number, recording?: Recording): Promise<boolean> {
     const rotation = { id, generation, next, now, expiresAt };
     const update = (values: StandIns<typeof rotation>) =>
       this.db(this.table.sessions)
         .where({ id: values.id, refresh_generation: values.generation })
         .whereNull('revoked_at')
         .update({ refresh_generation: values.next, last_used_at: values.now, expires_at: values.expiresAt });
-    const changed = recording
-      ? await this.hot.run(this.db, 'sessions.rotateRecording', (values) => writeRecording(this.db, this.table, this.dialect, update(values), values), { ...rotation, ...auditRowValues(recording) })
-      : await this.hot.run(this.db, 'sessions.rotate', update, rotation);
-    return changed === 1;
+    if (!recording) return (await this.hot.run(this.db, 'sessions.rotate', update, rotation)) === 1;
+    const { shape, values } = recordingValues(recording);
+    return (await this.hot.run(this.db, `sessions.rotate.${shape}`, (standIns) => writeRecording(this.db, this.table, this.dialect, update(standIns), standIns), { ...rotation, ...values })) === 1;
   }
 
   /** A session, ended or not, with its user: what a refresh needs, in one query. */

@@ -2,7 +2,8 @@ import type { Knex } from 'knex';
 import { HotStatements } from './hot-statements.js';
 import { runTransaction, type Db } from './transaction.js';
 import { ApiKeyRepository } from './api-key-repository.js';
-import { AuditRepository, RateEventRepository, recordsInOneStatement } from './audit-repository.js';
+import { AuditRepository, RateEventRepository } from './audit-repository.js';
+import { recordsInOneStatement } from './recorded-write.js';
 import type { Dialect } from './database.js';
 import { HostPermissionRepository } from './host-permission-repository.js';
 import { MfaFactorRepository, MfaTicketRepository, OtpChallengeRepository, RecoveryCodeRepository } from './mfa-repository.js';
@@ -118,7 +119,7 @@ export class Store {
     this.repos = bindRepositories({ db: knex, table, dialect, hot: this.hot });
   }
 
-  /** Whether a conditional write and its audit row can be one statement, which needs no transaction around it (`writeRecording`). */
+  /** Whether a conditional write and what it records can be one statement, which needs no transaction around it (`writeRecording`). */
   get recordsInOneStatement(): boolean {
     return recordsInOneStatement(this.dialect);
   }

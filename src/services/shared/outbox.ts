@@ -28,8 +28,11 @@ export interface DeliveryTotals {
  * below every domain.
  */
 export interface EventOutbox {
-  /** Whether events have anywhere to go (an `onEvent` listener, webhooks): else `writeOutbox` writes nothing. */
-  readonly hasTargets: boolean;
+  /**
+   * The rows `writeOutbox` would write for these events, when finding them needs no read (no
+   * webhook could take them): for a change written as one statement. Undefined when it does.
+   */
+  rowsWithoutReads(entries: readonly OutboxEntry[], now: number): WrittenDeliveries | undefined;
   /** Inside the unit of work's transaction: the delivery rows of its events. */
   writeOutbox(repos: Repositories, entries: readonly OutboxEntry[], now: number): Promise<WrittenDeliveries | undefined>;
   /** After commit: attempts the rows this instance just wrote. */

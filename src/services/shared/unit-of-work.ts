@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EventInput, IdentityEvent, IdentityEventType } from '../../events.js';
 import type { AuditEventRecord } from '../../store/audit-repository.js';
 import { isDatabaseError } from '../../database-errors.js';
+import type { Recording } from '../../store/recorded-write.js';
 import type { Repositories } from '../../store/store.js';
 import type { AccessScope } from './access-cache.js';
 import type { RequestMeta, ServiceContext } from './service-context.js';
@@ -131,28 +132,32 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
 
 /**
  * A change that is one conditional write and the event it records: true, and the event, only
- * if the write changed a row. `write` is given the moment of the change and, when the database
- * can write its audit row in the same statement (`Store.recordsInOneStatement`) and no outbox
- * row is due (no `onEvent`, no webhooks), that row: the statement is then the whole
- * transaction, with no BEGIN or COMMIT. Otherwise it is a unit of work of the write and the event.
+ * if the write changed a row. `write` is given the moment of the change and, where the store
+ * can write everything in one statement (`Store.recordsInOneStatement`) and the event's outbox
+ * rows need no read (no webhooks), what to record: the audit row and the listener's outbox row,
+ * if there is a listener. That statement is then the whole transaction, with no BEGIN or
+ * COMMIT. Otherwise the change is a unit of work of the write and the event.
  */
 export async function commitRecordedWrite(
   context: ServiceContext,
   meta: RequestMeta,
   input: EventInput,
-  write: (repos: Repositories, now: number, recording: Omit<AuditEventRecord, 'seq'> | undefined) => Promise<boolean>,
+  write: (repos: Repositories, now: number, recording: Recording | undefined) => Promise<boolean>,
 ): Promise<boolean> {
-  if (!context.store.recordsInOneStatement || context.delivery.hasTargets) {
-    return runUnitOfWork(context, meta, async (uow) => {
+  const asUnitOfWork = () =>
+    runUnitOfWork(context, meta, async (uow) => {
       if (!(await write(uow.repos, uow.now, undefined))) return false;
       await uow.emit(input);
       return true;
     });
-  }
+  if (!context.store.recordsInOneStatement) return asUnitOfWork();
   const now = context.clock.now();
   const event = newEvent(input, now, meta);
-  if (!(await write(context.store.repos, now, auditRecordOf(event, now)))) return false;
+  const deliveries = context.delivery.rowsWithoutReads([{ event }], now);
+  if (!deliveries || deliveries.rows.length > 1) return asUnitOfWork();
+  if (!(await write(context.store.repos, now, { event: auditRecordOf(event, now), delivery: deliveries.rows[0] }))) return false;
   context.accessCache.invalidateForEvents([event]);
+  if (deliveries.rows.length > 0) context.delivery.attemptWritten(deliveries);
   return true;
 }
 

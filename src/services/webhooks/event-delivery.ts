@@ -3,6 +3,7 @@ import type { IdentityEvent } from '../../events.js';
 import type { DeliveryRecord, DeliveryTarget, NewDelivery } from '../../store/event-delivery-repository.js';
 import type { DeliveryTotals, EventOutbox, OutboxEntry, WrittenDeliveries } from '../shared/outbox.js';
 import type { Repositories } from '../../store/store.js';
+import type { WebhookSubscription } from '../../store/webhook-repository.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import { describeError, eventFromAuditRecord } from '../shared/unit-of-work.js';
 import { attemptWebhook, type AttemptResult } from './webhook-attempt.js';
@@ -52,13 +53,23 @@ export class EventDelivery implements EventOutbox {
     return [...(this.context.onEvent ? (['listener'] as const) : []), ...(this.context.config.webhooks.enabled ? (['webhook'] as const) : [])];
   }
 
-  get hasTargets(): boolean {
-    return this.targets.length > 0;
-  }
-
   /** Called by the unit of work inside its transaction, after its work: one row per target of each event. */
   async writeOutbox(repos: Repositories, entries: readonly OutboxEntry[], now: number): Promise<WrittenDeliveries | undefined> {
-    if (entries.length === 0 || !this.hasTargets) return undefined;
+    if (entries.length === 0 || this.targets.length === 0) return undefined;
+    const scoped = this.context.config.webhooks.enabled ? entries.filter((entry) => !entry.onlyWebhook && !isWebhookEvent(entry.event) && entry.event.organization_id !== null) : [];
+    const organizationIds = [...new Set(scoped.map((entry) => entry.event.organization_id!))];
+    const subscriptions = organizationIds.length > 0 ? await repos.webhooks.activeSubscriptions(organizationIds) : [];
+    const written = this.rowsFor(entries, now, subscriptions);
+    await repos.eventDeliveries.insertMany(written.rows);
+    return written;
+  }
+
+  rowsWithoutReads(entries: readonly OutboxEntry[], now: number): WrittenDeliveries | undefined {
+    return this.context.config.webhooks.enabled ? undefined : this.rowsFor(entries, now, []);
+  }
+
+  /** One row per target of each event: the listener's, and each subscribed webhook's. */
+  private rowsFor(entries: readonly OutboxEntry[], now: number, subscriptions: WebhookSubscription[]): WrittenDeliveries {
     const listener = this.context.onEvent !== undefined;
     const webhooksOn = this.context.config.webhooks.enabled;
     const { schedule, leaseSec, worker } = this.settings;
@@ -76,10 +87,6 @@ export class EventDelivery implements EventOutbox {
       webhookId,
       ...base,
     });
-
-    const scoped = webhooksOn ? entries.filter((entry) => !entry.onlyWebhook && !isWebhookEvent(entry.event) && entry.event.organization_id !== null) : [];
-    const organizationIds = [...new Set(scoped.map((entry) => entry.event.organization_id!))];
-    const subscriptions = organizationIds.length > 0 ? await repos.webhooks.activeSubscriptions(organizationIds) : [];
     for (const { event, onlyWebhook } of entries) {
       if (onlyWebhook) {
         if (webhooksOn) rows.push({ ...row(event, 'webhook', onlyWebhook.webhookId), id: onlyWebhook.deliveryId });
@@ -92,7 +99,6 @@ export class EventDelivery implements EventOutbox {
         if (subscription.events.includes('*') || subscription.events.includes(event.type)) rows.push(row(event, 'webhook', subscription.id));
       }
     }
-    await repos.eventDeliveries.insertMany(rows);
     return { rows, events: new Map(entries.map((entry) => [entry.event.id, entry.event])), owner };
   }
 

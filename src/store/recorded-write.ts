@@ -1,0 +1,61 @@
+import type { Knex } from 'knex';
+import { AUDIT_ROW, type AuditEventRecord, type AuditRowValues, auditRowValues } from './audit-repository.js';
+import type { Dialect } from './database.js';
+import { deliveryColumns, deliveryValues, type NewDelivery } from './event-delivery-repository.js';
+import type { StandIns } from './hot-statements.js';
+import type { TableNames } from './table-names.js';
+import type { Db } from './transaction.js';
+
+/** What a conditional write records: its event's audit row and, if the event has a target that needs no read, its outbox row. */
+export interface Recording {
+  event: Omit<AuditEventRecord, 'seq'>;
+  delivery: NewDelivery | undefined;
+}
+
+/** Whether a write and its recording can be one statement: PostgreSQL's WITH can hold a write, SQLite's cannot. */
+export const recordsInOneStatement = (dialect: Dialect): boolean => dialect === 'pg';
+
+type DeliveryRowValues = { [K in keyof ReturnType<typeof deliveryValues> as `delivery${Capitalize<K>}`]: ReturnType<typeof deliveryValues>[K] };
+
+/** A recording's values for a hot statement, and the name that tells its shape (with or without the outbox row). */
+export function recordingValues(recording: Recording): { shape: 'recorded' | 'recordedWithDelivery'; values: AuditRowValues | (AuditRowValues & DeliveryRowValues) } {
+  const audit = auditRowValues(recording.event);
+  if (!recording.delivery) return { shape: 'recorded', values: audit };
+  const delivery = Object.fromEntries(Object.entries(deliveryValues(recording.delivery)).map(([key, value]) => [`delivery${key[0]!.toUpperCase()}${key.slice(1)}`, value])) as DeliveryRowValues;
+  return { shape: 'recordedWithDelivery', values: { ...audit, ...delivery } };
+}
+
+/**
+ * A conditional write (an update or delete) and what it records, as one statement: the audit
+ * row is inserted only if the write changed a row, and the outbox row only if the audit row
+ * was (data-modifying WITHs, `recordsInOneStatement`). The values are a hot statement's
+ * stand-ins, from `recordingValues`; the statement answers one row changed exactly when the
+ * write changed one.
+ */
+export function writeRecording(db: Db, table: TableNames, dialect: Dialect, write: Knex.QueryBuilder, values: StandIns<AuditRowValues> | StandIns<AuditRowValues & DeliveryRowValues>): Knex.QueryBuilder {
+  if (!recordsInOneStatement(dialect)) throw new Error(`A write and its audit row cannot be one statement on ${dialect}`);
+  const auditRow: Record<string, Knex.Value> = Object.fromEntries(AUDIT_ROW.map(([column, value]) => [column, values[value]]));
+  const statement = db.client.queryBuilder().with('changed', write.returning('id'));
+  if (!('deliveryId' in values)) return insertFrom(db, statement, table.auditEvents, auditRow, 'changed');
+  const deliveryRow = deliveryColumns({
+    id: values.deliveryId,
+    eventId: values.deliveryEventId,
+    eventType: values.deliveryEventType,
+    organizationId: values.deliveryOrganizationId,
+    target: values.deliveryTarget,
+    webhookId: values.deliveryWebhookId,
+    nextAttemptAt: values.deliveryNextAttemptAt,
+    lockedUntil: values.deliveryLockedUntil,
+    leaseOwner: values.deliveryLeaseOwner,
+    now: values.deliveryNow,
+  }) as Record<string, Knex.Value>;
+  return insertFrom(db, statement.with('recorded', insertFrom(db, db.client.queryBuilder(), table.auditEvents, auditRow, 'changed').returning('id')), table.eventDeliveries, deliveryRow, 'recorded');
+}
+
+/** `insert into <table> (<columns>) select <values> from <source>`: one row for each row of `source`. */
+function insertFrom(db: Db, builder: Knex.QueryBuilder, tableName: string, row: Record<string, Knex.Value>, source: string): Knex.QueryBuilder {
+  const columns = Object.keys(row);
+  return builder
+    .into(db.raw(`?? (${columns.map(() => '??').join(', ')})`, [tableName, ...columns]))
+    .insert(db.raw(`select ${columns.map(() => '?').join(', ')} from ??`, [...Object.values(row), source]));
+}
