@@ -15,13 +15,17 @@ export interface Recording {
 /** Whether a write and its recording can be one statement: PostgreSQL's WITH can hold a write, SQLite's cannot. */
 export const recordsInOneStatement = (dialect: Dialect): boolean => dialect === 'pg';
 
-type DeliveryRowValues = { [K in keyof ReturnType<typeof deliveryValues> as `delivery${Capitalize<K>}`]: ReturnType<typeof deliveryValues>[K] };
+type DeliveryValues = ReturnType<typeof deliveryValues>;
+/** The outbox row's values under names of their own, beside the audit row's in one statement. */
+type DeliveryRowValues = { [K in keyof DeliveryValues as `delivery.${K}`]: DeliveryValues[K] };
+
+const DELIVERY_PREFIX = 'delivery.';
 
 /** A recording's values for a hot statement, and the name that tells its shape (with or without the outbox row). */
 export function recordingValues(recording: Recording): { shape: 'recorded' | 'recordedWithDelivery'; values: AuditRowValues | (AuditRowValues & DeliveryRowValues) } {
   const audit = auditRowValues(recording.event);
   if (!recording.delivery) return { shape: 'recorded', values: audit };
-  const delivery = Object.fromEntries(Object.entries(deliveryValues(recording.delivery)).map(([key, value]) => [`delivery${key[0]!.toUpperCase()}${key.slice(1)}`, value])) as DeliveryRowValues;
+  const delivery = Object.fromEntries(Object.entries(deliveryValues(recording.delivery)).map(([key, value]) => [DELIVERY_PREFIX + key, value])) as DeliveryRowValues;
   return { shape: 'recordedWithDelivery', values: { ...audit, ...delivery } };
 }
 
@@ -36,20 +40,11 @@ export function writeRecording(db: Db, table: TableNames, dialect: Dialect, writ
   if (!recordsInOneStatement(dialect)) throw new Error(`A write and its audit row cannot be one statement on ${dialect}`);
   const auditRow: Record<string, Knex.Value> = Object.fromEntries(AUDIT_ROW.map(([column, value]) => [column, values[value]]));
   const statement = db.client.queryBuilder().with('changed', write.returning('id'));
-  if (!('deliveryId' in values)) return insertFrom(db, statement, table.auditEvents, auditRow, 'changed');
-  const deliveryRow = deliveryColumns({
-    id: values.deliveryId,
-    eventId: values.deliveryEventId,
-    eventType: values.deliveryEventType,
-    organizationId: values.deliveryOrganizationId,
-    target: values.deliveryTarget,
-    webhookId: values.deliveryWebhookId,
-    nextAttemptAt: values.deliveryNextAttemptAt,
-    lockedUntil: values.deliveryLockedUntil,
-    leaseOwner: values.deliveryLeaseOwner,
-    now: values.deliveryNow,
-  }) as Record<string, Knex.Value>;
-  return insertFrom(db, statement.with('recorded', insertFrom(db, db.client.queryBuilder(), table.auditEvents, auditRow, 'changed').returning('id')), table.eventDeliveries, deliveryRow, 'recorded');
+  if (!(`${DELIVERY_PREFIX}id` in values)) return insertFrom(db, statement, table.auditEvents, auditRow, 'changed');
+  const delivery = Object.fromEntries(Object.entries(values).flatMap(([key, value]) => (key.startsWith(DELIVERY_PREFIX) ? [[key.slice(DELIVERY_PREFIX.length), value]] : []))) as StandIns<DeliveryValues>;
+  const deliveryRow = deliveryColumns(delivery) as Record<string, Knex.Value>;
+  const recorded = insertFrom(db, db.client.queryBuilder(), table.auditEvents, auditRow, 'changed').returning('id');
+  return insertFrom(db, statement.with('recorded', recorded), table.eventDeliveries, deliveryRow, 'recorded');
 }
 
 /** `insert into <table> (<columns>) select <values> from <source>`: one row for each row of `source`. */
