@@ -117,6 +117,25 @@ test('a delivery verifies with standardwebhooks; the body is {type, timestamp, d
   }
 });
 
+// On PostgreSQL a refresh is one statement only while no webhook could take its event
+// (commitRecordedWrite): with webhooks on it is a unit of work, whose outbox reads the
+// subscriptions, so a webhook subscribed to refreshes gets them.
+test('a token refresh in an organization reaches a webhook subscribed to auth.token_refreshed', async () => {
+  const receiver = await WebhookReceiver.start();
+  try {
+    const org = await createOrg(h);
+    const webhook = await createWebhook(org, receiver.url(), ['auth.token_refreshed']);
+    const refreshed = await h.post('/auth/token/refresh', { refresh_token: org.owner.refreshToken });
+    assert.equal(refreshed.status, 200, refreshed.text);
+    const event = h.events.filter((candidate) => candidate.type === 'auth.token_refreshed' && candidate.organization_id === org.id).at(-1);
+    assert.ok(event, 'an auth.token_refreshed event in the organization');
+    await eventually(() => receiver.withId(event.id).length === 1, 'the webhook got the refresh');
+    assert.deepEqual((await deliveries(org, webhook.id)).map((delivery) => [delivery.event_id, delivery.status]), [[event.id, 'delivered']]);
+  } finally {
+    await receiver.close();
+  }
+});
+
 test('the Express receiver of docs/webhooks.md verifies deliveries with standardwebhooks and refuses a tampered one', async () => {
   const org = await createOrg(h);
   const seen: string[] = [];
