@@ -21,19 +21,28 @@ type DeliveryRowValues = { [K in keyof DeliveryValues as `delivery.${K}`]: Deliv
 
 const DELIVERY_PREFIX = 'delivery.';
 
-/** A recording's values for a hot statement, and the name that tells its shape (with or without the outbox row). */
-export function recordingValues(recording: Recording): { shape: 'recorded' | 'recordedWithDelivery'; values: AuditRowValues | (AuditRowValues & DeliveryRowValues) } {
+/**
+ * A write's values with its recording's, for one hot statement, and the name that tells the
+ * statement's shape (with or without the outbox row). A name in both would bind one value in
+ * two places, so it throws.
+ */
+export function valuesWithRecording<V extends Record<string, unknown>>(
+  write: V,
+  recording: Recording,
+): { shape: 'recorded' | 'recordedWithDelivery'; values: V & (AuditRowValues | (AuditRowValues & DeliveryRowValues)) } {
   const audit = auditRowValues(recording.event);
-  if (!recording.delivery) return { shape: 'recorded', values: audit };
-  const delivery = Object.fromEntries(Object.entries(deliveryValues(recording.delivery)).map(([key, value]) => [DELIVERY_PREFIX + key, value])) as DeliveryRowValues;
-  return { shape: 'recordedWithDelivery', values: { ...audit, ...delivery } };
+  const delivery = recording.delivery ? (Object.fromEntries(Object.entries(deliveryValues(recording.delivery)).map(([key, value]) => [DELIVERY_PREFIX + key, value])) as DeliveryRowValues) : undefined;
+  const recorded = delivery ? { ...audit, ...delivery } : audit;
+  const shared = Object.keys(recorded).find((key) => key in write);
+  if (shared !== undefined) throw new Error(`A write and its recording both name a value ${shared}`);
+  return { shape: delivery ? 'recordedWithDelivery' : 'recorded', values: { ...write, ...recorded } };
 }
 
 /**
  * A conditional write (an update or delete) and what it records, as one statement: the audit
  * row is inserted only if the write changed a row, and the outbox row only if the audit row
  * was (data-modifying WITHs, `recordsInOneStatement`). The values are a hot statement's
- * stand-ins, from `recordingValues`; the statement answers one row changed exactly when the
+ * stand-ins, from `valuesWithRecording`; the statement answers one row changed exactly when the
  * write changed one.
  */
 export function writeRecording(db: Db, table: TableNames, dialect: Dialect, write: Knex.QueryBuilder, values: StandIns<AuditRowValues> | StandIns<AuditRowValues & DeliveryRowValues>): Knex.QueryBuilder {

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import type { StandIns } from './hot-statements.js';
-import { type Recording, recordingValues, writeRecording } from './recorded-write.js';
+import { type Recording, valuesWithRecording, writeRecording } from './recorded-write.js';
 import { Repository } from './repository.js';
 import { mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
 
@@ -169,8 +169,8 @@ export class SessionRepository extends Repository {
         .whereNull('revoked_at')
         .update({ refresh_generation: values.next, last_used_at: values.now, expires_at: values.expiresAt });
     if (!recording) return (await this.hot.run(this.db, 'sessions.rotate', update, rotation)) === 1;
-    const { shape, values } = recordingValues(recording);
-    return (await this.hot.run(this.db, `sessions.rotate.${shape}`, (standIns) => writeRecording(this.db, this.table, this.dialect, update(standIns), standIns), { ...rotation, ...values })) === 1;
+    const { shape, values } = valuesWithRecording(rotation, recording);
+    return (await this.hot.run(this.db, `sessions.rotate.${shape}`, (standIns) => writeRecording(this.db, this.table, this.dialect, update(standIns), standIns), values)) === 1;
   }
 
   /** A session, ended or not, with its user: what a refresh needs, in one query. */

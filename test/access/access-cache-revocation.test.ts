@@ -275,7 +275,7 @@ test('the cache serves: a cached session answers without reading its row', async
   assert.equal((await a.h.get('/auth/sessions', { token: user.accessToken })).status, 200);
 });
 
-test('a refresh rotates only a live session at its generation, whatever the cache holds', async () => {
+test('a refresh never moves a session revoked behind the cache', async () => {
   const user = await a.h.signUp(uniqueEmail('refresh-cached'));
   assert.equal((await a.h.get('/auth/sessions', { token: user.accessToken })).status, 200);
   // As above: the cache still holds the session, and the conditional update refuses it.

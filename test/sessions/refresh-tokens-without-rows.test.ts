@@ -95,6 +95,20 @@ describe('a refresh token names its session and generation under a MAC', () => {
   });
 });
 
+// A database restored to a moment before a refresh (a failover to a replica that had not got
+// it, a backup) is behind the tokens its clients hold. That is not a replay: the newest token is
+// refused, and the session and its older token live on.
+test('a token ahead of the database is 401 invalid_grant and revokes nothing', async () => {
+  const user = await h.signUp();
+  const sessionId = decodeJwt(user.accessToken).sid as string;
+  const ahead = (await refresh(user.refreshToken)).body.data.refresh_token as string;
+  await h.knex(`${h.tablePrefix}sessions`).where({ id: sessionId }).update({ refresh_generation: 0 });
+  assertError(await refresh(ahead), 401, 'invalid_grant');
+  assert.equal(h.eventsOfType('auth.refresh_reuse_detected').filter((event) => (event.data as { session_id?: string }).session_id === sessionId).length, 0);
+  assert.equal((await h.knex(`${h.tablePrefix}sessions`).where({ id: sessionId }).first()).revoked_at, null);
+  assert.equal((await refresh(user.refreshToken)).status, 200, 'the token of the generation the database has');
+});
+
 describe('refresh tokens stored before (a keyed hash in the refresh-token table)', () => {
   /** A token as the router stored them before: 256 random bits, kept as their keyed hash. */
   async function storedToken(harness: Harness, sessionId: string): Promise<string> {

@@ -162,9 +162,7 @@ export class SessionService {
     const refreshed: EventInput = { type: 'auth.token_refreshed', userId: user.id, organizationId: session.organizationId, data: { session_id: session.id } };
     if (storedId === undefined) {
       const rotated = await commitRecordedWrite(this.context, meta, refreshed, (repos, now, recording) => repos.sessions.rotate(session.id, generation, next, now, expiresAt(now), recording));
-      // Another refresh moved the session on first (a second use of this generation revokes the
-      // family), or it was revoked since it was read (then there is nothing left to revoke).
-      if (!rotated) await this.revokeForReuse(session, meta);
+      if (!rotated) await this.refusedRotation(session, generation, meta);
     } else {
       await runUnitOfWork(this.context, meta, async (uow) => {
         if (rotation && !(await uow.repos.refreshTokens.consume(storedId, uow.now))) {
@@ -185,14 +183,30 @@ export class SessionService {
   }
 
   /**
+   * The update refused a MAC'd token's generation: another refresh moved the session past it
+   * first (a second use of a generation revokes the family), the session was revoked since it
+   * was read (nothing is left to revoke), or the database is behind the token (a restore lost
+   * the refresh that issued it; not a replay). The database says which.
+   */
+  private async refusedRotation(session: SessionRecord, generation: number, meta: RequestMeta): Promise<never> {
+    const current = await this.context.store.repos.sessions.findById(session.id);
+    if (current && current.revokedAt === null && current.refreshGeneration > generation) await this.revokeForReuse(current, meta);
+    throw errors.invalidGrant();
+  }
+
+  /**
    * A MAC'd token: its live session. A generation older than one the session has reached is a
-   * replay. A kept entry may be behind the database (a refresh does not invalidate it), so the
-   * token's generation is the one the update asks for, and the update decides.
+   * replay. With rotation on, the session comes through the access cache: a kept entry may be
+   * behind the database (a refresh does not invalidate it), so the token's generation is the one
+   * the update asks for, and the update decides. With rotation off the refresh writes the
+   * session's lifetime back as it finds it, so it finds the database's.
    */
   private async presentedGeneration(refreshToken: string, meta: RequestMeta): Promise<PresentedRefreshToken> {
     const named = readRefreshToken(this.context.keys.refreshTokenMac, refreshToken);
     if (!named) throw errors.invalidGrant();
-    const found = await this.policy.liveSession(named.sessionId);
+    const found = this.context.config.tokens.refreshRotation
+      ? await this.policy.liveSession(named.sessionId)
+      : await this.context.store.repos.sessions.findLiveWithUser(named.sessionId, this.context.clock.now());
     if (!found) throw errors.invalidGrant();
     if (named.generation < found.session.refreshGeneration) await this.revokeForReuse(found.session, meta);
     return { ...found, generation: named.generation, storedId: undefined, expiresAt: found.session.expiresAt };
