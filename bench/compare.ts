@@ -16,10 +16,7 @@ import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-// autocannon ships no types.
-// @ts-expect-error no declaration file
-import autocannon from 'autocannon';
-import { cpuMicros } from './process-cpu.js';
+import { median, underLoad } from './process-cpu.js';
 import { HOST_ROUTE, MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -47,17 +44,6 @@ function load(seed: IdentitySeed): object {
   return { url: seed.origin + paths[row], headers };
 }
 
-async function cpuPerRequest(server: { child: ChildProcess; seed: IdentitySeed }, request: object): Promise<number> {
-  await autocannon({ ...request, connections: 20, duration: WARMUP });
-  await new Promise((resolve) => setTimeout(resolve, 300));
-  const before = cpuMicros(server.child.pid)!;
-  const result = await autocannon({ ...request, connections: 20, duration: SECONDS });
-  if (result.non2xx > 0) throw new Error(`${result.non2xx} answers were not 2xx`);
-  return (cpuMicros(server.child.pid)! - before) / result['2xx'];
-}
-
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'identity-bench-compare-'));
   const servers: ChildProcess[] = [];
@@ -75,7 +61,7 @@ async function main(): Promise<void> {
       // Alternate which goes first, so a trend in the machine's load favours neither.
       const order = round % 2 === 1 ? (['before', 'after'] as const) : (['after', 'before'] as const);
       for (const which of order) {
-        const value = await cpuPerRequest(which === 'before' ? before : after, which === 'before' ? beforeLoad : afterLoad);
+        const { cpuMicrosPerRequest: value } = await underLoad((which === 'before' ? before : after).child.pid, which === 'before' ? beforeLoad : afterLoad, { warmupSeconds: WARMUP, seconds: SECONDS });
         figures[which].push(value);
         console.log(`  round ${round}, ${which === 'before' ? revision : 'this checkout'}: ${Math.round(value)} µs of server CPU per request`);
       }

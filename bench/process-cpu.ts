@@ -1,4 +1,7 @@
 import { readFileSync } from 'node:fs';
+// autocannon ships no types.
+// @ts-expect-error no declaration file
+import autocannon from 'autocannon';
 
 /**
  * utime + stime of a process in microseconds, from /proc (undefined elsewhere); with
@@ -14,3 +17,20 @@ export function cpuMicros(pid: number | undefined, mainThreadOnly = false): numb
     return undefined;
   }
 }
+
+/**
+ * A load on a server of ours: 20 connections for `warmupSeconds`, a short pause, then
+ * `seconds` measured. Its CPU per answered request (from /proc) and its rate; any answer that is
+ * not 2xx throws.
+ */
+export async function underLoad(pid: number | undefined, request: object, { warmupSeconds, seconds }: { warmupSeconds: number; seconds: number }): Promise<{ cpuMicrosPerRequest: number; requestsPerSecond: number }> {
+  await autocannon({ ...request, connections: 20, duration: warmupSeconds });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const before = cpuMicros(pid)!;
+  const result = await autocannon({ ...request, connections: 20, duration: seconds });
+  if (result.non2xx > 0) throw new Error(`${result.non2xx} answers were not 2xx`);
+  return { cpuMicrosPerRequest: (cpuMicros(pid)! - before) / result['2xx'], requestsPerSecond: result.requests.average };
+}
+
+/** The middle value (the upper middle of an even count). */
+export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;

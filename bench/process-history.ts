@@ -17,11 +17,8 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-// autocannon ships no types.
-// @ts-expect-error no declaration file
-import autocannon from 'autocannon';
 import { HOST_ROUTE, type IdentitySeed } from './hot-path-shared.js';
-import { cpuMicros } from './process-cpu.js';
+import { median, underLoad } from './process-cpu.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Number(process.argv[2] ?? 4);
@@ -41,16 +38,6 @@ function start(mode: Mode): Promise<{ child: ChildProcess; request: object }> {
   });
 }
 
-async function measure(server: { child: ChildProcess; request: object }): Promise<{ cpu: number; rate: number }> {
-  await autocannon({ ...server.request, connections: 20, duration: 1 });
-  const before = cpuMicros(server.child.pid)!;
-  const result = await autocannon({ ...server.request, connections: 20, duration: SECONDS });
-  if (result.non2xx > 0) throw new Error(`${result.non2xx} answers were not 2xx`);
-  return { cpu: (cpuMicros(server.child.pid)! - before) / result['2xx'], rate: result.requests.average };
-}
-
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-
 async function main(): Promise<void> {
   const modes: Mode[] = ['bare', 'bare-after-traffic', 'identity'];
   const servers = new Map<Mode, { child: ChildProcess; request: object }>();
@@ -59,7 +46,9 @@ async function main(): Promise<void> {
     const figures = new Map<Mode, Array<{ cpu: number; rate: number }>>(modes.map((mode) => [mode, []]));
     for (let round = 1; round <= ROUNDS; round += 1) {
       for (const mode of round % 2 === 1 ? modes : [...modes].reverse()) {
-        const figure = await measure(servers.get(mode)!);
+        const server = servers.get(mode)!;
+        const { cpuMicrosPerRequest: cpu, requestsPerSecond: rate } = await underLoad(server.child.pid, server.request, { warmupSeconds: 1, seconds: SECONDS });
+        const figure = { cpu, rate };
         figures.get(mode)!.push(figure);
         console.log(`  round ${round}, ${LABELS[mode]}: ${Math.round(figure.cpu)} µs of server CPU per request, ${Math.round(figure.rate).toLocaleString('en-US')} req/s`);
       }

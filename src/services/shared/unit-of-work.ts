@@ -124,7 +124,7 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
     return value;
   });
   if (unit) {
-    dispatchAfterCommit(context, unit, deliveries);
+    dispatchAfterCommit(context, unit.drain(), deliveries);
     if (unit.pendingFailure) throw unit.pendingFailure;
   }
   return result;
@@ -156,13 +156,13 @@ export async function commitRecordedWrite(
   const deliveries = context.delivery.rowsWithoutReads([{ event }], now);
   if (!deliveries || deliveries.rows.length > 1) return asUnitOfWork();
   if (!(await write(context.store.repos, now, { event: auditRecordOf(event, now), delivery: deliveries.rows[0] }))) return false;
-  context.accessCache.invalidateForEvents([event]);
-  if (deliveries.rows.length > 0) context.delivery.attemptWritten(deliveries);
+  dispatchAfterCommit(context, { events: [event], tasks: [], invalidations: [] }, deliveries);
   return true;
 }
 
-function dispatchAfterCommit(context: ServiceContext, unit: UnitOfWork, deliveries: WrittenDeliveries | undefined): void {
-  const { events, tasks, invalidations } = unit.drain();
+/** What follows every commit, in this order, whichever way the change was written. */
+function dispatchAfterCommit(context: ServiceContext, committed: ReturnType<UnitOfWork['drain']>, deliveries: WrittenDeliveries | undefined): void {
+  const { events, tasks, invalidations } = committed;
   // First, synchronously: the response that reports a revocation leaves after it is in force here.
   context.accessCache.invalidate(invalidations);
   context.accessCache.invalidateForEvents(events);
