@@ -6,9 +6,11 @@
  *                                the same, after it has first served other routes the way
  *                                any app does (bench/process-history.ts)
  *   hot-path-server.ts identity  the router on SQLite at bcrypt cost 10, plus a host route
- *                                behind requirePermission, seeded with an organization of
+ *                                behind requirePermission, on a database a `seed` process
+ *                                it starts first has filled
+ *   hot-path-server.ts seed      signs up, through the router's routes, an organization of
  *                                11 members, the sessions the load needs and the accounts
- *                                the login rows sign in as
+ *                                the login rows sign in as; reports them, and exits
  *
  *   hot-path-server.ts startup   opens the router on the database the environment names
  *                                (migrations already applied), reports the milliseconds from
@@ -23,13 +25,13 @@
  * It tells the parent over IPC where it listens and what it seeded, answers `stats` messages
  * with its memory and access-cache sizes, and runs until killed.
  */
+import { fork } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
+import { fileURLToPath } from 'node:url';
 import express from 'express';
 import knexFactory from 'knex';
 import type { IdentityConfig } from '../src/index.js';
@@ -102,13 +104,16 @@ async function serveOtherTraffic(origin: string): Promise<void> {
 /** The database of this run: PostgreSQL with the pool the bench gives it, or a SQLite file. */
 function databaseConfig(): IdentityConfig['database'] {
   if (process.env.BENCH_DATABASE_URL) return { client: 'pg', connection: process.env.BENCH_DATABASE_URL, pool: { min: 2, max: PG_POOL } };
-  let filename = process.env.BENCH_SQLITE_FILE;
-  if (!filename) {
-    const dir = mkdtempSync(join(tmpdir(), 'identity-bench-'));
-    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
-    filename = join(dir, 'bench.sqlite');
-  }
+  const filename = process.env.BENCH_SQLITE_FILE;
+  if (!filename) throw new Error('BENCH_DATABASE_URL or BENCH_SQLITE_FILE names the database');
   return { client: 'better-sqlite3', connection: { filename }, useNullAsDefault: true };
+}
+
+/** A SQLite file in a temporary directory, removed when this process exits. */
+function temporarySqliteFile(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'identity-bench-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return join(dir, 'bench.sqlite');
 }
 
 function createRouter(mail: Array<{ to: string; template: string; context: Record<string, unknown> }>) {
@@ -142,20 +147,51 @@ async function startup(): Promise<void> {
   process.send!({ milliseconds }, () => process.exit(0));
 }
 
+/**
+ * The measured router starts on a database another process seeded (`seed`), as a deployed one
+ * starts on its data: its process then carries no trace of the seeding (an HTTP client, some
+ * seven hundred requests of a dozen routes, their garbage), which bare Express's process does
+ * not carry either.
+ */
 async function identity(): Promise<void> {
-  const mail: Array<{ to: string; template: string; context: Record<string, unknown> }> = [];
-  const { router, workers } = createRouter(mail);
+  if (!process.env.BENCH_DATABASE_URL && !process.env.BENCH_SQLITE_FILE) process.env.BENCH_SQLITE_FILE = temporarySqliteFile();
+  const seed = await seededByAnotherProcess();
+  const { router, workers } = createRouter([]);
   await router.ready;
   process.on('message', (message) => {
     if (message !== 'stats') return;
     process.send!({ stats: { rssBytes: process.memoryUsage().rss, heapUsedBytes: process.memoryUsage().heapUsed, accessCache: accessCacheOf(router).sizes() } });
   });
+  const origin = await listen(hostApp(router));
+  if (process.env.BENCH_PROFILE_DIR) await startProfile(process.env.BENCH_PROFILE_DIR);
+  process.send!({ ...seed, origin, passwordWorkers: workers } satisfies IdentitySeed);
+}
+
+function hostApp(router: ReturnType<typeof createRouter>['router']): express.Express {
   const app = express();
   app.use(MOUNT, router);
   app.get(HOST_ROUTE, router.requirePermission('reports.read'), (_req, res) => {
     res.json({ reports: [] });
   });
-  const origin = await listen(app);
+  return app;
+}
+
+function seededByAnotherProcess(): Promise<Omit<IdentitySeed, 'origin' | 'passwordWorkers'>> {
+  const child = fork(fileURLToPath(import.meta.url), ['seed'], { execArgv: process.execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  return new Promise((resolve, reject) => {
+    child.once('message', (seed) => resolve(seed as Omit<IdentitySeed, 'origin' | 'passwordWorkers'>));
+    child.once('exit', (code) => reject(new Error(`the seeding process exited with ${code} before it reported`)));
+  });
+}
+
+/** Seeds the database through the router's HTTP routes (and BENCH_SCALE_USERS's bulk rows), reports what the load needs, and exits. */
+async function seed(): Promise<void> {
+  const mail: Array<{ to: string; template: string; context: Record<string, unknown> }> = [];
+  const { router } = createRouter(mail);
+  await router.ready;
+  const server = hostApp(router).listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
   const call = async (method: string, path: string, body?: unknown, token?: string): Promise<any> => {
     const headers: Record<string, string> = {};
@@ -203,15 +239,10 @@ async function identity(): Promise<void> {
     } finally {
       await knex.destroy();
     }
-    // The bulk rows were built in this process: their garbage (about 300 MiB at 1,000,000 users)
-    // is collected before the load, as a router started on the seeded database would not carry
-    // it; left to the load, the first major collections cost /auth/me about a fifth.
-    setFlagsFromString('--expose-gc');
-    (runInNewContext('gc') as () => void)();
   }
-  const seed: IdentitySeed = { origin, token, organizationId: organization.id, refreshTokens, logins, passwordWorkers: workers, ...(scale ? { scale } : {}) };
-  if (process.env.BENCH_PROFILE_DIR) await startProfile(process.env.BENCH_PROFILE_DIR);
-  process.send!(seed);
+  server.close();
+  await router.close();
+  process.send!({ token, organizationId: organization.id, refreshTokens, logins, ...(scale ? { scale } : {}) }, () => process.exit(0));
 }
 
 /**
@@ -241,7 +272,7 @@ process.on('SIGINT', () => {
   void (stopProfile?.() ?? Promise.resolve()).finally(() => process.exit(0));
 });
 const mode = process.argv[2];
-(mode === 'bare' ? bare('none') : mode === 'bare-after-traffic' ? bare('traffic') : mode === 'identity' ? identity() : mode === 'startup' ? startup() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
+(mode === 'bare' ? bare('none') : mode === 'bare-after-traffic' ? bare('traffic') : mode === 'identity' ? identity() : mode === 'seed' ? seed() : mode === 'startup' ? startup() : Promise.reject(new Error(`unknown mode ${mode}`))).catch((error: unknown) => {
   // A failed bulk insert's message quotes its whole statement: the start of it says enough.
   console.error(String(error instanceof Error ? (error.stack ?? error.message) : error).slice(0, 2000));
   process.exit(1);
