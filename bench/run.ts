@@ -8,17 +8,20 @@
  *   npm run bench -- --scale                   1,000,000 users against 1,000 (both databases)
  *   npm run bench -- --soak                    10 minutes of every row at once: RSS and the access cache
  *
- * Floors: bare Express for the read rows (measured again right before each row); the
- * database's single-row commit rate with the router's own settings, 20 writers at once, for
- * refresh; cores ÷ one bcrypt cost-10 hash for login. autocannon drives 20 connections; each
- * measurement is BENCH_SECONDS (default 10) after a BENCH_WARMUP (default 2) s warm-up that
- * is thrown away, and starts once the server has finished the requests the warm-up left in
- * flight. The servers run in child processes (bench/hot-path-server.ts); autocannon runs
- * here. It prints the table and writes the figures to bench/results/. It is a benchmark,
+ * Floors: bare Express for the read rows; the database's single-row commit rate with the
+ * router's own settings, 20 writers at once, for refresh; cores ÷ one bcrypt cost-10 hash for
+ * login. Each row and its floor (and the row with a listener) are measured in alternating
+ * slices: BENCH_ROUNDS rounds (default 3) of BENCH_SECONDS ÷ rounds each, so the machine's
+ * changes of speed fall on a row and its floor alike; the row's ratio is the median of its
+ * rounds' ratios, and its figures are that round's. autocannon drives 20 connections; a
+ * row's first slice follows a BENCH_WARMUP (default 2) s warm-up that is thrown away, and
+ * each starts once the server has finished the requests left in flight. The servers run in
+ * child processes (bench/hot-path-server.ts); autocannon runs here. It prints the table and writes the figures to bench/results/. It is a benchmark,
  * never a pass/fail test: the exit code is 0 whether or not a goal is met (1 only when the
  * bench itself failed).
  *
  *   BENCH_SECONDS=2 BENCH_WARMUP=0.5 npm run bench     a short smoke run
+ *   BENCH_ROUNDS=n                                      rounds of alternating slices (default 3)
  *   BENCH_ONLY=refresh,login                            only the rows whose name contains a word
  *   BENCH_LOGIN_RUNS=n                                  as --login-runs n
  *   BENCH_SCALE_USERS=n                                 the scale bench's size (default 1,000,000)
@@ -51,6 +54,9 @@ const here = dirname(fileURLToPath(import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
 const CONNECTIONS = 20;
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
+// Every autocannon run strands up to one refresh token per connection: a warm-up and a slice a round.
+process.env.BENCH_REFRESH_SESSIONS ??= String(CONNECTIONS * (ROUNDS + 3));
 const ONLY = process.env.BENCH_ONLY?.split(',').filter(Boolean);
 const wanted = (name: string) => !ONLY || ONLY.some((word) => name.toLowerCase().includes(word.toLowerCase()));
 
@@ -179,12 +185,19 @@ async function untilServerIdle(pid: number | undefined): Promise<void> {
   }
 }
 
-async function measure(origin: string, request: LoadRequest, pid?: number): Promise<Measurement> {
-  if (WARMUP > 0) await runAutocannon(origin, request, WARMUP);
+/** How long one measurement runs, and the warm-up thrown away before it. */
+interface Slice {
+  warmup: number;
+  seconds: number;
+}
+const WHOLE: Slice = { warmup: WARMUP, seconds: SECONDS };
+
+async function measure(origin: string, request: LoadRequest, pid?: number, slice: Slice = WHOLE): Promise<Measurement> {
+  if (slice.warmup > 0) await runAutocannon(origin, request, slice.warmup);
   await untilServerIdle(pid);
   const cpuBefore = cpuMicros(pid);
   const eventLoopCpuBefore = cpuMicros(pid, true);
-  const measurement = summarise(await runAutocannon(origin, request, SECONDS));
+  const measurement = summarise(await runAutocannon(origin, request, slice.seconds));
   const cpuAfter = cpuMicros(pid);
   const eventLoopCpuAfter = cpuMicros(pid, true);
   if (cpuBefore !== undefined && cpuAfter !== undefined && measurement.ok > 0) measurement.serverCpuMicrosPerRequest = (cpuAfter - cpuBefore) / measurement.ok;
@@ -199,6 +212,33 @@ async function measureTogether(origin: string, requests: LoadRequest[], pid?: nu
   if (WARMUP > 0) await Promise.all(requests.map((request) => runAutocannon(origin, request, WARMUP)));
   await untilServerIdle(pid);
   return (await Promise.all(requests.map((request) => runAutocannon(origin, request, SECONDS)))).map(summarise);
+}
+
+/**
+ * Several measurements in alternating slices: BENCH_ROUNDS rounds (default 3), each taking
+ * every one in turn for BENCH_SECONDS ÷ rounds, in reverse order every other round. A shared
+ * machine's speed moves while a bench runs (seen here: a plain loop ran 3.5 times slower for
+ * minutes, then fast again); measured in turn this way, a row and its floor meet the same
+ * moments, and each round's ratio compares like with like. Only the first round warms up.
+ */
+async function alternating<F extends Record<string, (slice: Slice) => Promise<unknown>>>(takes: F): Promise<Array<{ [K in keyof F]: Awaited<ReturnType<F[K]>> }>> {
+  type Figures = { [K in keyof F]: Awaited<ReturnType<F[K]>> };
+  const names = Object.keys(takes) as Array<keyof F>;
+  const rounds: Figures[] = [];
+  for (let round = 0; round < ROUNDS; round += 1) {
+    const slice = { warmup: round === 0 ? WARMUP : 0, seconds: SECONDS / ROUNDS };
+    const figures = {} as Figures;
+    for (const name of round % 2 === 0 ? names : [...names].reverse()) figures[name] = (await takes[name]!(slice)) as Figures[typeof name];
+    rounds.push(figures);
+  }
+  return rounds;
+}
+
+/** The round whose ratio is the median of the rounds' (the upper middle of an even count): its figures are the row's. */
+function medianRound<T>(rounds: T[], ratio: (round: T) => number): { round: T; ratio: number; ratios: number[] } {
+  const sorted = [...rounds].sort((a, b) => ratio(a) - ratio(b));
+  const round = sorted[Math.floor(sorted.length / 2)]!;
+  return { round, ratio: ratio(round), ratios: rounds.map(ratio) };
 }
 
 /**
@@ -374,9 +414,9 @@ async function hotPath(): Promise<void> {
   const startedAt = new Date();
   const loadBefore = loadavg();
   const cores = availableParallelism();
-  console.log(`hot path bench: ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up, ${DATABASE_LABEL}, bcrypt cost ${BCRYPT_COST}, ${cores} cores`);
+  console.log(`hot path bench: ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (rows against their floors in ${ROUNDS} alternating rounds), ${DATABASE_LABEL}, bcrypt cost ${BCRYPT_COST}, ${cores} cores`);
   const rows: Row[] = [];
-  const raw: Record<string, { measurement: Measurement; bareExpress?: Measurement }> = {};
+  const raw: Record<string, { measurement: Measurement; bareExpress?: Measurement; rounds?: unknown[] }> = {};
   const floors: Record<string, unknown> = {};
   const listenerRows = wanted('listener');
 
@@ -388,12 +428,14 @@ async function hotPath(): Promise<void> {
       servers.push(server.child);
       const seed = server.info;
       const loads = readLoads(seed);
-      const express = (): Promise<Measurement> => measure(bare.info.origin, { path: '/hello' }, bare.child.pid);
       const versusExpress = async (name: string, request: LoadRequest, goals: { issue11: number; issue28: number }): Promise<Measurement> => {
-        const baseline = await express();
-        const m = await measure(seed.origin, request, server.child.pid);
-        raw[name] = { measurement: m, bareExpress: baseline };
-        const ratio = m.requestsPerSecond / baseline.requestsPerSecond;
+        const rounds = await alternating({
+          bareExpress: (slice) => measure(bare.info.origin, { path: '/hello' }, bare.child.pid, slice),
+          measurement: (slice) => measure(seed.origin, request, server.child.pid, slice),
+        });
+        const { round, ratio, ratios } = medianRound(rounds, (pair) => pair.measurement.requestsPerSecond / pair.bareExpress.requestsPerSecond);
+        const { measurement: m, bareExpress: baseline } = round;
+        raw[name] = { measurement: m, bareExpress: baseline, rounds };
         rows.push({
           work: name,
           measured: perSecond(m),
@@ -406,7 +448,7 @@ async function hotPath(): Promise<void> {
           ],
         });
         const cpuRatio = m.serverCpuMicrosPerRequest && baseline.serverCpuMicrosPerRequest ? ` (CPU per request ${micros(m.serverCpuMicrosPerRequest)} against ${micros(baseline.serverCpuMicrosPerRequest)}: ${(baseline.serverCpuMicrosPerRequest / m.serverCpuMicrosPerRequest).toFixed(2)}×)` : '';
-        console.log(`  ${name}: ${perSecond(m)} (bare Express ${perSecond(baseline)}), ${ratio.toFixed(2)}×, p99 ${m.p99Ms} ms${cpuRatio}`);
+        console.log(`  ${name}: ${perSecond(m)} (bare Express ${perSecond(baseline)}), ${ratio.toFixed(2)}× (rounds ${ratios.map((value) => value.toFixed(2)).join(', ')}), p99 ${m.p99Ms} ms${cpuRatio}`);
         return m;
       };
 
@@ -424,8 +466,8 @@ async function hotPath(): Promise<void> {
         withListener = await startServer<IdentitySeed>('identity', envFor(listenerUrl, { BENCH_LISTENER: '1' }));
         servers.push(withListener.child);
       }
-      const compare = (name: string, m: Measurement, without: Measurement, perSecondLabel: string) => {
-        raw[name] = { measurement: m };
+      const compare = (name: string, m: Measurement, without: Measurement, perSecondLabel: string, roundRatios?: number[]) => {
+        raw[name] = { measurement: m, ...(roundRatios ? { rounds: roundRatios } : {}) };
         const ratio = m.requestsPerSecond / without.requestsPerSecond;
         const cost = 1 - ratio;
         const cpuCost = m.serverCpuMicrosPerRequest && without.serverCpuMicrosPerRequest ? m.serverCpuMicrosPerRequest / without.serverCpuMicrosPerRequest - 1 : undefined;
@@ -437,15 +479,22 @@ async function hotPath(): Promise<void> {
           ...(m.serverCpuMicrosPerRequest === undefined ? {} : { cpuMicrosPerRequest: m.serverCpuMicrosPerRequest }),
           goals: [{ source: 'issue 26', label: `cost ≤ 15% (here ${(cost * 100).toFixed(1)}%${cpuCost === undefined ? '' : `, CPU ${(cpuCost * 100).toFixed(1)}%`})`, met: cost <= 0.15 }],
         });
-        console.log(`  ${name}: ${perSecondLabel} against ${without.requestsPerSecond.toFixed(1)} without; cost ${(cost * 100).toFixed(1)}% in throughput${cpuCost === undefined ? '' : `, ${(cpuCost * 100).toFixed(1)}% in CPU per request`}`);
+        const costs = roundRatios ? ` (rounds ${roundRatios.map((value) => `${((1 - value) * 100).toFixed(1)}%`).join(', ')})` : '';
+        console.log(`  ${name}: ${perSecondLabel} against ${without.requestsPerSecond.toFixed(1)} without; cost ${(cost * 100).toFixed(1)}%${costs} in throughput${cpuCost === undefined ? '' : `, ${(cpuCost * 100).toFixed(1)}% in CPU per request`}`);
       };
 
       if (wanted('POST /auth/token/refresh') || listenerRows) {
-        const floor = await commitFloor(url, Math.max(2, SECONDS / 2));
+        const refreshWithout = refreshLoad(seed);
+        const refreshWith = withListener && refreshLoad(withListener.info);
+        const rounds = await alternating({
+          commit: (slice: Slice) => commitFloor(url, slice.seconds),
+          refresh: (slice: Slice) => measure(seed.origin, refreshWithout, server.child.pid, slice),
+          ...(withListener && refreshWith ? { withListener: (slice: Slice) => measure(withListener.info.origin, refreshWith, withListener.child.pid, slice) } : {}),
+        });
+        const { round, ratio, ratios } = medianRound(rounds, (figures) => figures.refresh.requestsPerSecond / figures.commit.perSecond);
+        const { commit: floor, refresh: m } = round;
         floors.commit = floor;
-        const m = await measure(seed.origin, refreshLoad(seed), server.child.pid);
-        raw['POST /auth/token/refresh'] = { measurement: m };
-        const ratio = m.requestsPerSecond / floor.perSecond;
+        raw['POST /auth/token/refresh'] = { measurement: m, rounds: rounds.map(({ commit, refresh }) => ({ commit, refresh })) };
         rows.push({
           work: 'POST /auth/token/refresh',
           measured: perSecond(m),
@@ -458,21 +507,29 @@ async function hotPath(): Promise<void> {
             { source: 'issue 28', label: '≥ 2,000 req/s', met: m.requestsPerSecond >= 2000 },
           ],
         });
-        console.log(`  POST /auth/token/refresh: ${perSecond(m)}; commit floor ${Math.round(floor.perSecond)}/s (${floor.settings}); ${ratio.toFixed(2)}×; CPU per request ${micros(m.serverCpuMicrosPerRequest)}`);
+        console.log(`  POST /auth/token/refresh: ${perSecond(m)}; commit floor ${Math.round(floor.perSecond)}/s (${floor.settings}); ${ratio.toFixed(2)}× (rounds ${ratios.map((value) => value.toFixed(2)).join(', ')}); CPU per request ${micros(m.serverCpuMicrosPerRequest)}`);
         if (withListener) {
-          const refresh = await measure(withListener.info.origin, refreshLoad(withListener.info), withListener.child.pid);
-          compare('POST /auth/token/refresh with a listener', refresh, m, perSecond(refresh));
+          const pairs = rounds.map((figures) => ({ without: figures.refresh, with: figures.withListener! }));
+          const median = medianRound(pairs, (pair) => pair.with.requestsPerSecond / pair.without.requestsPerSecond);
+          compare('POST /auth/token/refresh with a listener', median.round.with, median.round.without, perSecond(median.round.with), median.ratios);
         }
       }
 
       if (wanted('POST /auth/login') || listenerRows) {
         const ratios: number[] = [];
         for (let run = 1; run <= LOGIN_RUNS; run += 1) {
-          const bound = await hashBoundRate(cores, Math.max(2, SECONDS / 2));
-          const login = await measure(seed.origin, loginLoad(seed), server.child.pid);
+          const loginWithout = loginLoad(seed);
+          const loginWith = withListener && run === 1 ? loginLoad(withListener.info) : undefined;
+          const rounds = await alternating({
+            hash: (slice: Slice) => hashBoundRate(cores, slice.seconds),
+            login: (slice: Slice) => measure(seed.origin, loginWithout, server.child.pid, slice),
+            ...(withListener && loginWith ? { withListener: (slice: Slice) => measure(withListener.info.origin, loginWith, withListener.child.pid, slice) } : {}),
+          });
+          const median = medianRound(rounds, (figures) => figures.login.requestsPerSecond / figures.hash.perSecond);
+          const { hash: bound, login } = median.round;
+          const { ratio } = median;
           const name = LOGIN_RUNS > 1 ? `POST /auth/login (run ${run} of ${LOGIN_RUNS})` : 'POST /auth/login';
-          raw[name] = { measurement: login };
-          const ratio = login.requestsPerSecond / bound.perSecond;
+          raw[name] = { measurement: login, rounds: rounds.map(({ hash, login }) => ({ hash, login })) };
           ratios.push(ratio);
           floors[`hash ${run}`] = bound;
           rows.push({
@@ -487,10 +544,12 @@ async function hotPath(): Promise<void> {
             ],
           });
           const eventLoop = login.serverEventLoopCpuMicrosPerRequest === undefined ? '' : `; the event loop's CPU per login ${(login.serverEventLoopCpuMicrosPerRequest / 1000).toFixed(2)} ms`;
-          console.log(`  ${name}: ${login.requestsPerSecond.toFixed(1)} req/s; one hash ${bound.hashMs.toFixed(1)} ms, ${cores} cores: ${bound.perSecond.toFixed(1)}/s; ${ratio.toFixed(2)}×${eventLoop}`);
-          if (withListener && run === 1) {
-            const withOne = await measure(withListener.info.origin, loginLoad(withListener.info), withListener.child.pid);
-            compare('POST /auth/login with a listener', withOne, login, `${withOne.requestsPerSecond.toFixed(1)} req/s`);
+          console.log(`  ${name}: ${login.requestsPerSecond.toFixed(1)} req/s; one hash ${bound.hashMs.toFixed(1)} ms, ${cores} cores: ${bound.perSecond.toFixed(1)}/s; ${ratio.toFixed(2)}× (rounds ${median.ratios.map((value) => value.toFixed(2)).join(', ')})${eventLoop}`);
+          if (loginWith) {
+            const pairs = rounds.map((figures) => ({ without: figures.login, with: figures.withListener! }));
+            const listenerMedian = medianRound(pairs, (pair) => pair.with.requestsPerSecond / pair.without.requestsPerSecond);
+            const withOne = listenerMedian.round.with;
+            compare('POST /auth/login with a listener', withOne, listenerMedian.round.without, `${withOne.requestsPerSecond.toFixed(1)} req/s`, listenerMedian.ratios);
           }
         }
         if (LOGIN_RUNS > 1) {
@@ -552,7 +611,7 @@ async function hotPath(): Promise<void> {
   writeResults('hot-path', startedAt, {
     loadAverageBefore: loadBefore,
     loadAverageAfter: loadAfter,
-    settings: { connections: CONNECTIONS, seconds: SECONDS, warmupSeconds: WARMUP, database: DATABASE, bcryptCost: BCRYPT_COST, loginRuns: LOGIN_RUNS, pgPool: DATABASE === 'pg' ? PG_POOL : undefined },
+    settings: { connections: CONNECTIONS, seconds: SECONDS, warmupSeconds: WARMUP, rounds: ROUNDS, database: DATABASE, bcryptCost: BCRYPT_COST, loginRuns: LOGIN_RUNS, pgPool: DATABASE === 'pg' ? PG_POOL : undefined },
     floors,
     rows,
     measurements: raw,
