@@ -12,6 +12,7 @@ import * as sso from './migrations/011-sso.js';
 import * as passwordless from './migrations/012-passwordless.js';
 import * as hostPermissionCatalog from './migrations/013-host-permission-catalog.js';
 import * as refreshGenerations from './migrations/014-refresh-generations.js';
+import * as outboxPages from './migrations/015-outbox-pages.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -39,6 +40,7 @@ const MIGRATIONS: Migration[] = [
   { name: '012-passwordless', up: passwordless.up },
   { name: '013-host-permission-catalog', up: hostPermissionCatalog.up },
   { name: '014-refresh-generations', up: refreshGenerations.up },
+  { name: '015-outbox-pages', up: outboxPages.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

@@ -6,6 +6,7 @@ import type { Repositories } from '../../store/store.js';
 import type { WebhookSubscription } from '../../store/webhook-repository.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import { describeError, eventFromAuditRecord } from '../shared/unit-of-work.js';
+import { timeOrderedUuid } from '../shared/ids.js';
 import { attemptWebhook, type AttemptResult } from './webhook-attempt.js';
 import { disableWebhook } from './webhook-service.js';
 
@@ -79,7 +80,7 @@ export class EventDelivery implements EventOutbox {
     const base = { nextAttemptAt: now + firstDelay, lease: owner ? { owner, until: now + leaseSec * 1000 } : undefined, now };
     const rows: NewDelivery[] = [];
     const row = (event: IdentityEvent, target: DeliveryTarget, webhookId: string | null): NewDelivery => ({
-      id: randomUUID(),
+      id: timeOrderedUuid(now),
       eventId: event.id,
       eventType: event.type,
       organizationId: event.organization_id,

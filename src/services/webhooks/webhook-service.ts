@@ -8,7 +8,7 @@ import type { DeliveryRecord, DeliveryStatus } from '../../store/event-delivery-
 import type { WebhookDisabledReason, WebhookRecord } from '../../store/webhook-repository.js';
 import { type AccessGrant, organizationOf } from '../access/access-policy.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
-import { isWellFormedId } from '../shared/ids.js';
+import { isWellFormedId, timeOrderedUuid } from '../shared/ids.js';
 import { iso, isoOrNull } from '../shared/iso-time.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
@@ -192,7 +192,7 @@ export class WebhookService {
   async sendTest(grant: AccessGrant, webhookId: string, meta: RequestMeta): Promise<{ event_id: string; delivery_id: string }> {
     const { principal } = grant;
     const organizationId = organizationOf(grant);
-    const deliveryId = randomUUID();
+    const deliveryId = timeOrderedUuid(this.context.clock.now());
     return runUnitOfWork(this.context, meta, async (uow) => {
       await this.authorize(uow, grant);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
