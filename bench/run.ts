@@ -631,48 +631,63 @@ async function hotPath(): Promise<void> {
 
 /**
  * --scale: the same database at two sizes, each seeded once (the bench's accounts through
- * HTTP, then the bulk rows of bench/bulk-seed.ts), each measured with the same rows, and the
- * router's start-up time on it (construction to `ready`, migrations already applied; the
- * median of three starts).
+ * HTTP, then the bulk rows of bench/bulk-seed.ts), a router on each, both running at once;
+ * each row measured on the two in alternating slices (the ratio the median of the rounds'),
+ * and the router's start-up time on each (construction to `ready`, migrations already
+ * applied; the median of three starts).
  */
 async function scale(): Promise<void> {
   const startedAt = new Date();
   const sizes = [SCALE_BASELINE_USERS, SCALE_USERS];
   console.log(`scale bench: ${sizes.map((size) => size.toLocaleString('en-US')).join(' and ')} users, ${DATABASE_LABEL}, ${CONNECTIONS} connections, ${SECONDS} s after ${WARMUP} s warm-up`);
   const figures: Array<{ users: number; seed: IdentitySeed['scale']; startupMs: number; rows: Record<string, Measurement> }> = [];
+  const rounds: Record<string, Array<{ small: Measurement; large: Measurement }>> = {};
   await withDatabases(
     sizes.map((size) => `bench_${size}`),
     async (urls) => {
-      for (const [index, size] of sizes.entries()) {
-        const dir = mkdtempSync(join(tmpdir(), 'identity-bench-scale-'));
-        try {
-          const env = envFor(urls[index], { BENCH_SCALE_USERS: String(size), ...(urls[index] ? {} : { BENCH_SQLITE_FILE: join(dir, 'bench.sqlite') }) });
+      const dirs = sizes.map(() => mkdtempSync(join(tmpdir(), 'identity-bench-scale-')));
+      const envs = sizes.map((size, index) => envFor(urls[index], { BENCH_SCALE_USERS: String(size), ...(urls[index] ? {} : { BENCH_SQLITE_FILE: join(dirs[index]!, 'bench.sqlite') }) }));
+      const servers: Server[] = [];
+      try {
+        // Both sizes run at once, so each row is measured on them in alternating slices.
+        for (const [index, size] of sizes.entries()) {
           const seeding = performance.now();
-          const server = await startServer<IdentitySeed>('identity', env);
-          const rows: Record<string, Measurement> = {};
-          try {
-            const seed = server.info;
-            console.log(`  ${size.toLocaleString('en-US')} users: seeded in ${((performance.now() - seeding) / 1000).toFixed(1)} s (bulk rows ${seed.scale?.seconds.toFixed(1)} s: ${seed.scale?.users} users, ${seed.scale?.organizations} organizations, ${seed.scale?.membersAdded} members added to the bench's)`);
-            const loads = readLoads(seed);
-            const measureRow = async (name: string, request: LoadRequest) => {
-              rows[name] = await measure(seed.origin, request, server.child.pid);
-              console.log(`    ${name}: ${rows[name]!.requestsPerSecond.toFixed(1)} req/s, CPU per request ${micros(rows[name]!.serverCpuMicrosPerRequest)}, p99 ${rows[name]!.p99Ms} ms`);
-            };
-            await measureRow('POST /auth/login', loginLoad(seed));
-            await measureRow('GET /auth/me', loads.me);
-            await measureRow('POST /auth/token/refresh', refreshLoad(seed));
-            await measureRow(`GET /orgs/{id}/members (a page of the largest organization)`, loads.members);
-            figures.push({ users: size, seed: seed.scale, startupMs: 0, rows });
-          } finally {
-            await stopServer(server.child);
-          }
+          const server = await startServer<IdentitySeed>('identity', envs[index]!);
+          servers.push(server);
+          const seed = server.info;
+          console.log(`  ${size.toLocaleString('en-US')} users: seeded in ${((performance.now() - seeding) / 1000).toFixed(1)} s (bulk rows ${seed.scale?.seconds.toFixed(1)} s: ${seed.scale?.users} users, ${seed.scale?.organizations} organizations, ${seed.scale?.membersAdded} members added to the bench's)`);
+          figures.push({ users: size, seed: seed.scale, startupMs: 0, rows: {} });
+        }
+        const [smallServer, largeServer] = servers as [Server, Server];
+        const loadsOf = (server: Server) => ({ ...readLoads(server.info), login: loginLoad(server.info), refresh: refreshLoad(server.info) });
+        const smallLoads = loadsOf(smallServer);
+        const largeLoads = loadsOf(largeServer);
+        const measureRow = async (name: string, load: keyof typeof smallLoads) => {
+          const taken = await alternating({
+            small: (slice: Slice) => measure(smallServer.info.origin, smallLoads[load], smallServer.child.pid, slice),
+            large: (slice: Slice) => measure(largeServer.info.origin, largeLoads[load], largeServer.child.pid, slice),
+          });
+          const { round, ratios } = medianRound(taken, (pair) => pair.large.requestsPerSecond / pair.small.requestsPerSecond);
+          rounds[name] = taken;
+          figures[0]!.rows[name] = round.small;
+          figures[1]!.rows[name] = round.large;
+          const line = (m: Measurement) => `${m.requestsPerSecond.toFixed(1)} req/s, CPU per request ${micros(m.serverCpuMicrosPerRequest)}, p99 ${m.p99Ms} ms`;
+          console.log(`    ${name}: ${line(round.large)} against ${line(round.small)} (rounds ${ratios.map((value) => value.toFixed(2)).join(', ')})`);
+        };
+        await measureRow('POST /auth/login', 'login');
+        await measureRow('GET /auth/me', 'me');
+        await measureRow('POST /auth/token/refresh', 'refresh');
+        await measureRow(`GET /orgs/{id}/members (a page of the largest organization)`, 'members');
+        await Promise.all(servers.map((server) => stopServer(server.child)));
+        for (const [index, env] of envs.entries()) {
           const starts: number[] = [];
           for (let i = 0; i < 3; i += 1) starts.push((await startServer<{ milliseconds: number }>('startup', env)).info.milliseconds);
-          figures[figures.length - 1]!.startupMs = starts.sort((a, b) => a - b)[1]!;
-          console.log(`    start-up on it (construction to ready): ${starts.map((ms) => `${Math.round(ms)} ms`).join(', ')}`);
-        } finally {
-          rmSync(dir, { recursive: true, force: true });
+          figures[index]!.startupMs = starts.sort((a, b) => a - b)[1]!;
+          console.log(`    start-up at ${sizes[index]!.toLocaleString('en-US')} users (construction to ready): ${starts.map((ms) => `${Math.round(ms)} ms`).join(', ')}`);
         }
+      } finally {
+        await Promise.all(servers.map((server) => stopServer(server.child)));
+        for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
       }
     },
   );
@@ -699,7 +714,7 @@ async function scale(): Promise<void> {
   });
   console.log('');
   printTable(rows);
-  writeResults('scale', startedAt, { settings: { connections: CONNECTIONS, seconds: SECONDS, warmupSeconds: WARMUP, sizes }, figures, rows });
+  writeResults('scale', startedAt, { settings: { connections: CONNECTIONS, seconds: SECONDS, warmupSeconds: WARMUP, rounds: ROUNDS, sizes }, figures, rows, rounds });
 }
 
 /**
