@@ -16,9 +16,9 @@
  * rounds' ratios, and its figures are that round's. autocannon drives 20 connections; a
  * row's first slice follows a BENCH_WARMUP (default 2) s warm-up that is thrown away, and
  * each starts once the server has finished the requests left in flight. The servers run in
- * child processes (bench/hot-path-server.ts); autocannon runs here. It prints the table and writes the figures to bench/results/. It is a benchmark,
- * never a pass/fail test: the exit code is 0 whether or not a goal is met (1 only when the
- * bench itself failed).
+ * child processes (bench/hot-path-server.ts); autocannon runs here. It prints the table and
+ * writes the figures to bench/results/. It is a benchmark, never a pass/fail test: the exit
+ * code is 0 whether or not a goal is met (1 only when the bench itself failed).
  *
  *   BENCH_SECONDS=2 BENCH_WARMUP=0.5 npm run bench     a short smoke run
  *   BENCH_ROUNDS=n                                      rounds of alternating slices (default 3)

@@ -15,7 +15,7 @@ export const isWellFormedId = (value: unknown): value is string => typeof value 
  */
 export function timeOrderedUuid(now: number): string {
   const bytes = randomBytes(16);
-  bytes.writeUIntBE(now, 0, 6);
+  bytes.writeUIntBE(Math.floor(now), 0, 6);
   bytes[6] = 0x70 | (bytes[6]! & 0x0f);
   bytes[8] = 0x80 | (bytes[8]! & 0x3f);
   const hex = bytes.toString('hex');
