@@ -217,8 +217,8 @@ async function measureTogether(origin: string, requests: LoadRequest[], pid?: nu
 /**
  * Several measurements in alternating slices: BENCH_ROUNDS rounds (default 3), each taking
  * every one in turn for BENCH_SECONDS ÷ rounds, in reverse order every other round. A shared
- * machine's speed moves while a bench runs (seen here: a plain loop ran 3.5 times slower for
- * minutes, then fast again); measured in turn this way, a row and its floor meet the same
+ * machine's speed moves while a bench runs (seen here: a fixed loop ran three to six times slower
+ * for minutes, then fast again); measured in turn this way, a row and its floor meet the same
  * moments, and each round's ratio compares like with like. Only the first round warms up.
  */
 async function alternating<F extends Record<string, (slice: Slice) => Promise<unknown>>>(takes: F): Promise<Array<{ [K in keyof F]: Awaited<ReturnType<F[K]>> }>> {
@@ -350,6 +350,23 @@ const readLoads = (seed: IdentitySeed) => {
   } satisfies Record<string, LoadRequest>;
 };
 
+/**
+ * The machine's speed at this moment: iterations a millisecond of a fixed loop, for one
+ * second on this thread. Taken before and after a run, it shows whether the machine was the
+ * same throughout (on a shared one it is not always: sixfold here within half an hour).
+ */
+function machineSpeed(): number {
+  let sink = 0;
+  let iterations = 0;
+  const started = performance.now();
+  while (performance.now() - started < 1000) {
+    for (let i = 0; i < 100_000; i += 1) sink += i % 7;
+    iterations += 100_000;
+  }
+  if (sink < 0) console.log(sink);
+  return Math.round(iterations / (performance.now() - started) / 1000);
+}
+
 function machine() {
   return { cores: availableParallelism(), cpu: cpus()[0]?.model, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version };
 }
@@ -413,6 +430,7 @@ const envFor = (url: string | undefined, extra: Record<string, string> = {}): Re
 async function hotPath(): Promise<void> {
   const startedAt = new Date();
   const loadBefore = loadavg();
+  const speedBefore = machineSpeed();
   const cores = availableParallelism();
   console.log(`hot path bench: ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (rows against their floors in ${ROUNDS} alternating rounds), ${DATABASE_LABEL}, bcrypt cost ${BCRYPT_COST}, ${cores} cores`);
   const rows: Row[] = [];
@@ -601,8 +619,9 @@ async function hotPath(): Promise<void> {
   }
 
   const loadAfter = loadavg();
+  const speedAfter = machineSpeed();
   const format = (load: number[]) => load.map((value) => value.toFixed(2)).join(' ');
-  console.log(`\n${startedAt.toISOString()}; ${DATABASE_LABEL}; load average ${format(loadBefore)} before, ${format(loadAfter)} after; ${cores} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}\n`);
+  console.log(`\n${startedAt.toISOString()}; ${DATABASE_LABEL}; load average ${format(loadBefore)} before, ${format(loadAfter)} after; machine speed ${speedBefore} before, ${speedAfter} after (thousands of loop iterations a millisecond); ${cores} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}\n`);
   printTable(rows);
   for (const [name, { measurement, bareExpress }] of Object.entries(raw)) {
     if (measurement.failed > 0) console.log(`warning: ${name} had ${measurement.failed} failed requests (status codes ${JSON.stringify(measurement.statusCodes)}, ${measurement.errors} errors, ${measurement.timeouts} timeouts)`);
@@ -610,6 +629,7 @@ async function hotPath(): Promise<void> {
   }
   writeResults('hot-path', startedAt, {
     loadAverageBefore: loadBefore,
+    machineSpeed: { before: speedBefore, after: speedAfter },
     loadAverageAfter: loadAfter,
     settings: { connections: CONNECTIONS, seconds: SECONDS, warmupSeconds: WARMUP, rounds: ROUNDS, database: DATABASE, bcryptCost: BCRYPT_COST, loginRuns: LOGIN_RUNS, pgPool: DATABASE === 'pg' ? PG_POOL : undefined },
     floors,
