@@ -16,7 +16,7 @@ import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { median, underLoad } from './process-cpu.js';
+import { inAlternatingOrder, median, underLoad } from './process-cpu.js';
 import { HOST_ROUTE, MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -56,16 +56,12 @@ async function main(): Promise<void> {
     servers.push(after.child);
     const beforeLoad = load(before.seed);
     const afterLoad = load(after.seed);
-    const figures = { before: [] as number[], after: [] as number[] };
-    for (let round = 1; round <= Number(roundsArg); round += 1) {
-      // Alternate which goes first, so a trend in the machine's load favours neither.
-      const order = round % 2 === 1 ? (['before', 'after'] as const) : (['after', 'before'] as const);
-      for (const which of order) {
-        const { cpuMicrosPerRequest: value } = await underLoad((which === 'before' ? before : after).child.pid, which === 'before' ? beforeLoad : afterLoad, { warmupSeconds: WARMUP, seconds: SECONDS });
-        figures[which].push(value);
-        console.log(`  round ${round}, ${which === 'before' ? revision : 'this checkout'}: ${Math.round(value)} µs of server CPU per request`);
-      }
-    }
+    const rounds = await inAlternatingOrder(Number(roundsArg), ['before', 'after'] as const, async (which, round) => {
+      const { cpuMicrosPerRequest: value } = await underLoad((which === 'before' ? before : after).child.pid, which === 'before' ? beforeLoad : afterLoad, { warmupSeconds: WARMUP, seconds: SECONDS });
+      console.log(`  round ${round}, ${which === 'before' ? revision : 'this checkout'}: ${Math.round(value)} µs of server CPU per request`);
+      return value;
+    });
+    const figures = { before: rounds.map((round) => round.before), after: rounds.map((round) => round.after) };
     const b = median(figures.before);
     const a = median(figures.after);
     console.log(`${row}: median ${Math.round(b)} µs (${revision}) against ${Math.round(a)} µs (this checkout): ${(((a - b) / b) * 100).toFixed(1)}%`);

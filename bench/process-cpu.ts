@@ -34,3 +34,17 @@ export async function underLoad(pid: number | undefined, request: object, { warm
 
 /** The middle value (the upper middle of an even count). */
 export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+
+/**
+ * `take` for every name, `rounds` times, the order reversed every other round, so a change in
+ * the machine's speed while they run favours none of them. Answers each round's figures by name.
+ */
+export async function inAlternatingOrder<K extends string, T>(rounds: number, names: readonly K[], take: (name: K, round: number) => Promise<T>): Promise<Array<Record<K, T>>> {
+  const taken: Array<Record<K, T>> = [];
+  for (let round = 1; round <= rounds; round += 1) {
+    const figures = {} as Record<K, T>;
+    for (const name of round % 2 === 1 ? names : [...names].reverse()) figures[name] = await take(name, round);
+    taken.push(figures);
+  }
+  return taken;
+}

@@ -18,7 +18,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { HOST_ROUTE, type IdentitySeed } from './hot-path-shared.js';
-import { median, underLoad } from './process-cpu.js';
+import { inAlternatingOrder, median, underLoad } from './process-cpu.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Number(process.argv[2] ?? 4);
@@ -43,16 +43,13 @@ async function main(): Promise<void> {
   const servers = new Map<Mode, { child: ChildProcess; request: object }>();
   try {
     for (const mode of modes) servers.set(mode, await start(mode));
-    const figures = new Map<Mode, Array<{ cpu: number; rate: number }>>(modes.map((mode) => [mode, []]));
-    for (let round = 1; round <= ROUNDS; round += 1) {
-      for (const mode of round % 2 === 1 ? modes : [...modes].reverse()) {
-        const server = servers.get(mode)!;
-        const { cpuMicrosPerRequest: cpu, requestsPerSecond: rate } = await underLoad(server.child.pid, server.request, { warmupSeconds: 1, seconds: SECONDS });
-        const figure = { cpu, rate };
-        figures.get(mode)!.push(figure);
-        console.log(`  round ${round}, ${LABELS[mode]}: ${Math.round(figure.cpu)} µs of server CPU per request, ${Math.round(figure.rate).toLocaleString('en-US')} req/s`);
-      }
-    }
+    const rounds = await inAlternatingOrder(ROUNDS, modes, async (mode, round) => {
+      const server = servers.get(mode)!;
+      const { cpuMicrosPerRequest: cpu, requestsPerSecond: rate } = await underLoad(server.child.pid, server.request, { warmupSeconds: 1, seconds: SECONDS });
+      console.log(`  round ${round}, ${LABELS[mode]}: ${Math.round(cpu)} µs of server CPU per request, ${Math.round(rate).toLocaleString('en-US')} req/s`);
+      return { cpu, rate };
+    });
+    const figures = new Map(modes.map((mode) => [mode, rounds.map((round) => round[mode])]));
     const cpu = (mode: Mode) => median(figures.get(mode)!.map((figure) => figure.cpu));
     const rate = (mode: Mode) => median(figures.get(mode)!.map((figure) => figure.rate));
     console.log('\nmedians');

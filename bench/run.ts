@@ -46,7 +46,7 @@ import { Worker } from 'node:worker_threads';
 import autocannon from 'autocannon';
 import bcrypt from 'bcryptjs';
 import { openDatabase } from '../src/store/database.js';
-import { cpuMicros } from './process-cpu.js';
+import { cpuMicros, inAlternatingOrder } from './process-cpu.js';
 import { BCRYPT_COST, HOST_ROUTE, MOUNT, PG_POOL, loginRequests, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from './postgres.js';
 
@@ -222,16 +222,8 @@ async function measureTogether(origin: string, requests: LoadRequest[], pid?: nu
  * moments, and each round's ratio compares like with like. Only the first round warms up.
  */
 async function alternating<F extends Record<string, (slice: Slice) => Promise<unknown>>>(takes: F): Promise<Array<{ [K in keyof F]: Awaited<ReturnType<F[K]>> }>> {
-  type Figures = { [K in keyof F]: Awaited<ReturnType<F[K]>> };
-  const names = Object.keys(takes) as Array<keyof F>;
-  const rounds: Figures[] = [];
-  for (let round = 0; round < ROUNDS; round += 1) {
-    const slice = { warmup: round === 0 ? WARMUP : 0, seconds: SECONDS / ROUNDS };
-    const figures = {} as Figures;
-    for (const name of round % 2 === 0 ? names : [...names].reverse()) figures[name] = (await takes[name]!(slice)) as Figures[typeof name];
-    rounds.push(figures);
-  }
-  return rounds;
+  const rounds = await inAlternatingOrder(ROUNDS, Object.keys(takes), (name, round) => takes[name]!({ warmup: round === 1 ? WARMUP : 0, seconds: SECONDS / ROUNDS }));
+  return rounds as Array<{ [K in keyof F]: Awaited<ReturnType<F[K]>> }>;
 }
 
 /** The round whose ratio is the median of the rounds' (the upper middle of an even count): its figures are the row's. */
