@@ -7,7 +7,10 @@
  * changed, so the frames a refresh appends are the pages its commit writes: a count, not a
  * time, and the same on a busy machine as on a quiet one. The router runs in this process on
  * a SQLite file; a reader holds a snapshot open so no checkpoint rewinds the log while it is
- * counted; `refreshes` (default 400) refreshes run one after another, after 50 unmeasured.
+ * counted; `refreshes` (default 400) refreshes run after 50 unmeasured: one after another, and
+ * then as the bench's refresh row sends them, 20 in flight at once (20 sessions, each
+ * refreshing its own token in turn), where SQLite's group commit (src/store/group-commit.ts)
+ * writes the pages the refreshes of one commit share once.
  */
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
@@ -20,8 +23,9 @@ import { PASSWORD } from './hot-path-shared.js';
 
 const REFRESHES = Number(process.argv[2] ?? 400);
 const FRAME_BYTES = 4096 + 24;
+const IN_FLIGHT = 20;
 
-async function framesPerRefresh(withListener: boolean): Promise<number> {
+async function framesPerRefresh(withListener: boolean, inFlight: number): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'identity-wal-frames-'));
   const file = join(dir, 'bench.sqlite');
   const mail: Array<{ context: Record<string, unknown> }> = [];
@@ -46,9 +50,14 @@ async function framesPerRefresh(withListener: boolean): Promise<number> {
     };
     await post('/auth/register', { email: 'frames@bench.example', password: PASSWORD });
     await post('/auth/email/verify', { token: mail.at(-1)!.context.token });
-    let token = (await post('/auth/login', { email: 'frames@bench.example', password: PASSWORD })).data.refresh_token;
+    const tokens: string[] = [];
+    for (let i = 0; i < inFlight; i += 1) tokens.push((await post('/auth/login', { email: 'frames@bench.example', password: PASSWORD })).data.refresh_token);
     const refresh = async (times: number) => {
-      for (let i = 0; i < times; i += 1) token = (await post('/auth/token/refresh', { refresh_token: token })).data.refresh_token;
+      await Promise.all(
+        tokens.map(async (_, chain) => {
+          for (let i = chain; i < times; i += inFlight) tokens[chain] = (await post('/auth/token/refresh', { refresh_token: tokens[chain] })).data.refresh_token;
+        }),
+      );
       // The listener's deliveries are marked in batches every 20 ms: let the last one land.
       await new Promise((resolve) => setTimeout(resolve, 100));
     };
@@ -70,6 +79,10 @@ async function framesPerRefresh(withListener: boolean): Promise<number> {
   }
 }
 
-const without = await framesPerRefresh(false);
-const withListener = await framesPerRefresh(true);
-console.log(`WAL frames (pages written) per refresh, ${REFRESHES} refreshes: ${without.toFixed(2)} without a listener, ${withListener.toFixed(2)} with one (+${(withListener - without).toFixed(2)})`);
+const rows: string[] = [];
+for (const inFlight of [1, IN_FLIGHT]) {
+  const without = await framesPerRefresh(false, inFlight);
+  const withListener = await framesPerRefresh(true, inFlight);
+  rows.push(`${inFlight === 1 ? 'one at a time' : `${inFlight} in flight`}: ${without.toFixed(2)} without a listener, ${withListener.toFixed(2)} with one (+${(withListener - without).toFixed(2)})`);
+}
+console.log(`WAL frames (pages written) per refresh, ${REFRESHES} refreshes:\n  ${rows.join('\n  ')}`);

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { HotStatements } from './hot-statements.js';
 import { runTransaction, type Db } from './transaction.js';
+import { GroupCommit } from './group-commit.js';
 import { ApiKeyRepository } from './api-key-repository.js';
 import { AuditRepository, RateEventRepository } from './audit-repository.js';
 import { recordsInOneStatement } from './recorded-write.js';
@@ -109,6 +110,7 @@ export class Store {
   readonly repos: Repositories;
 
   private readonly hot: HotStatements;
+  private readonly groupCommit: GroupCommit | undefined;
 
   constructor(
     readonly knex: Knex,
@@ -117,6 +119,7 @@ export class Store {
   ) {
     this.hot = new HotStatements(dialect);
     this.repos = bindRepositories({ db: knex, table, dialect, hot: this.hot });
+    this.groupCommit = dialect === 'sqlite' ? new GroupCommit(knex) : undefined;
   }
 
   /** Whether a conditional write and what it records can be one statement, which needs no transaction around it (`writeRecording`). */
@@ -126,6 +129,20 @@ export class Store {
 
   /** Runs `work` in one transaction with repositories bound to it. */
   transaction<T>(work: (repos: Repositories, db: Db) => Promise<T>): Promise<T> {
-    return runTransaction(this.knex, this.dialect, (db) => work(bindRepositories({ db, table: this.table, dialect: this.dialect, hot: this.hot }), db));
+    return runTransaction(this.knex, this.dialect, (db) => work(this.bound(db), db));
+  }
+
+  /**
+   * Runs `work`, a few statements and nothing else, atomically: on SQLite in a transaction it
+   * shares with the other such writes started in this turn of the event loop (`GroupCommit`),
+   * on PostgreSQL in one of its own. Settles after the commit.
+   */
+  committedInGroup<T>(work: (repos: Repositories) => Promise<T>): Promise<T> {
+    if (!this.groupCommit) return this.transaction(work);
+    return this.groupCommit.run((db) => work(this.bound(db)));
+  }
+
+  private bound(db: Db): Repositories {
+    return bindRepositories({ db, table: this.table, dialect: this.dialect, hot: this.hot });
   }
 }

@@ -6,8 +6,9 @@ import { Harness, TEST_DB, decodeJwt, uniqueEmail, type SignedUpUser } from '../
 
 // A refresh's write is the session's move and what it records: its audit event and, with an
 // `onEvent` listener, the listener's outbox row. On PostgreSQL, while no webhooks are on, they
-// are one statement with no transaction around it (commitRecordedWrite); on SQLite, and with
-// webhooks, a transaction. Each test runs without a listener and with one.
+// are one statement with no transaction around it (commitRecordedWrite); on SQLite a
+// transaction shared with the refreshes in flight beside it (a group commit); with webhooks, a
+// transaction of their own. Each test runs without a listener and with one.
 
 for (const listener of [false, true]) {
   describe(`a refresh ${listener ? 'with' : 'without'} an onEvent listener (${TEST_DB})`, () => {
@@ -77,6 +78,24 @@ for (const listener of [false, true]) {
       assert.equal(await generationOf(sessionId), 0);
       assert.equal((await auditRows('auth.token_refreshed', sessionId)).length, 0);
       assert.equal(heard('auth.token_refreshed', sessionId).length, 0);
+    });
+
+    // On SQLite refreshes in flight together commit together (src/store/group-commit.ts):
+    // each still moves its own session once and is recorded once.
+    test('twenty sessions refreshed at once: each moves once, and each refresh is recorded once', async () => {
+      const users = await Promise.all(Array.from({ length: 20 }, (_, index) => h.signUp(uniqueEmail(`recorded-many-${index}`))));
+      const answers = await Promise.all(users.map((user) => refresh(user.refreshToken)));
+      for (const answer of answers) assert.equal(answer.status, 200, answer.text);
+      for (const user of users) {
+        const sessionId = sessionIdOf(user);
+        assert.equal(await generationOf(sessionId), 1);
+        const recorded = await auditRows('auth.token_refreshed', sessionId);
+        assert.equal(recorded.length, 1);
+        assert.equal((await deliveriesOf(recorded)).length, listener ? 1 : 0);
+        if (listener) assert.deepEqual(heard('auth.token_refreshed', sessionId).map((event) => event.id), [recorded[0]!.id]);
+      }
+      const again = await Promise.all(answers.map((answer) => refresh(answer.body.data.refresh_token)));
+      for (const answer of again) assert.equal(answer.status, 200, answer.text);
     });
 
     test('one token sent 12 times at once: one refresh, recorded once; the others revoke the family, reported once', async () => {

@@ -132,11 +132,13 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
 
 /**
  * A change that is one conditional write and the event it records: true, and the event, only
- * if the write changed a row. `write` is given the moment of the change and, where the store
- * can write everything in one statement (`Store.recordsInOneStatement`) and the event's outbox
- * rows need no read (no webhooks), what to record: the audit row and the listener's outbox row,
- * if there is a listener. That statement is then the whole transaction, with no BEGIN or
- * COMMIT. Otherwise the change is a unit of work of the write and the event.
+ * if the write changed a row. When the event's outbox rows need no read (no webhooks), `write`
+ * is given the moment of the change and, where the store can write everything in one statement
+ * (`Store.recordsInOneStatement`, PostgreSQL), what to record: the audit row and the listener's
+ * outbox row, if there is a listener. That statement is then the whole transaction, with no
+ * BEGIN or COMMIT. On SQLite the write and its rows commit together with the other such
+ * changes of this turn of the event loop (`Store.committedInGroup`). Otherwise the change is a
+ * unit of work of the write and the event.
  */
 export async function commitRecordedWrite(
   context: ServiceContext,
@@ -144,18 +146,28 @@ export async function commitRecordedWrite(
   input: EventInput,
   write: (repos: Repositories, now: number, recording: Recording | undefined) => Promise<boolean>,
 ): Promise<boolean> {
-  const asUnitOfWork = () =>
-    runUnitOfWork(context, meta, async (uow) => {
+  const now = context.clock.now();
+  const event = newEvent(input, now, meta);
+  const deliveries = context.delivery.rowsWithoutReads([{ event }], now);
+  if (!deliveries) {
+    return runUnitOfWork(context, meta, async (uow) => {
       if (!(await write(uow.repos, uow.now, undefined))) return false;
       await uow.emit(input);
       return true;
     });
-  if (!context.store.recordsInOneStatement) return asUnitOfWork();
-  const now = context.clock.now();
-  const event = newEvent(input, now, meta);
-  const deliveries = context.delivery.rowsWithoutReads([{ event }], now);
-  if (!deliveries || deliveries.rows.length > 1) return asUnitOfWork();
-  if (!(await write(context.store.repos, now, { event: auditRecordOf(event, now), delivery: deliveries.rows[0] }))) return false;
+  }
+  const { store } = context;
+  const audit = auditRecordOf(event, now);
+  const changed =
+    store.recordsInOneStatement && deliveries.rows.length <= 1
+      ? await write(store.repos, now, { event: audit, delivery: deliveries.rows[0] })
+      : await store.committedInGroup(async (repos) => {
+          if (!(await write(repos, now, undefined))) return false;
+          await repos.audit.insert(audit);
+          await repos.eventDeliveries.insertMany(deliveries.rows);
+          return true;
+        });
+  if (!changed) return false;
   dispatchAfterCommit(context, { events: [event], tasks: [], invalidations: [] }, deliveries);
   return true;
 }
