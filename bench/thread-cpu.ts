@@ -1,7 +1,7 @@
 /**
  * Where a refresh's (or a login's) CPU goes, thread by thread:
  *
- *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login]
+ *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login|idle]
  *
  * Starts the router as the bench does (bench/hot-path-server.ts, on SQLite, or with
  * `--database pg` on a throwaway PostgreSQL 15 started as bench/postgres.ts starts the
@@ -11,7 +11,9 @@
  * (named "node" by Linux, where the RS256 signatures and the password hashes run), this process (the load generator),
  * and on PostgreSQL the database's own processes. On a 2-core machine all of them share the
  * cores, so the event loop's figure bounds the rate and the sum bounds it too
- * (docs/performance.md).
+ * (docs/performance.md). `--row idle` sends nothing and gives each thread's CPU per second:
+ * what the router spends with no request to answer (its timers and pollers), which every row's
+ * figures include.
  */
 import { fork } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -28,7 +30,7 @@ const args = process.argv.slice(2);
 const onPostgres = args.includes('--database') && args[args.indexOf('--database') + 1] === 'pg';
 const seconds = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 8);
 const row = args.includes('--row') ? args[args.indexOf('--row') + 1] : 'refresh';
-if (row !== 'refresh' && row !== 'login') throw new Error('usage: thread-cpu.ts [seconds] [--database pg] [--row refresh|login]');
+if (row !== 'refresh' && row !== 'login' && row !== 'idle') throw new Error('usage: thread-cpu.ts [seconds] [--database pg] [--row refresh|login|idle]');
 process.env.BENCH_REFRESH_SESSIONS ??= '200';
 
 /** CPU microseconds per thread name, and the kernel's part of it; the event loop is the thread whose id is the process id. */
@@ -76,19 +78,23 @@ try {
     row === 'login'
       ? { url: `${seed.origin}${MOUNT}/auth/login`, connections: 20, requests: loginRequests(seed.logins) }
       : { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections: 20, requests: refreshRequests(seed.refreshTokens) };
-  await autocannon({ ...load, duration: 2 });
+  if (row !== 'idle') await autocannon({ ...load, duration: 2 });
   const before = threadCpu(child.pid!);
   const databaseBefore = postmaster === undefined ? 0 : postgresCpu(postmaster);
   const ownBefore = process.cpuUsage();
-  const result = await autocannon({ ...load, duration: seconds });
+  const result = row === 'idle' ? await new Promise((resolve) => setTimeout(resolve, seconds * 1000)) : await autocannon({ ...load, duration: seconds });
   const after = threadCpu(child.pid!);
   const databaseAfter = postmaster === undefined ? 0 : postgresCpu(postmaster);
   const own = process.cpuUsage(ownBefore);
-  const answered = result['2xx'] as number;
-  console.log(`${row}: ${result.requests.average.toFixed(1)} req/s, ${answered} answered, ${result.non2xx} not 2xx`);
-  for (const name of Object.keys(after)) console.log(`  ${name}: ${Math.round(((after[name] ?? 0) - (before[name] ?? 0)) / answered)} µs per ${row}`);
-  console.log(`  load generator (this process): ${Math.round((own.user + own.system) / answered)} µs per ${row}`);
-  if (postmaster !== undefined) console.log(`  PostgreSQL (its processes): ${Math.round((databaseAfter - databaseBefore) / answered)} µs per ${row}`);
+  const [answered, unit] = row === 'idle' ? [seconds, 'second'] : [(result as { '2xx': number })['2xx'], row];
+  if (row === 'idle') console.log(`idle for ${seconds} s`);
+  else {
+    const { requests, non2xx } = result as { requests: { average: number }; non2xx: number };
+    console.log(`${row}: ${requests.average.toFixed(1)} req/s, ${answered} answered, ${non2xx} not 2xx`);
+  }
+  for (const name of Object.keys(after)) console.log(`  ${name}: ${Math.round(((after[name] ?? 0) - (before[name] ?? 0)) / answered)} µs per ${unit}`);
+  console.log(`  load generator (this process): ${Math.round((own.user + own.system) / answered)} µs per ${unit}`);
+  if (postmaster !== undefined) console.log(`  PostgreSQL (its processes): ${Math.round((databaseAfter - databaseBefore) / answered)} µs per ${unit}`);
 } finally {
   child.kill('SIGINT');
   if (postgres) {

@@ -264,6 +264,22 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
     const probe: Probe = async (on) => (await on.h.get(`/orgs/${org.id}/members`, { token: root.accessToken })).status;
     await assertRevokedEverywhere(probe, () => a.h.identity.service.revokeSuperadmin(root.userId), 403);
   });
+
+  // A login's token takes its authority through the access cache (SessionService.signOpened),
+  // as a refresh's does: a login after the revocation must not be signed with the cached grant.
+  test('superadmin revoke: a login afterwards is signed without it', async () => {
+    const root = await superadmin(a.h);
+    const signedWithGrant: Probe = async (on) => {
+      const login = await on.h.post('/auth/login', { email: root.email, password: root.password });
+      assert.equal(login.status, 200, login.text);
+      return (decodeJwt(login.body.data.access_token).scope as string[]).length > 0 ? 1 : 0;
+    };
+    await assertRevokedEverywhere(signedWithGrant, () => a.h.identity.service.revokeSuperadmin(root.userId), 0, 1);
+    // And granted again: the next login carries it at once.
+    await a.h.identity.service.grantSuperadmin(root.userId);
+    assert.equal(await signedWithGrant(a), 1);
+    assert.equal(await onOtherInstance(signedWithGrant, 1), 1);
+  });
 });
 
 test('the cache serves: a cached session answers without reading its row', async () => {

@@ -147,7 +147,7 @@ export class MfaService {
       const amr = [ticket.firstFactor ?? 'pwd', ...secondFactor.slice(1)];
       const opened = await this.sessions.open(uow, user, { mfa: true, amr, authTime: uow.now }, meta);
       // Opened through single sign-on: enforcement lets it refresh and accept invites (docs/sso.md).
-      if (ticket.ssoConnectionId) await uow.repos.ssoIdentities.markSessionOpenedThrough(opened.subject.sid, ticket.ssoConnectionId);
+      if (ticket.ssoConnectionId) await uow.repos.ssoIdentities.markSessionOpenedThrough(opened.session.id, ticket.ssoConnectionId);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
       await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.ssoConnectionId ? { method: 'sso', connection_id: ticket.ssoConnectionId } : { method: signInMethodAfterGate(ticket, method) }) } });

@@ -39,9 +39,10 @@ export interface SessionView {
   last_used_at: string;
 }
 
-/** A session opened or rotated inside a transaction, its access token not yet signed. */
+/** A session opened inside a transaction, its access token not yet signed. */
 export interface OpenedSession {
-  subject: AccessTokenSubject;
+  session: SessionRecord;
+  user: UserRecord;
   refreshToken: string;
 }
 
@@ -100,12 +101,17 @@ export class SessionService {
     };
     await uow.repos.sessions.insert({ ...session, now: uow.now });
     const refreshToken = issueRefreshToken(this.context.keys.refreshTokenMac, sessionId, 0);
-    return { subject: await this.accessSubjectFor(uow.repos, session, user), refreshToken };
+    return { session, user, refreshToken };
   }
 
-  /** After commit: the tokens of an opened (or rotated) session. */
+  /**
+   * After commit: the tokens of an opened session. Its authority (a new session is in no
+   * organization: the user's global grants) comes through the access cache, as a refresh's
+   * does, and is as current as the database: every change to it invalidates the cache.
+   */
   async signOpened(opened: OpenedSession): Promise<TokenResponse> {
-    return { ...(await this.sign(opened.subject)), refresh_token: opened.refreshToken };
+    const authority = await this.policy.authorityIn(opened.user.id, opened.session.organizationId);
+    return { ...(await this.sign(this.subjectOf(opened.session, opened.user, authority))), refresh_token: opened.refreshToken };
   }
 
   /** After commit: an access token for claims resolved inside the transaction. */

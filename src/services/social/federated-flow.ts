@@ -257,14 +257,14 @@ export class FederatedFlows {
   ): Promise<LoginResult> {
     const gate = await this.mfa.loginGate(user, meta, 'fed', { ssoConnectionId });
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
-    const session = await runUnitOfWork(this.context, meta, async (uow) => {
-      const session = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
-      if (opened) await opened(uow, session.subject.sid);
+    const started = await runUnitOfWork(this.context, meta, async (uow) => {
+      const started = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
+      if (opened) await opened(uow, started.session.id);
       await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], ...loggedIn } });
-      return session;
+      return started;
     });
     // Tokens are signed only after commit (no token for a session that was never stored).
-    const tokens = await this.sessions.signOpened(session);
+    const tokens = await this.sessions.signOpened(started);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }
 
