@@ -112,11 +112,20 @@ export function eventFromAuditRecord(record: AuditEventRecord): IdentityEvent {
 }
 
 /** Runs `work` in one transaction; throws the `failAfterCommit` error, if any, once committed. */
-export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
+export function runUnitOfWork<T>(context: ServiceContext, meta: RequestMeta, work: (uow: UnitOfWork) => Promise<T>): Promise<T> {
+  return unitOfWorkIn(context, meta, work, (body) => context.store.transaction(body));
+}
+
+async function unitOfWorkIn<T>(
+  context: ServiceContext,
+  meta: RequestMeta,
+  work: (uow: UnitOfWork) => Promise<T>,
+  inTransaction: (body: (repos: Repositories) => Promise<T>) => Promise<T>,
+): Promise<T> {
   const now = context.clock.now();
   let unit: UnitOfWork | undefined;
   let deliveries: WrittenDeliveries | undefined;
-  const result = await context.store.transaction(async (repos) => {
+  const result = await inTransaction(async (repos) => {
     unit = new UnitOfWork(repos, now, meta);
     const value = await work(unit);
     // The outbox rows commit with the change and its audit rows, or not at all.
@@ -132,13 +141,13 @@ export async function runUnitOfWork<T>(context: ServiceContext, meta: RequestMet
 
 /**
  * A change that is one conditional write and the event it records: true, and the event, only
- * if the write changed a row. When the event's outbox rows need no read (no webhooks), `write`
- * is given the moment of the change and, where the store can write everything in one statement
- * (`Store.recordsInOneStatement`, PostgreSQL), what to record: the audit row and the listener's
- * outbox row, if there is a listener. That statement is then the whole transaction, with no
- * BEGIN or COMMIT. On SQLite the write and its rows commit together with the other such
- * changes of this turn of the event loop (`Store.committedInGroup`). Otherwise the change is a
- * unit of work of the write and the event.
+ * if the write changed a row. Where the store can write everything in one statement
+ * (`Store.recordsInOneStatement`, PostgreSQL) and the event's outbox rows need no read (no
+ * webhooks), `write` is given the moment of the change and what to record: the audit row and
+ * the listener's outbox row, if there is a listener. That statement is then the whole
+ * transaction, with no BEGIN or COMMIT. Otherwise the change is a unit of work of the write and
+ * the event, committed with the other such changes of this turn of the event loop where the
+ * store groups commits (`Store.committedInGroup`, SQLite).
  */
 export async function commitRecordedWrite(
   context: ServiceContext,
@@ -146,30 +155,27 @@ export async function commitRecordedWrite(
   input: EventInput,
   write: (repos: Repositories, now: number, recording: Recording | undefined) => Promise<boolean>,
 ): Promise<boolean> {
-  const now = context.clock.now();
-  const event = newEvent(input, now, meta);
-  const deliveries = context.delivery.rowsWithoutReads([{ event }], now);
-  if (!deliveries) {
-    return runUnitOfWork(context, meta, async (uow) => {
+  const { store } = context;
+  if (store.recordsInOneStatement) {
+    const now = context.clock.now();
+    const event = newEvent(input, now, meta);
+    const deliveries = context.delivery.rowsWithoutReads([{ event }], now);
+    if (deliveries && deliveries.rows.length <= 1) {
+      if (!(await write(store.repos, now, { event: auditRecordOf(event, now), delivery: deliveries.rows[0] }))) return false;
+      dispatchAfterCommit(context, { events: [event], tasks: [], invalidations: [] }, deliveries);
+      return true;
+    }
+  }
+  return unitOfWorkIn(
+    context,
+    meta,
+    async (uow) => {
       if (!(await write(uow.repos, uow.now, undefined))) return false;
       await uow.emit(input);
       return true;
-    });
-  }
-  const { store } = context;
-  const audit = auditRecordOf(event, now);
-  const changed =
-    store.recordsInOneStatement && deliveries.rows.length <= 1
-      ? await write(store.repos, now, { event: audit, delivery: deliveries.rows[0] })
-      : await store.committedInGroup(async (repos) => {
-          if (!(await write(repos, now, undefined))) return false;
-          await repos.audit.insert(audit);
-          await repos.eventDeliveries.insertMany(deliveries.rows);
-          return true;
-        });
-  if (!changed) return false;
-  dispatchAfterCommit(context, { events: [event], tasks: [], invalidations: [] }, deliveries);
-  return true;
+    },
+    (body) => store.committedInGroup(body),
+  );
 }
 
 /** What follows every commit, in this order, whichever way the change was written. */
