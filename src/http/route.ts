@@ -71,4 +71,4 @@ export const redirect = (status: 302 | 303, location: string, headers?: Record<s
 export const loginAnswer = (result: LoginResult, extra: Record<string, unknown> = {}): RouteResponse =>
   result.kind === 'mfa_required'
     ? ok({ mfa_required: true, mfa_token: result.mfaToken, factors: result.factors, ...extra })
-    : ok({ ...result.tokens, user: result.user, ...extra });
+    : ok(Object.assign({}, result.tokens, { user: result.user }, extra));

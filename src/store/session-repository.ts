@@ -32,7 +32,7 @@ export interface NewSession {
   authTime: number;
   ip: string | null;
   userAgent: string | null;
-  now: number;
+  createdAt: number;
   expiresAt: number;
 }
 
@@ -116,7 +116,7 @@ export class SessionRepository extends Repository {
         authTime: session.authTime,
         ip: session.ip,
         userAgent: session.userAgent,
-        now: session.now,
+        now: session.createdAt,
         expiresAt: session.expiresAt,
       },
     );

@@ -644,7 +644,7 @@ export class AccessPolicy {
     if (requirement.stepUp) throw errors.stepUpRequired();
     const permissions = new Set(actor.keyPermissions.filter((permission) => owner.permissions.has(permission)));
     if (requirement.permission !== undefined && !permissions.has(requirement.permission)) throw errors.forbidden();
-    return { ...owner, permissions };
+    return Object.assign({}, owner, { permissions });
   }
 
   /** Grace enrollment (docs/security.md): while MFA is enforced and no factor is confirmed, only the enrollment routes answer. */

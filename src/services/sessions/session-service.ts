@@ -99,7 +99,7 @@ export class SessionService {
       revokedAt: null,
       refreshGeneration: 0,
     };
-    await uow.repos.sessions.insert({ ...session, now: uow.now });
+    await uow.repos.sessions.insert(session);
     const refreshToken = issueRefreshToken(this.context.keys.refreshTokenMac, sessionId, 0);
     return { session, user, refreshToken };
   }
@@ -111,13 +111,19 @@ export class SessionService {
    */
   async signOpened(opened: OpenedSession): Promise<TokenResponse> {
     const authority = await this.policy.authorityIn(opened.user.id, opened.session.organizationId);
-    return { ...(await this.sign(this.subjectOf(opened.session, opened.user, authority))), refresh_token: opened.refreshToken };
+    return this.tokens(this.subjectOf(opened.session, opened.user, authority), opened.refreshToken);
   }
 
   /** After commit: an access token for claims resolved inside the transaction. */
   async sign(subject: AccessTokenSubject): Promise<AccessTokenResponse> {
     const { token } = await this.context.jwt.signAccessToken(subject);
     return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl };
+  }
+
+  /** After commit: an access token for the claims, beside the session's refresh token. */
+  private async tokens(subject: AccessTokenSubject, refreshToken: string): Promise<TokenResponse> {
+    const { token } = await this.context.jwt.signAccessToken(subject);
+    return { access_token: token, token_type: 'Bearer', expires_in: this.context.config.tokens.accessTtl, refresh_token: refreshToken };
   }
 
   /** The claims of a new access token for a session, with roles and scope re-resolved from the database. */
@@ -185,7 +191,7 @@ export class SessionService {
     const authority = await this.policy.authorityIn(user.id, session.organizationId);
     // With rotation off a stored token is returned as it came; a MAC'd one names the same generation again.
     const nextRefreshToken = storedId !== undefined && !rotation ? refreshToken : issueRefreshToken(this.context.keys.refreshTokenMac, session.id, next);
-    return { ...(await this.sign(this.subjectOf(session, user, authority))), refresh_token: nextRefreshToken };
+    return this.tokens(this.subjectOf(session, user, authority), nextRefreshToken);
   }
 
   /**
@@ -215,7 +221,7 @@ export class SessionService {
       : await this.context.store.repos.sessions.findLiveWithUser(named.sessionId, this.context.clock.now());
     if (!found) throw errors.invalidGrant();
     if (named.generation < found.session.refreshGeneration) await this.revokeForReuse(found.session, meta);
-    return { ...found, generation: named.generation, storedId: undefined, expiresAt: found.session.expiresAt };
+    return { session: found.session, user: found.user, generation: named.generation, storedId: undefined, expiresAt: found.session.expiresAt };
   }
 
   /** A token from before MACs, by its keyed hash: live, unused and unexpired. A used one is a replay. */
