@@ -42,7 +42,7 @@ export function refreshRequests(refreshTokens: string[]): Array<Record<string, u
       method: 'POST',
       path,
       headers: { 'content-type': 'application/json' },
-      setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify({ refresh_token: livePool.shift() }) }),
+      setupRequest: (request: Record<string, unknown>) => Object.assign({}, request, { body: JSON.stringify({ refresh_token: livePool.shift() }) }),
       onResponse: (status: number, body: string) => {
         if (status === 200) livePool.push(JSON.parse(body).data.refresh_token);
       },
@@ -58,7 +58,7 @@ export function loginRequests(logins: IdentitySeed['logins']): Array<Record<stri
       method: 'POST',
       path: `${MOUNT}/auth/login`,
       headers: { 'content-type': 'application/json' },
-      setupRequest: (request: Record<string, unknown>) => ({ ...request, body: JSON.stringify(logins[next++ % logins.length]) }),
+      setupRequest: (request: Record<string, unknown>) => Object.assign({}, request, { body: JSON.stringify(logins[next++ % logins.length]) }),
     },
   ];
 }

@@ -363,6 +363,8 @@ function machine() {
   return { cores: availableParallelism(), cpu: cpus()[0]?.model, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version };
 }
 
+const describeMachine = ({ cores, cpu, memoryGiB, node }: ReturnType<typeof machine>) => `${cores} × ${cpu ?? 'cpu'}, ${memoryGiB} GiB, Node ${node}`;
+
 function printTable(rows: Row[]): void {
   const goals = (row: Row, source: string) => row.goals.filter((goal) => goal.source === source);
   const cell = (list: Goal[]) => (list.length === 0 ? ' | ' : `${list.map((goal) => goal.label).join('; ')} | ${list.map((goal) => (goal.met ? 'met' : 'MISSED')).join('; ')}`);
@@ -613,7 +615,7 @@ async function hotPath(): Promise<void> {
   const loadAfter = loadavg();
   const speedAfter = machineSpeed();
   const format = (load: number[]) => load.map((value) => value.toFixed(2)).join(' ');
-  console.log(`\n${startedAt.toISOString()}; ${DATABASE_LABEL}; load average ${format(loadBefore)} before, ${format(loadAfter)} after; machine speed ${speedBefore} before, ${speedAfter} after (thousands of loop iterations a millisecond); ${cores} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}\n`);
+  console.log(`\n${startedAt.toISOString()}; ${DATABASE_LABEL}; load average ${format(loadBefore)} before, ${format(loadAfter)} after; machine speed ${speedBefore} before, ${speedAfter} after (thousands of loop iterations a millisecond); ${describeMachine(machine())}\n`);
   printTable(rows);
   for (const [name, { measurement, bareExpress }] of Object.entries(raw)) {
     if (measurement.failed > 0) console.log(`warning: ${name} had ${measurement.failed} failed requests (status codes ${JSON.stringify(measurement.statusCodes)}, ${measurement.errors} errors, ${measurement.timeouts} timeouts)`);
