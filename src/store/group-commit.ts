@@ -1,9 +1,5 @@
 import type { Knex } from 'knex';
-import { runTransaction, type Db } from './transaction.js';
-
-interface SqliteConnection {
-  prepare(sql: string): { run(): unknown };
-}
+import { control, runTransaction, type Db } from './transaction.js';
 
 interface Member {
   work: (db: Db) => Promise<unknown>;
@@ -46,17 +42,19 @@ export class GroupCommit {
     const outcomes: Array<{ value: unknown } | { error: unknown }> = [];
     try {
       await runTransaction(this.knex, 'sqlite', async (db) => {
-        const connection = db.pinnedConnection as SqliteConnection;
+        const connection = db.pinnedConnection!;
         for (const member of members) {
-          connection.prepare('SAVEPOINT group_member').run();
+          await control('sqlite', connection, 'SAVEPOINT group_member');
+          let outcome: { value: unknown } | { error: unknown };
           try {
-            outcomes.push({ value: await member.work(db) });
-            connection.prepare('RELEASE group_member').run();
+            outcome = { value: await member.work(db) };
           } catch (error) {
-            outcomes.push({ error });
-            connection.prepare('ROLLBACK TO group_member').run();
-            connection.prepare('RELEASE group_member').run();
+            outcome = { error };
+            await control('sqlite', connection, 'ROLLBACK TO group_member');
           }
+          // A savepoint that cannot be ended fails the whole group (the transaction rolls back).
+          await control('sqlite', connection, 'RELEASE group_member');
+          outcomes.push(outcome);
         }
       });
     } catch (error) {
