@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import type { IdentityEvent } from '../../src/index.js';
 import { runUnitOfWork } from '../../src/services/shared/unit-of-work.js';
 import { countRows } from '../helpers/account.js';
-import { Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
+import { Harness, STRONG_PASSWORD, TEST_DB, uniqueEmail } from '../helpers/harness.js';
 import { createOrg } from '../helpers/orgs.js';
 import { servicesOf } from '../../src/create-identity-router.js';
 
@@ -264,3 +264,50 @@ test('delivered and dead rows are pruned after retentionDays; pending ones stay'
     await h.close();
   }
 });
+
+// A pass of the worker (`deliverDueEvents`) records the listener's queued successes first. A
+// batch the 20 ms timer had already started was not waited for: the pass could end, and a
+// caller read the row, while that batch was still being written (the row still pending). Here
+// the batch is held on a row lock: the pass must not end before it is written.
+test(
+  'a pass of the worker ends only after a batch of successes already on its way is written',
+  { skip: TEST_DB !== 'pg' && 'holds the batch on a PostgreSQL row lock; the PostgreSQL run covers it' },
+  async () => {
+    let openGate!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      openGate = resolve;
+    });
+    const h = await Harness.start({ config: config(), onEvent: (event) => (event.type === 'org.created' ? gate : undefined) });
+    const holder = await h.knex.transaction();
+    try {
+      await createOrg(h);
+      const created = eventOf(h, 'org.created');
+      // The listener has not returned yet, so its success is not queued: lock the row first.
+      await holder(`${h.tablePrefix}event_deliveries`).where({ event_id: created.id }).forUpdate().select('id');
+      openGate();
+      const waitingUpdates = async () =>
+        Number(
+          (await h.knex.raw("select count(*) as waiting from pg_stat_activity where wait_event_type = 'Lock' and query ilike 'update%event_deliveries%'")).rows[0]
+            .waiting,
+        );
+      await eventually(async () => (await waitingUpdates()) === 1, 'the batch of successes waits on the row lock');
+
+      let passEnded = false;
+      const pass = h.identity.service.deliverDueEvents().then((totals) => {
+        passEnded = true;
+        return totals;
+      });
+      // Bounded, not a timing assumption: without the wait the pass ends within milliseconds.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      assert.equal(passEnded, false, 'the pass waits for the batch on its way');
+      await holder.commit();
+      assert.deepEqual(await pass, { attempted: 0, delivered: 0, failed: 0 });
+      const [row] = await deliveriesOf(h, created.id);
+      assert.equal(row!.status, 'delivered', 'written when the pass ends');
+      assert.equal(h.eventsOfType('org.created').length, 1, 'delivered once');
+    } finally {
+      if (!holder.isCompleted()) await holder.rollback();
+      await h.close();
+    }
+  },
+);

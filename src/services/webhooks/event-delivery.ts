@@ -42,6 +42,8 @@ export class EventDelivery implements EventOutbox {
   private readonly ownLease = randomUUID();
   private readonly deliveredQueue: string[] = [];
   private flushTimer: NodeJS.Timeout | undefined;
+  /** Batches of successes being written now (`flushDelivered`). */
+  private readonly recordingDelivered = new Set<Promise<unknown>>();
 
   constructor(private readonly context: ServiceContext) {}
 
@@ -139,11 +141,21 @@ export class EventDelivery implements EventOutbox {
     }
   }
 
+  /**
+   * Records the queued successes, and resolves once every batch started so far is written: a
+   * batch the timer started may still be on its way, and a pass that did not wait for it would
+   * find its rows pending.
+   */
   private flushDelivered(): Promise<unknown> {
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
     const ids = this.deliveredQueue.splice(0);
-    return ids.length > 0 ? this.track(this.context.store.repos.eventDeliveries.recordDelivered(ids, this.ownLease, this.context.clock.now())) : Promise.resolve();
+    if (ids.length > 0) {
+      const recording = this.track(this.context.store.repos.eventDeliveries.recordDelivered(ids, this.ownLease, this.context.clock.now()));
+      this.recordingDelivered.add(recording);
+      void recording.finally(() => this.recordingDelivered.delete(recording));
+    }
+    return Promise.all(this.recordingDelivered);
   }
 
   /**
