@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Dialect } from './database.js';
+import { preparedOn } from './sqlite-statements.js';
 import type { Db } from './transaction.js';
 
 /**
@@ -51,8 +52,6 @@ const FIRST_STAND_IN = Number.MAX_SAFE_INTEGER - 1_000_000;
 
 export class HotStatements {
   private readonly shapes = new Map<string, Shape>();
-  /** better-sqlite3 statements per connection; a connection that goes away takes its own with it. */
-  private readonly prepared = new WeakMap<object, Map<string, SqliteStatement>>();
 
   constructor(private readonly dialect: Dialect) {}
 
@@ -92,7 +91,7 @@ export class HotStatements {
       const result = await (connection as PgConnection).query({ name: shape.pgName, text: shape.sql, values: bound });
       return { rows: result.rows, changed: result.rowCount ?? 0 };
     }
-    const statement = this.sqliteStatement(connection as SqliteConnection, shape.sql);
+    const statement = preparedOn(connection as SqliteConnection, shape.sql);
     const driverValues = bound.map(toSqliteValue);
     if (statement.reader) return { rows: statement.all(...driverValues), changed: 0 };
     return { rows: [], changed: statement.run(...driverValues).changes };
@@ -113,20 +112,6 @@ export class HotStatements {
     const shape = { sql: compiled.sql, slots, pgName: `identity_${createHash('sha256').update(compiled.sql).digest('hex').slice(0, 24)}` };
     this.shapes.set(name, shape);
     return shape;
-  }
-
-  private sqliteStatement(connection: SqliteConnection, sql: string): SqliteStatement {
-    let statements = this.prepared.get(connection);
-    if (!statements) {
-      statements = new Map();
-      this.prepared.set(connection, statements);
-    }
-    let statement = statements.get(sql);
-    if (!statement) {
-      statement = connection.prepare(sql);
-      statements.set(sql, statement);
-    }
-    return statement;
   }
 }
 

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Dialect } from './database.js';
+import { preparedOn } from './sqlite-statements.js';
 
 /**
  * What a repository runs its statements on: the pool (the root Knex instance), or the
@@ -85,26 +86,13 @@ export async function runTransaction<T>(knex: Knex, dialect: Dialect, work: (db:
 /** The statements that begin and end a transaction, and the savepoint of one member of a group commit (`GroupCommit`). */
 export type ControlStatement = 'BEGIN' | 'COMMIT' | 'ROLLBACK' | 'SAVEPOINT group_member' | 'RELEASE group_member' | 'ROLLBACK TO group_member';
 
-/** Each SQLite connection's control statements, prepared once: preparing one costs more than running it. */
-const preparedControls = new WeakMap<object, Map<ControlStatement, { run(): unknown }>>();
-
 /** Runs a control statement straight on the driver, outside Knex. */
 export async function control(dialect: Dialect, connection: object, statement: ControlStatement): Promise<void> {
   if (dialect === 'pg') {
     await (connection as PgControl).query(statement);
     return;
   }
-  let statements = preparedControls.get(connection);
-  if (!statements) {
-    statements = new Map();
-    preparedControls.set(connection, statements);
-  }
-  let prepared = statements.get(statement);
-  if (!prepared) {
-    prepared = (connection as SqliteControl).prepare(statement);
-    statements.set(statement, prepared);
-  }
-  prepared.run();
+  preparedOn(connection as SqliteControl, statement).run();
 }
 
 /**
