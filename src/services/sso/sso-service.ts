@@ -598,7 +598,11 @@ export class SsoService {
       user = await repos.users.findByEmail(claims.email);
       if (user) {
         if (!user.emailVerified || user.deletedAt !== null || (await repos.roles.isSuperadmin(user.id))) return refuse('account_link_required', user.id);
-        if (await repos.ssoIdentities.findForUser(connection.id, user.id)) return refuse('account_link_required', user.id);
+        const existing = await repos.ssoIdentities.findForUser(connection.id, user.id);
+        // This very subject, linked by a concurrent first sign-in after step 2 looked: resolve
+        // again, and step 2 now finds it. Another subject's link keeps the account refused.
+        if (existing?.subject === claims.subject) return this.decide(repos, connection, claims, now, forUpdate);
+        if (existing) return refuse('account_link_required', user.id);
       } else if (!connection.jit) {
         return refuse('sso_not_member');
       }
