@@ -62,16 +62,25 @@ function deliveryRowValues(delivery: DeliveryValues): DeliveryRowValues {
 }
 
 /**
- * A conditional write (an update or delete) and what it records, as one statement: the audit
- * row is inserted only if the write changed a row, and the outbox row only if the audit row
- * was (data-modifying WITHs, `recordsInOneStatement`). The values are a hot statement's
- * stand-ins, from `valuesWithRecording`; the statement answers one row changed exactly when the
- * write changed one.
+ * A conditional write (an update, a delete or an insert) and what it records, as one statement:
+ * the audit row is inserted only if the write changed a row, and the outbox row only if the
+ * audit row was (data-modifying WITHs, `recordsInOneStatement`). `alongside` is another write of
+ * the same change, run unconditionally in the same statement (PostgreSQL runs every WITH that
+ * writes, read or not). The values are a hot statement's stand-ins, from
+ * `valuesWithRecording`; the statement answers one row changed exactly when the write changed one.
  */
-export function writeRecording(db: Db, table: TableNames, dialect: Dialect, write: Knex.QueryBuilder, values: StandIns<AuditRowValues> | StandIns<AuditRowValues & DeliveryRowValues>): Knex.QueryBuilder {
+export function writeRecording(
+  db: Db,
+  table: TableNames,
+  dialect: Dialect,
+  write: Knex.QueryBuilder,
+  values: StandIns<AuditRowValues> | StandIns<AuditRowValues & DeliveryRowValues>,
+  alongside?: Knex.QueryBuilder,
+): Knex.QueryBuilder {
   if (!recordsInOneStatement(dialect)) throw new Error(`A write and its audit row cannot be one statement on ${dialect}`);
   const auditRow: Record<string, Knex.Value> = Object.fromEntries(AUDIT_ROW.map(([column, value]) => [column, values[value]]));
-  const statement = db.client.queryBuilder().with('changed', write.returning('id'));
+  const written = db.client.queryBuilder().with('changed', write.returning('id'));
+  const statement = alongside ? written.with('alongside', alongside) : written;
   if (!(`${DELIVERY_PREFIX}id` in values)) return insertFrom(db, statement, table.auditEvents, auditRow, 'changed');
   const delivery = Object.fromEntries(Object.entries(values).flatMap(([key, value]) => (key.startsWith(DELIVERY_PREFIX) ? [[key.slice(DELIVERY_PREFIX.length), value]] : []))) as StandIns<DeliveryValues>;
   const deliveryRow = deliveryColumns(delivery) as Record<string, Knex.Value>;

@@ -3,7 +3,7 @@ import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import type { StandIns } from './hot-statements.js';
 import { type Recording, valuesWithRecording, writeRecording } from './recorded-write.js';
 import { Repository } from './repository.js';
-import { mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
+import { completeSignInWrite, mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
 
 export interface SessionRecord {
   id: string;
@@ -89,36 +89,53 @@ const JOINED_USER_COLUMNS = USER_COLUMNS.map((column) => `u.${column} as user_${
 const mapJoinedUser = (row: Record<string, unknown>): UserRecord => mapUser(Object.fromEntries(USER_COLUMNS.map((column) => [column, row[`user_${column}`]])));
 
 export class SessionRepository extends Repository {
-  async insert(session: NewSession): Promise<void> {
+  /**
+   * A new session. `signIn` writes what opens it along with it: the account's counted attempt
+   * completed (`completeSignInWrite`, for a first factor that held a lockout slot), and, with a
+   * recording, the event: then all of it is one statement (`writeRecording`, PostgreSQL only).
+   * Without a recording the writes are statements of the caller's transaction.
+   */
+  async insert(session: NewSession, signIn: { completesAttempt: boolean; recording?: Recording } = { completesAttempt: false }): Promise<void> {
+    // Named apart from the audit row's values (userId, organizationId, ip), bound beside them.
+    const row = {
+      id: session.id,
+      user: session.userId,
+      organization: session.organizationId,
+      mfa: session.mfa,
+      amr: JSON.stringify(session.amr),
+      authTime: session.authTime,
+      clientIp: session.ip,
+      userAgent: session.userAgent,
+      now: session.createdAt,
+      expiresAt: session.expiresAt,
+    };
+    const insert = (values: StandIns<typeof row>) =>
+      this.db(this.table.sessions).insert({
+        id: values.id,
+        user_id: values.user,
+        organization_id: values.organization,
+        mfa: values.mfa,
+        amr: values.amr,
+        auth_time: values.authTime,
+        ip: values.clientIp,
+        user_agent: values.userAgent,
+        created_at: values.now,
+        last_used_at: values.now,
+        expires_at: values.expiresAt,
+      });
+    const { completesAttempt, recording } = signIn;
+    if (!recording) {
+      if (completesAttempt) await this.hot.run(this.db, 'users.completeSignIn', (values) => completeSignInWrite(this.db, this.table, values.id), { id: session.userId });
+      await this.hot.run(this.db, 'sessions.insert', insert, row);
+      return;
+    }
+    const { shape, values } = valuesWithRecording(row, recording);
+    const name = completesAttempt ? `sessions.insertCompletingAttempt.${shape}` : `sessions.insert.${shape}`;
     await this.hot.run(
       this.db,
-      'sessions.insert',
-      (values) =>
-        this.db(this.table.sessions).insert({
-          id: values.id,
-          user_id: values.userId,
-          organization_id: values.organizationId,
-          mfa: values.mfa,
-          amr: values.amr,
-          auth_time: values.authTime,
-          ip: values.ip,
-          user_agent: values.userAgent,
-          created_at: values.now,
-          last_used_at: values.now,
-          expires_at: values.expiresAt,
-        }),
-      {
-        id: session.id,
-        userId: session.userId,
-        organizationId: session.organizationId,
-        mfa: session.mfa,
-        amr: JSON.stringify(session.amr),
-        authTime: session.authTime,
-        ip: session.ip,
-        userAgent: session.userAgent,
-        now: session.createdAt,
-        expiresAt: session.expiresAt,
-      },
+      name,
+      (standIns) => writeRecording(this.db, this.table, this.dialect, insert(standIns), standIns, completesAttempt ? completeSignInWrite(this.db, this.table, standIns.user) : undefined),
+      values,
     );
   }
 

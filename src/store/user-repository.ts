@@ -1,5 +1,8 @@
+import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
+import type { TableNames } from './table-names.js';
+import type { Db } from './transaction.js';
 
 export type StoredUserStatus = 'active' | 'disabled';
 
@@ -216,24 +219,6 @@ export class UserRepository extends Repository {
     return locked === 1;
   }
 
-  /** A completed sign-in: its slot goes back and the failures before it end, in one write. */
-  async completeSignIn(id: string): Promise<void> {
-    await this.hot.run(
-      this.db,
-      'users.completeSignIn',
-      (values) =>
-        this.db(this.table.users)
-          .where({ id: values.id })
-          .update({
-            failed_login_count: 0,
-            failed_login_window_start: null,
-            locked_until: null,
-            attempts_in_flight: this.db.raw('case when ?? > 0 then ?? - 1 else 0 end', ['attempts_in_flight', 'attempts_in_flight']),
-          }),
-      { id },
-    );
-  }
-
   /** Ends the failures and any lock; slots held by attempts still in flight stay theirs. */
   async clearFailedLogins(id: string): Promise<void> {
     await this.hot.run(
@@ -328,4 +313,20 @@ export class UserRepository extends Repository {
     await this.db(this.table.invites).where({ email }).update({ email: tombstoneEmail, updated_at: now });
     return revoked;
   }
+}
+
+/**
+ * A completed sign-in's write to its account: the attempt's slot goes back and the failures of
+ * the window, and any lock, end. Written with the session the sign-in opens
+ * (`SessionRepository.insert`), in its statement on PostgreSQL.
+ */
+export function completeSignInWrite(db: Db, table: TableNames, id: Knex.Value): Knex.QueryBuilder {
+  return db(table.users)
+    .where({ id })
+    .update({
+      failed_login_count: 0,
+      failed_login_window_start: null,
+      locked_until: null,
+      attempts_in_flight: db.raw('case when ?? > 0 then ?? - 1 else 0 end', ['attempts_in_flight', 'attempts_in_flight']),
+    });
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { errors } from '../../errors.js';
+import type { EventInput } from '../../events.js';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import type { OneTimeTokenPurpose } from '../../store/session-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
@@ -125,12 +126,9 @@ export class AccountService {
     if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
 
     const amr = [firstFactor.amr];
-    const opened = await runUnitOfWork(this.context, meta, async (uow) => {
-      await slot?.completeSignIn(uow, user);
-      const opened = await this.sessions.open(uow, user, { mfa: false, amr, authTime: uow.now }, meta);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } });
-      return opened;
-    });
+    const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
+    const opened = await this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta);
+    slot?.completedSignIn();
     const tokens = await this.sessions.signOpened(opened);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }

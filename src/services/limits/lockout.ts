@@ -1,6 +1,5 @@
 import type { ResolvedConfig } from '../../config/types.js';
 import type { Repositories } from '../../store/store.js';
-import type { UserRecord } from '../../store/user-repository.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 import { errors } from '../../errors.js';
 import { iso } from '../shared/iso-time.js';
@@ -95,16 +94,13 @@ export class FailedAttemptSlot {
   }
 
   /**
-   * The attempt completed a sign-in in `uow`: the slot goes back in the same transaction, and
-   * earlier failures, if the account had any, end with it. Settled only once that commits; a
-   * sign-in that rolls back still owes its `release()`.
+   * The attempt completed a sign-in, and it has committed: the session's insert gave the slot
+   * back and ended earlier failures, if the account had any (`completesAttempt`, in the same
+   * statement or transaction). A sign-in that did not commit still owes its `release()`.
    */
-  async completeSignIn(uow: UnitOfWork, _user?: Pick<UserRecord, 'failedLoginCount' | 'lockedUntil'>): Promise<void> {
-    await uow.repos.users.completeSignIn(this.userId);
-    uow.afterCommit(() => {
-      this.settled = true;
-      wakeWaiters(this.userId);
-    });
+  completedSignIn(): void {
+    this.settled = true;
+    wakeWaiters(this.userId);
   }
 
   /**

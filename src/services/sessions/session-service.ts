@@ -82,10 +82,30 @@ export class SessionService {
    * rolled back, and no transaction waits on an RSA signature.
    */
   async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
-    const sessionId = randomUUID();
-    const expiresAt = this.slidingExpiry({ createdAt: uow.now }, uow.now);
-    const session: SessionRecord = {
-      id: sessionId,
+    const session = this.newSession(user, authentication, meta, uow.now);
+    await uow.repos.sessions.insert(session);
+    return this.opened(session, user);
+  }
+
+  /**
+   * Opens the session of a completed first-factor sign-in and commits it on its own with the
+   * sign-in's event and, for an attempt that held a lockout slot, the attempt's completion
+   * (`FailedAttemptSlot`): one statement on PostgreSQL while no webhook needs a read
+   * (`commitRecordedWrite`), else one transaction. Authenticated at the moment it commits.
+   */
+  async openSignedIn(user: UserRecord, amr: string[], signedIn: EventInput, completesAttempt: boolean, meta: RequestMeta): Promise<OpenedSession> {
+    let session: SessionRecord | undefined;
+    await commitRecordedWrite(this.context, meta, signedIn, async (repos, now, recording) => {
+      session = this.newSession(user, { mfa: false, amr, authTime: now }, meta, now);
+      await repos.sessions.insert(session, { completesAttempt, recording });
+      return true;
+    });
+    return this.opened(session!, user);
+  }
+
+  private newSession(user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, now: number): SessionRecord {
+    return {
+      id: randomUUID(),
       userId: user.id,
       organizationId: null,
       mfa: authentication.mfa,
@@ -93,15 +113,16 @@ export class SessionService {
       authTime: authentication.authTime,
       ip: meta.ip,
       userAgent: meta.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
-      createdAt: uow.now,
-      lastUsedAt: uow.now,
-      expiresAt,
+      createdAt: now,
+      lastUsedAt: now,
+      expiresAt: this.slidingExpiry({ createdAt: now }, now),
       revokedAt: null,
       refreshGeneration: 0,
     };
-    await uow.repos.sessions.insert(session);
-    const refreshToken = issueRefreshToken(this.context.keys.refreshTokenMac, sessionId, 0);
-    return { session, user, refreshToken };
+  }
+
+  private opened(session: SessionRecord, user: UserRecord): OpenedSession {
+    return { session, user, refreshToken: issueRefreshToken(this.context.keys.refreshTokenMac, session.id, 0) };
   }
 
   /**
