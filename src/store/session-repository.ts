@@ -109,7 +109,7 @@ export class SessionRepository extends Repository {
       now: session.createdAt,
       expiresAt: session.expiresAt,
     };
-    const insert = (values: StandIns<typeof row>) =>
+    const insertRow = (values: StandIns<typeof row>) =>
       this.db(this.table.sessions).insert({
         id: values.id,
         user_id: values.user,
@@ -126,7 +126,7 @@ export class SessionRepository extends Repository {
     const { completesAttempt, recording } = signIn;
     if (!recording) {
       if (completesAttempt) await this.hot.run(this.db, 'users.completeSignIn', (values) => completeSignInWrite(this.db, this.table, values.id), { id: session.userId });
-      await this.hot.run(this.db, 'sessions.insert', insert, row);
+      await this.hot.run(this.db, 'sessions.insert', insertRow, row);
       return;
     }
     const { shape, values } = valuesWithRecording(row, recording);
@@ -134,7 +134,7 @@ export class SessionRepository extends Repository {
     await this.hot.run(
       this.db,
       name,
-      (standIns) => writeRecording(this.db, this.table, this.dialect, insert(standIns), standIns, completesAttempt ? completeSignInWrite(this.db, this.table, standIns.user) : undefined),
+      (standIns) => writeRecording(this.db, this.table, this.dialect, insertRow(standIns), standIns, completesAttempt ? completeSignInWrite(this.db, this.table, standIns.user) : undefined),
       values,
     );
   }
