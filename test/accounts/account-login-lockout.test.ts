@@ -161,6 +161,37 @@ test('a correct password never counts as a failure: disabled, MFA-gated and comp
   assert.equal(await failuresOf(gated.userId), 1);
 });
 
+// On PostgreSQL the account is read and its slot taken in one statement (docs/performance.md):
+// an account whose password is never compared must come out of it untouched, or the slot it
+// took would never be given back and would count as a failure.
+test('a deleted, a password-less and a locked account take no slot and keep their failures', async () => {
+  const users = `${h.tablePrefix}users`;
+  const deleted = await h.signUp();
+  await h.knex(users).where({ id: deleted.userId }).update({ deleted_at: h.clock.now() });
+  const passwordless = await h.signUp();
+  await h.knex(users).where({ id: passwordless.userId }).update({ password_hash: null });
+  const locked = await h.signUp();
+  for (let attempt = 1; attempt <= 5; attempt += 1) await h.post('/auth/login', { email: locked.email, password: `wrong password ${attempt}` });
+  assert.notEqual((await h.knex(users).where({ id: locked.userId }).first()).locked_until, null);
+  const ids = [deleted.userId, passwordless.userId, locked.userId];
+  const lastReservations = async () => Object.fromEntries((await h.knex(users).whereIn('id', ids).select('id', 'attempts_in_flight_at')).map((row) => [row.id, Number(row.attempts_in_flight_at)]));
+  const reservedBefore = await lastReservations();
+  // A reservation from here on would write a later time.
+  h.clock.advance(1);
+
+  for (const account of [deleted, passwordless, locked]) {
+    for (let attempt = 1; attempt <= 3; attempt += 1) assertError(await h.post('/auth/login', { email: account.email, password: account.password }), 401, 'invalid_credentials');
+  }
+  const slotsOf = async (userId: string) => {
+    const row = await h.knex(users).where({ id: userId }).first();
+    return { inFlight: Number(row.attempts_in_flight), failures: Number(row.failed_login_count) };
+  };
+  assert.deepEqual(await slotsOf(deleted.userId), { inFlight: 0, failures: 0 }, 'deleted');
+  assert.deepEqual(await slotsOf(passwordless.userId), { inFlight: 0, failures: 0 }, 'without a password');
+  assert.deepEqual(await slotsOf(locked.userId), { inFlight: 0, failures: 5 }, 'locked');
+  assert.deepEqual(await lastReservations(), reservedBefore, 'no slot was taken, even for a moment');
+});
+
 // Threat: bcrypt reads only 72 bytes; without a pre-hash a long password's tail is ignored.
 test('an 80-byte password whose first 72 bytes match is refused', async () => {
   const prefix = 'p'.repeat(72);

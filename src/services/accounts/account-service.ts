@@ -11,12 +11,12 @@ import { assertPasswordAcceptable } from './password-policy.js';
 import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.js';
 import type { Principal } from '../access/principal.js';
 import type { SessionService } from '../sessions/session-service.js';
-import { FailedAttemptSlot } from '../limits/lockout.js';
+import { FailedAttemptSlot, hasPasswordToCompare } from '../limits/lockout.js';
 import { mayAuthenticate } from '../access/access-policy.js';
 import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
-import { accountRefusalError, type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
+import { accountRefusalError, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
 
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
@@ -76,21 +76,17 @@ export class AccountService {
     const email = normaliseEmail(input.email);
     const now = this.context.clock.now();
     const repos = this.context.store.repos;
-    const user = await repos.users.findByEmail(email);
-    // Require SSO (docs/sso.md): decided by the domain before any password check. Only a
-    // superadmin goes on to the comparison, and a wrong password still answers sso_required.
+    // Require SSO (docs/sso.md): decided by the domain before any password check.
     const ssoRequirement = await this.signInRules.ssoRequirement(email);
-    if (ssoRequirement && !(user && (await repos.roles.isSuperadmin(user.id)))) {
-      await this.context.hasher.burnVerification(input.password, abandoned);
-      throw ssoRequired(ssoRequirement);
-    }
-    // The slot is taken before bcrypt runs: concurrent guesses cannot all be compared.
-    const slot = user && user.deletedAt === null && user.passwordHash ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined;
+    // The slot is taken before the hash is compared: concurrent guesses cannot all be compared.
+    const { user, slot } = ssoRequirement
+      ? await this.superadminPastSso(email, ssoRequirement, input.password, now, abandoned)
+      : await FailedAttemptSlot.reserveForAccount(repos, this.context.config.auth.lockout, email, now, abandoned);
 
-    if (!user || user.deletedAt !== null || !user.passwordHash || !slot) {
+    if (!user || !hasPasswordToCompare(user) || !slot) {
       // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.
       await this.context.hasher.burnVerification(input.password, abandoned);
-      await this.recordLoginFailure(user, user?.passwordHash && user.deletedAt === null ? 'locked' : 'unknown_account', meta);
+      await this.recordLoginFailure(user, user && hasPasswordToCompare(user) ? 'locked' : 'unknown_account', meta);
       throw errors.invalidCredentials();
     }
 
@@ -108,6 +104,20 @@ export class AccountService {
     } finally {
       await slot.release();
     }
+  }
+
+  /**
+   * At an enforcing domain only a superadmin goes on to the comparison (with its slot); anyone
+   * else costs a burnt hash and answers sso_required, as a wrong password there does.
+   */
+  private async superadminPastSso(email: string, requirement: SsoRequirement, password: string, now: number, abandoned: AbortSignal | undefined): Promise<{ user: UserRecord; slot: FailedAttemptSlot | undefined }> {
+    const repos = this.context.store.repos;
+    const user = await repos.users.findByEmail(email);
+    if (!(user && (await repos.roles.isSuperadmin(user.id)))) {
+      await this.context.hasher.burnVerification(password, abandoned);
+      throw ssoRequired(requirement);
+    }
+    return { user, slot: hasPasswordToCompare(user) ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined };
   }
 
   /**

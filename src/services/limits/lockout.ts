@@ -1,5 +1,6 @@
 import type { ResolvedConfig } from '../../config/types.js';
 import type { Repositories } from '../../store/store.js';
+import type { UserRecord } from '../../store/user-repository.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 import { errors } from '../../errors.js';
 import { iso } from '../shared/iso-time.js';
@@ -44,6 +45,15 @@ function nextTry(userId: string, waitMs: number): Promise<void> {
   });
 }
 
+function attemptLimits(lockout: LockoutSettings): { threshold: number; windowMs: number } {
+  return { threshold: lockout.threshold, windowMs: lockout.window * 1000 };
+}
+
+/** An account whose password may be compared: it has one and is not deleted. Others cost a burnt hash and hold no slot. */
+export function hasPasswordToCompare(user: UserRecord): user is UserRecord & { passwordHash: string } {
+  return user.deletedAt === null && Boolean(user.passwordHash);
+}
+
 /**
  * The account lockout (docs/configuration.md `auth.lockout`), in one place for every kind of failed
  * authentication: a wrong password, a wrong current password, a wrong second-factor code
@@ -72,17 +82,28 @@ export class FailedAttemptSlot {
    * another instance, it waits for one; past SLOT_WAIT_LIMIT_MS it throws 429 rate_limited.
    * A request whose client has gone (`abandoned`) stops waiting: nobody is left to answer.
    */
-  static async reserve(repos: Repositories, lockout: LockoutSettings, userId: string, now: number, abandoned?: AbortSignal): Promise<FailedAttemptSlot | undefined> {
-    const limits = { threshold: lockout.threshold, windowMs: lockout.window * 1000 };
+  static async reserve(repos: Repositories, lockout: LockoutSettings, userId: string, now: number, abandoned?: AbortSignal, firstTry?: boolean): Promise<FailedAttemptSlot | undefined> {
+    const limits = attemptLimits(lockout);
     const giveUpAt = performance.now() + SLOT_WAIT_LIMIT_MS;
-    for (;;) {
-      if (await repos.users.reserveFailedAttempt(userId, now, limits)) return new FailedAttemptSlot(repos, lockout, userId);
+    for (let reserved = firstTry; ; reserved = undefined) {
+      if (reserved ?? (await repos.users.reserveFailedAttempt(userId, now, limits))) return new FailedAttemptSlot(repos, lockout, userId);
       if ((await repos.users.attemptState(userId, now, limits)) === 'locked') return undefined;
       if (abandoned?.aborted) throw errors.requestAbandoned();
       const left = giveUpAt - performance.now();
       if (left <= 0) throw errors.rateLimited(RETRY_AFTER_SECONDS);
       await nextTry(userId, Math.min(left, SLOT_POLL_MS));
     }
+  }
+
+  /**
+   * A password sign-in's account by address, with a slot for its attempt (`reserve`'s rule)
+   * when it has a password and is not deleted. The first try at the slot is made in the same
+   * statement as the read where the store can (PostgreSQL).
+   */
+  static async reserveForAccount(repos: Repositories, lockout: LockoutSettings, email: string, now: number, abandoned?: AbortSignal): Promise<{ user: UserRecord | undefined; slot: FailedAttemptSlot | undefined }> {
+    const found = await repos.users.findByEmailReservingAttempt(email, now, attemptLimits(lockout));
+    if (!found || !hasPasswordToCompare(found.user)) return { user: found?.user, slot: undefined };
+    return { user: found.user, slot: await FailedAttemptSlot.reserve(repos, lockout, found.user.id, now, abandoned, found.reserved) };
   }
 
   /** The attempt did not fail (it succeeded, or nothing was compared): its slot goes back; earlier failures still count. No-op once settled. */
