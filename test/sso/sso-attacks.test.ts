@@ -3,7 +3,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
-import { type Harness, TEST_DB } from '../helpers/harness.js';
+import { type Harness, TEST_DB, type TestResponse } from '../helpers/harness.js';
+import { SsoIdentityRepository } from '../../src/store/sso-repository.js';
 import { callRouterCallback, CLIENT_ID, CLIENT_SECRET, newSubject, socialConfig, TestOpenIdProvider } from '../helpers/oidc.js';
 import { createOrg } from '../helpers/orgs.js';
 import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
@@ -304,6 +305,38 @@ describe('PostgreSQL: two concurrent first sign-ins of one user', { skip: TEST_D
     assert.equal(await countRows(h, 'users', { email }), 1);
     assert.equal(await countRows(h, 'sso_identities', { user_id: answers[0]!.body.data.user.id }), 1);
     assert.equal(await countRows(h, 'memberships', { organization_id: org.id, user_id: answers[0]!.body.data.user.id }), 1);
+  });
+
+  // The interleaving the test above meets only by chance: the other first sign-in commits the
+  // account's link after this one looked the subject up (step 2) and before it looks the
+  // address up (step 3). Step 3 then finds the account linked to this very subject, and the
+  // sign-in must resolve again rather than refuse the link as another subject's.
+  test('a link committed between the subject lookup and the address lookup resolves to it', async () => {
+    const { org, domain } = await ssoOrg(h, dns, op, { jit: true });
+    const email = addressAt(domain);
+    const account = { sub: newSubject(), email };
+    const late = await ssoRoundTrip(h, op, account, { email });
+    const early = await ssoRoundTrip(h, op, account, { email });
+    const lookUp = SsoIdentityRepository.prototype.findByConnectionSubject;
+    let competing: TestResponse | undefined;
+    SsoIdentityRepository.prototype.findByConnectionSubject = async function (this: SsoIdentityRepository, connectionId: string, subject: string) {
+      const found = await lookUp.call(this, connectionId, subject);
+      if (!competing && subject === account.sub) competing = await h.post('/auth/social/exchange', { code: early.code, handoff_verifier: early.handoff.verifier });
+      return found;
+    };
+    let answer: TestResponse;
+    try {
+      answer = await h.post('/auth/social/exchange', { code: late.code, handoff_verifier: late.handoff.verifier });
+    } finally {
+      SsoIdentityRepository.prototype.findByConnectionSubject = lookUp;
+    }
+    assert.equal(competing?.status, 200, competing?.text);
+    assert.equal(answer.status, 200, answer.text);
+    const userId = competing!.body.data.user.id;
+    assert.equal(answer.body.data.user.id, userId);
+    assert.equal(await countRows(h, 'users', { email }), 1);
+    assert.equal(await countRows(h, 'sso_identities', { user_id: userId }), 1);
+    assert.equal(await countRows(h, 'memberships', { organization_id: org.id, user_id: userId }), 1);
   });
 });
 
