@@ -321,11 +321,6 @@ export class UserRepository extends Repository {
   }
 }
 
-/**
- * A completed sign-in's write to its account: the attempt's slot goes back and the failures of
- * the window, and any lock, end. Written with the session the sign-in opens
- * (`SessionRepository.insert`), in its statement on PostgreSQL.
- */
 /** The values of a slot's reservation, beside `key` (the account's id or address). */
 function attemptValues<K extends Record<string, string>>(now: number, lockout: { threshold: number; windowMs: number }, key: K) {
   return { ...key, now, windowStartedBy: now - lockout.windowMs, threshold: lockout.threshold };
@@ -354,6 +349,11 @@ function reserveAttemptWrite(db: Db, table: TableNames, id: Knex.Value | Knex.Qu
     });
 }
 
+/**
+ * A completed sign-in's write to its account: the attempt's slot goes back and the failures of
+ * the window, and any lock, end. Written with the session the sign-in opens
+ * (`SessionRepository.insert`), in its statement on PostgreSQL.
+ */
 export function completeSignInWrite(db: Db, table: TableNames, id: Knex.Value): Knex.QueryBuilder {
   return db(table.users)
     .where({ id })
