@@ -168,6 +168,11 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const ready = readiness.firstAttempt;
   // The dummy hash that equalises login timing is made in the background, off the request path.
   ready.then(() => hasher.warmUp()).catch(() => undefined);
+  // Housekeeping that must not hold readiness back (a large table takes its time); `close` waits for it.
+  const housekeeping = ready.then(
+    () => services.deleteUnusableStoredRefreshTokens().catch((error) => logger.warn('identity-router: start-up housekeeping failed; it runs again at the next start', { error: describeError(error) })),
+    () => undefined,
+  );
 
   const limiters = buildRateLimiters(resolved, store.repos.rateLimitCounters, logger);
   const router = buildRouter({ services, routes: allRoutes(services), limiters, readiness, logger }) as IdentityRouter;
@@ -181,6 +186,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
   router.close = async () => {
     await ready.catch(() => undefined);
+    await housekeeping;
     await delivery.close();
     await hasher.close();
     accessCache.leavePeers();

@@ -181,6 +181,16 @@ export class IdentityServices {
     if (changes.rolesUpdated > 0) this.context.logger.info('identity-router: host permissions synchronised with the organizations\' system roles', changes);
   }
 
+  /**
+   * After start-up, off the readiness path: refresh tokens stored before they carried a MAC
+   * (docs/database.md) are no longer written, so the rows left only shrink, and the ones nobody
+   * can use go at each start.
+   */
+  async deleteUnusableStoredRefreshTokens(): Promise<void> {
+    const deleted = await this.context.store.repos.refreshTokens.deleteUnusable(this.context.clock.now());
+    if (deleted > 0) this.context.logger.info('identity-router: stored refresh tokens nobody can use any more were deleted', { rows: deleted });
+  }
+
   /** Grants the global superadmin role (every permission in every organization); idempotent, audited (`user.superadmin_granted`). */
   grantSuperadmin(userId: string): Promise<void> {
     return this.users.grantSuperadmin(userId);

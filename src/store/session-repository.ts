@@ -283,6 +283,19 @@ export class RefreshTokenRepository extends Repository {
     };
   }
 
+  /**
+   * Forgets the stored tokens nobody can use any more: those of sessions that have ended, and
+   * unused ones past their expiry. A used token of a live session stays: presented again, it is
+   * a replay that revokes the session. Answers how many went.
+   */
+  async deleteUnusable(now: number): Promise<number> {
+    const { sessions, refreshTokens } = this.table;
+    const liveSession = whereLive(this.db(sessions).select('id').whereRaw('?? = ??', [`${sessions}.id`, `${refreshTokens}.session_id`]), now);
+    return this.db(refreshTokens)
+      .where((unusable) => unusable.whereNotExists(liveSession).orWhere((lapsed) => lapsed.whereNull('consumed_at').andWhere('expires_at', '<=', now)))
+      .delete();
+  }
+
   /** The single-use primitive: exactly one concurrent caller gets `true`. */
   async consume(id: string, now: number): Promise<boolean> {
     const changed = await this.hot.run(

@@ -111,18 +111,18 @@ test('a token ahead of the database is 401 invalid_grant and revokes nothing', a
 
 describe('refresh tokens stored before (a keyed hash in the refresh-token table)', () => {
   /** A token as the router stored them before: 256 random bits, kept as their keyed hash. */
-  async function storedToken(harness: Harness, sessionId: string): Promise<string> {
+  async function storedToken(harness: Harness, sessionId: string, expiresAt = harness.clock.now() + 30 * 24 * 3600 * 1000): Promise<string> {
     const token = randomToken();
-    const now = harness.clock.now();
     await harness.knex(`${harness.tablePrefix}refresh_tokens`).insert({
       id: randomUUID(),
       session_id: sessionId,
       token_hash: keyedHash(deriveKeys(SECRET).tokenHash, token),
-      created_at: now,
-      expires_at: now + 30 * 24 * 3600 * 1000,
+      created_at: harness.clock.now(),
+      expires_at: expiresAt,
     });
     return token;
   }
+  const storedHash = (token: string) => keyedHash(deriveKeys(SECRET).tokenHash, token);
 
   test('one refreshes once into a MAC-named token; used again it revokes the session', async () => {
     const user = await h.signUp();
@@ -142,6 +142,31 @@ describe('refresh tokens stored before (a keyed hash in the refresh-token table)
     const stored = await storedToken(h, decodeJwt(user.accessToken).sid as string);
     h.clock.advance(30 * 24 * 3600 + 1);
     assertError(await refresh(stored), 401, 'invalid_grant');
+  });
+
+  // No new token is stored, so the table only shrinks: at each start the rows nobody can use go.
+  test('at start-up the stored tokens nobody can use are deleted; a used one of a live session stays and still revokes on replay', async () => {
+    const sessionOf = (user: { accessToken: string }) => decodeJwt(user.accessToken).sid as string;
+    const live = await h.signUp();
+    const used = await storedToken(h, sessionOf(live));
+    assert.equal((await refresh(used)).status, 200);
+    const unused = await storedToken(h, sessionOf(live));
+    const lapsed = await storedToken(h, sessionOf(live), h.clock.now() - 1);
+    const loggedOut = await h.signUp();
+    const ofLoggedOut = await storedToken(h, sessionOf(loggedOut));
+    assert.equal((await h.post('/auth/logout', undefined, { token: loggedOut.accessToken })).status, 200);
+    const expired = await h.signUp();
+    const ofExpired = await storedToken(h, sessionOf(expired));
+    await h.knex(`${h.tablePrefix}sessions`).where({ id: sessionOf(expired) }).update({ expires_at: h.clock.now() - 1 });
+
+    const stored = async () => new Set(await h.knex(`${h.tablePrefix}refresh_tokens`).whereIn('token_hash', [used, unused, lapsed, ofLoggedOut, ofExpired].map(storedHash)).pluck('token_hash'));
+    assert.equal((await stored()).size, 5);
+    const restarted = await Harness.start({ shareDatabaseWith: h });
+    await restarted.close();
+    assert.deepEqual(await stored(), new Set([used, unused].map(storedHash)));
+
+    assertError(await refresh(used), 401, 'invalid_grant');
+    assert.equal(h.eventsOfType('auth.refresh_reuse_detected').filter((event) => (event.data as { session_id?: string }).session_id === sessionOf(live)).length, 1, 'the replay was still detected');
   });
 
   test('with tokens.refreshRotation false it is answered back as it came, and keeps working', async () => {
