@@ -319,9 +319,14 @@ describe('PostgreSQL: two concurrent first sign-ins of one user', { skip: TEST_D
     const early = await ssoRoundTrip(h, op, account, { email });
     const lookUp = SsoIdentityRepository.prototype.findByConnectionSubject;
     let competing: TestResponse | undefined;
+    let armed = true;
     SsoIdentityRepository.prototype.findByConnectionSubject = async function (this: SsoIdentityRepository, connectionId: string, subject: string) {
       const found = await lookUp.call(this, connectionId, subject);
-      if (!competing && subject === account.sub) competing = await h.post('/auth/social/exchange', { code: early.code, handoff_verifier: early.handoff.verifier });
+      // Once: the competing exchange's own lookup runs through here too.
+      if (armed && subject === account.sub) {
+        armed = false;
+        competing = await h.post('/auth/social/exchange', { code: early.code, handoff_verifier: early.handoff.verifier });
+      }
       return found;
     };
     let answer: TestResponse;
