@@ -117,7 +117,7 @@ export class AccountService {
       await this.context.hasher.burnVerification(password, abandoned);
       throw ssoRequired(requirement);
     }
-    return { user, slot: hasPasswordToCompare(user) ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, user.id, now, abandoned) : undefined };
+    return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned) };
   }
 
   /**

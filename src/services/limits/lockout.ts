@@ -102,8 +102,13 @@ export class FailedAttemptSlot {
    */
   static async reserveForAccount(repos: Repositories, lockout: LockoutSettings, email: string, now: number, abandoned?: AbortSignal): Promise<{ user: UserRecord | undefined; slot: FailedAttemptSlot | undefined }> {
     const found = await repos.users.findByEmailReservingAttempt(email, now, attemptLimits(lockout));
-    if (!found || !hasPasswordToCompare(found.user)) return { user: found?.user, slot: undefined };
-    return { user: found.user, slot: await FailedAttemptSlot.reserve(repos, lockout, found.user.id, now, abandoned, found.reserved) };
+    if (!found) return { user: undefined, slot: undefined };
+    return { user: found.user, slot: await FailedAttemptSlot.reserveFor(repos, lockout, found.user, now, abandoned, found.reserved) };
+  }
+
+  /** A slot for an attempt at `user`'s password (`reserve`), or none when it has no password to compare. */
+  static async reserveFor(repos: Repositories, lockout: LockoutSettings, user: UserRecord, now: number, abandoned?: AbortSignal, firstTry?: boolean): Promise<FailedAttemptSlot | undefined> {
+    return hasPasswordToCompare(user) ? FailedAttemptSlot.reserve(repos, lockout, user.id, now, abandoned, firstTry) : undefined;
   }
 
   /** The attempt did not fail (it succeeded, or nothing was compared): its slot goes back; earlier failures still count. No-op once settled. */
