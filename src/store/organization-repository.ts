@@ -2,6 +2,8 @@ import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
 import type { StandIns } from './hot-statements.js';
+import type { TableNames } from './table-names.js';
+import type { Db } from './transaction.js';
 
 export type OrganizationStatus = 'active' | 'suspended';
 
@@ -230,7 +232,7 @@ export class RoleRepository extends Repository {
     const grant = await this.hot.first(
       this.db,
       'globalRoleGrants.isSuperadmin',
-      (values) => this.db(this.table.globalRoleGrants).where({ user_id: values.userId, role_id: SUPERADMIN_ROLE_ID }).first('user_id'),
+      (values) => superadminGrantOf(this.db, this.table, values.userId).first('user_id'),
       { userId },
     );
     return grant !== undefined;
@@ -243,6 +245,11 @@ const ROLE_UPDATE_CHUNK = 500;
 
 /** Fixed id of the one global superadmin role row (organization_id NULL). */
 export const SUPERADMIN_ROLE_ID = '00000000-0000-4000-8000-000000000001';
+
+/** The row that makes `userId` a superadmin: read by `isSuperadmin`, and by the password login's account read on PostgreSQL. */
+export function superadminGrantOf(db: Db, table: TableNames, userId: Knex.Value): Knex.QueryBuilder {
+  return db(table.globalRoleGrants).where({ role_id: SUPERADMIN_ROLE_ID }).andWhere('user_id', userId);
+}
 
 export interface RoleRecord {
   id: string;

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
+import { superadminGrantOf } from './organization-repository.js';
 import { Repository } from './repository.js';
 import type { TableNames } from './table-names.js';
 import type { Db } from './transaction.js';
@@ -90,13 +91,18 @@ export class UserRepository extends Repository {
   /**
    * The account at `email` and, on PostgreSQL in the same statement, a first try at one of its
    * failed-attempt slots (`reserveFailedAttempt`'s rule, for an account that has a password and
-   * is not deleted): one round trip fewer for every password sign-in. `reserved` is undefined
-   * where nothing was tried (SQLite, whose statements cost no round trip).
+   * is not deleted) and its superadmin grant, which the sign-in's token needs: two round trips
+   * fewer for every password sign-in. `reserved` and `superadmin` are undefined where nothing
+   * was read beside the account (SQLite, whose statements cost no round trip).
    */
-  async findByEmailReservingAttempt(email: string, now: number, lockout: { threshold: number; windowMs: number }): Promise<{ user: UserRecord; reserved: boolean | undefined } | undefined> {
+  async findByEmailReservingAttempt(
+    email: string,
+    now: number,
+    lockout: { threshold: number; windowMs: number },
+  ): Promise<{ user: UserRecord; reserved: boolean | undefined; superadmin: boolean | undefined } | undefined> {
     if (this.dialect !== 'pg') {
       const user = await this.findByEmail(email);
-      return user && { user, reserved: undefined };
+      return user && { user, reserved: undefined, superadmin: undefined };
     }
     const row = await this.hot.first(
       this.db,
@@ -109,11 +115,15 @@ export class UserRepository extends Repository {
           .with('account', account)
           .with('slot', slot)
           .from('account')
-          .first([...USER_COLUMNS.map((column) => `account.${column}`), this.db.raw('exists (select 1 from ??) as ??', ['slot', 'reserved'])]);
+          .first([
+            ...USER_COLUMNS.map((column) => `account.${column}`),
+            this.db.raw('exists (select 1 from ??) as ??', ['slot', 'reserved']),
+            this.db.raw('exists ? as ??', [superadminGrantOf(this.db, this.table, this.db.raw('??', ['account.id'])).select('user_id'), 'superadmin']),
+          ]);
       },
       attemptValues(now, lockout, { email }),
     );
-    return row && { user: mapUser(row), reserved: toBoolean(row.reserved) };
+    return row && { user: mapUser(row), reserved: toBoolean(row.reserved), superadmin: toBoolean(row.superadmin) };
   }
 
   /**

@@ -5,6 +5,8 @@ import express from 'express';
 import { Harness, STRONG_PASSWORD, TEST_DB, decodeJwt, uniqueEmail, type SignedUpUser } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 import { addMember, createOrg, roleIdOf, superadmin, switchOrg, type CreatedOrg } from '../helpers/orgs.js';
+import { RoleRepository } from '../../src/store/organization-repository.js';
+import { UserRepository } from '../../src/store/user-repository.js';
 
 /*
  * Threat (docs/multiple-instances.md): sessions and authority are cached in process, so a
@@ -279,6 +281,52 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
     await a.h.identity.service.grantSuperadmin(root.userId);
     assert.equal(await signedWithGrant(a), 1);
     assert.equal(await onOtherInstance(signedWithGrant, 1), 1);
+  });
+
+  // On PostgreSQL the password login reads the grant in its account statement, before the hash
+  // (UserRepository.findByEmailReservingAttempt), and keeps it for the token signed after
+  // commit. A revocation that commits in between must still win, on the instance that made it.
+  test('superadmin revoke while a login compares its password: the token is signed without it', async () => {
+    const root = await superadmin(a.h);
+    const read = UserRepository.prototype.findByEmailReservingAttempt;
+    let revoked = false;
+    UserRepository.prototype.findByEmailReservingAttempt = async function (this: UserRepository, ...args: Parameters<typeof read>) {
+      const found = await read.apply(this, args);
+      if (!revoked && found?.user.id === root.userId) {
+        revoked = true;
+        if (TEST_DB === 'pg') assert.equal(found.superadmin, true, 'the statement read the grant');
+        await a.h.identity.service.revokeSuperadmin(root.userId);
+      }
+      return found;
+    };
+    try {
+      const login = await a.h.post('/auth/login', { email: root.email, password: root.password });
+      assert.equal(login.status, 200, login.text);
+      assert.ok(revoked);
+      assert.deepEqual(decodeJwt(login.body.data.access_token).scope, []);
+      assert.deepEqual(decodeJwt(login.body.data.access_token).roles, []);
+    } finally {
+      UserRepository.prototype.findByEmailReservingAttempt = read;
+    }
+  });
+
+  test('a password login on PostgreSQL signs its token with the grant its account statement read, and reads it no more', async () => {
+    const root = await superadmin(a.h);
+    const grantRead = RoleRepository.prototype.isSuperadmin;
+    let grantReads = 0;
+    RoleRepository.prototype.isSuperadmin = function (this: RoleRepository, userId: string) {
+      if (userId === root.userId) grantReads += 1;
+      return grantRead.call(this, userId);
+    };
+    try {
+      const login = await a.h.post('/auth/login', { email: root.email, password: root.password });
+      assert.equal(login.status, 200, login.text);
+      assert.ok((decodeJwt(login.body.data.access_token).roles as string[]).includes('superadmin'));
+      // SQLite reads the account alone (its statements cost no round trip), and the grant after commit.
+      assert.equal(grantReads, TEST_DB === 'pg' ? 0 : 1);
+    } finally {
+      RoleRepository.prototype.isSuperadmin = grantRead;
+    }
   });
 });
 

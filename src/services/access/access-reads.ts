@@ -4,7 +4,7 @@ import type { MemberRow, OrganizationRecord, MembershipAuthorityRow } from '../.
 import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
-import { type AccessCache, dependsOnOrganization, dependsOnSession, dependsOnUser } from '../shared/access-cache.js';
+import { type AccessCache, dependsOnOrganization, dependsOnSession, dependsOnUser, type ReadStart } from '../shared/access-cache.js';
 import { authorityFrom, resolveAuthority, type ResolvedAuthority } from './authority.js';
 import { type Answer, decide, read, type Steps } from './decision-steps.js';
 import type { PermissionCatalog } from './permission-catalog.js';
@@ -33,6 +33,7 @@ export function uncachedReads(repos: Repositories): GateReads {
 }
 
 const sessionKey = (sessionId: string) => `session:${sessionId}`;
+const superadminKey = (userId: string) => `superadmin:${userId}`;
 
 /**
  * The reads that decide whether a request may proceed (authentication and authority), through
@@ -84,7 +85,17 @@ export class AccessReads implements GateReads {
   }
 
   isSuperadmin(userId: string): Answer<boolean> {
-    return this.cache.readNow(`superadmin:${userId}`, () => this.repos.roles.isSuperadmin(userId), () => [dependsOnUser(userId)]);
+    return this.cache.readNow(superadminKey(userId), () => this.repos.roles.isSuperadmin(userId), () => [dependsOnUser(userId)]);
+  }
+
+  /** Marks the start of a statement that reads a grant beside other work (`keepSuperadmin`). */
+  startRead(): ReadStart {
+    return this.cache.startRead();
+  }
+
+  /** The superadmin grant a statement begun at `start` read, kept as `isSuperadmin` keeps its own. */
+  keepSuperadmin(userId: string, superadmin: boolean, start: ReadStart): void {
+    this.cache.keepRead(superadminKey(userId), superadmin, start, [dependsOnUser(userId)]);
   }
 
   membershipAuthority(userId: string, organizationId: string): Answer<MembershipAuthorityRow | undefined> {

@@ -79,7 +79,8 @@ export class AccountService {
     // Require SSO (docs/sso.md): decided by the domain before any password check.
     const ssoRequirement = await this.signInRules.ssoRequirement(email);
     // The slot is taken before the hash is compared: concurrent guesses cannot all be compared.
-    const { user, slot } = ssoRequirement
+    const accountRead = this.context.access.startRead();
+    const { user, slot, superadmin } = ssoRequirement
       ? await this.superadminPastSso(email, ssoRequirement, input.password, now, abandoned)
       : await FailedAttemptSlot.reserveForAccount(repos, this.context.config.auth.lockout, email, now, abandoned);
 
@@ -100,6 +101,9 @@ export class AccountService {
         throw ssoRequirement ? ssoRequired(ssoRequirement) : errors.invalidCredentials();
       }
       await this.upgradePasswordHash(user, input.password);
+      // The token's authority reads the grant through the access cache after commit: the
+      // account's statement read it already. Kept only now, so failed guesses fill no entries.
+      if (superadmin !== undefined) this.context.access.keepSuperadmin(user.id, superadmin, accountRead);
       return await this.signIn(user, { amr: 'pwd', method: 'password' }, slot, meta);
     } finally {
       await slot.release();
@@ -110,14 +114,20 @@ export class AccountService {
    * At an enforcing domain only a superadmin goes on to the comparison (with its slot); anyone
    * else costs a burnt hash and answers sso_required, as a wrong password there does.
    */
-  private async superadminPastSso(email: string, requirement: SsoRequirement, password: string, now: number, abandoned: AbortSignal | undefined): Promise<{ user: UserRecord; slot: FailedAttemptSlot | undefined }> {
+  private async superadminPastSso(
+    email: string,
+    requirement: SsoRequirement,
+    password: string,
+    now: number,
+    abandoned: AbortSignal | undefined,
+  ): Promise<{ user: UserRecord; slot: FailedAttemptSlot | undefined; superadmin: true }> {
     const repos = this.context.store.repos;
     const user = await repos.users.findByEmail(email);
     if (!(user && (await repos.roles.isSuperadmin(user.id)))) {
       await this.context.hasher.burnVerification(password, abandoned);
       throw ssoRequired(requirement);
     }
-    return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned) };
+    return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned), superadmin: true };
   }
 
   /**

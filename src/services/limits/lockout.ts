@@ -98,12 +98,19 @@ export class FailedAttemptSlot {
   /**
    * A password sign-in's account by address, with a slot for its attempt (`reserve`'s rule)
    * when it has a password and is not deleted. The first try at the slot is made in the same
-   * statement as the read where the store can (PostgreSQL).
+   * statement as the read where the store can (PostgreSQL), which also reads the account's
+   * superadmin grant (`superadmin`, undefined where it did not).
    */
-  static async reserveForAccount(repos: Repositories, lockout: LockoutSettings, email: string, now: number, abandoned?: AbortSignal): Promise<{ user: UserRecord | undefined; slot: FailedAttemptSlot | undefined }> {
+  static async reserveForAccount(
+    repos: Repositories,
+    lockout: LockoutSettings,
+    email: string,
+    now: number,
+    abandoned?: AbortSignal,
+  ): Promise<{ user: UserRecord | undefined; slot: FailedAttemptSlot | undefined; superadmin?: boolean | undefined }> {
     const found = await repos.users.findByEmailReservingAttempt(email, now, attemptLimits(lockout));
     if (!found) return { user: undefined, slot: undefined };
-    return { user: found.user, slot: await FailedAttemptSlot.reserveFor(repos, lockout, found.user, now, abandoned, found.reserved) };
+    return { user: found.user, slot: await FailedAttemptSlot.reserveFor(repos, lockout, found.user, now, abandoned, found.reserved), superadmin: found.superadmin };
   }
 
   /** A slot for an attempt at `user`'s password (`reserve`), or none when it has no password to compare. */

@@ -26,6 +26,15 @@ interface Entry {
   weight: number;
 }
 
+/** When a read began (`AccessCache.startRead`): what it read is stale after any invalidation of its scopes since. */
+export interface ReadStart {
+  readonly stamp: number;
+  /** performance.now() then: the entry expires `ttlMs` after it. */
+  readonly at: number;
+  /** False when the carrier was not listening: an invalidation may have been missed, so nothing is kept. */
+  readonly keepable: boolean;
+}
+
 export interface AccessCacheOptions {
   /**
    * The backstop: how long an entry may be served, in milliseconds, if an invalidation from
@@ -147,13 +156,25 @@ export class AccessCache {
     if (this.carrier && !this.carrier.listening) return load();
     const kept = this.servable(key);
     if (kept) return kept.value as T;
-    const now = performance.now();
-    const stamp = this.counter;
+    const start = this.startRead();
     const value = await load();
-    const scopes = dependsOn(value);
-    const weight = weightOf ? Math.max(1, weightOf(value)) : 1;
-    if (scopes && weight <= this.options.maxEntries) this.store(key, { value, stamp, expiresAt: now + this.options.ttlMs, dependsOn: scopes, weight });
+    this.keepRead(key, value, start, dependsOn(value), weightOf ? Math.max(1, weightOf(value)) : 1);
     return value;
+  }
+
+  /**
+   * Marks the start of a read made outside `read`: a statement that reads an entry's value
+   * beside other work (the password login's account read, docs/performance.md). Taken before
+   * the statement is sent, so an invalidation that lands while it runs makes what it read stale.
+   */
+  startRead(): ReadStart {
+    return { stamp: this.counter, at: performance.now(), keepable: !(this.carrier && !this.carrier.listening) };
+  }
+
+  /** Keeps a value read since `start` as `read` keeps its loads; `undefined` scopes keep nothing. */
+  keepRead(key: string, value: unknown, start: ReadStart, dependsOn: string[] | undefined, weight = 1): void {
+    if (!start.keepable || !dependsOn || weight > this.options.maxEntries) return;
+    this.store(key, { value, stamp: start.stamp, expiresAt: start.at + this.options.ttlMs, dependsOn, weight });
   }
 
   /**

@@ -6,7 +6,7 @@ import type { KeyRing } from './key-ring.js';
 import type { PasswordHasher } from '../../crypto/password-hasher.js';
 import type { IdentityEventListener } from '../../events.js';
 import type { Store } from '../../store/store.js';
-import type { AccessCache } from './access-cache.js';
+import type { AccessCache, ReadStart } from './access-cache.js';
 import type { MemberRow, OrganizationRecord } from '../../store/organization-repository.js';
 import type { EventOutbox } from './outbox.js';
 import type { OutboundGuard } from '../../outbound/outbound-guard.js';
@@ -41,6 +41,8 @@ export interface ServiceContext {
 export interface CachedReads {
   activeMemberships(userId: string): Promise<Array<{ organization: OrganizationRecord; roleSlugs: string[] }>>;
   isSuperadmin(userId: string): Promise<boolean>;
+  startRead(): ReadStart;
+  keepSuperadmin(userId: string, superadmin: boolean, start: ReadStart): void;
   recoveryCodesRemaining(userId: string): Promise<number>;
   firstMemberPage(organizationId: string, limit: number): Promise<MemberRow[]>;
 }
