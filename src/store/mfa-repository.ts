@@ -1,5 +1,8 @@
+import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
+import type { TableNames } from './table-names.js';
+import type { Db } from './transaction.js';
 
 export type FactorType = 'totp' | 'sms' | 'email' | 'webauthn';
 export type OtpPurpose = 'enroll' | 'login_mfa' | 'step_up';
@@ -38,20 +41,29 @@ export function mapFactor(row: Record<string, unknown>): MfaFactorRecord {
 
 const FACTOR_ORDER = [{ column: 'created_at', order: 'asc' as const }, { column: 'id', order: 'asc' as const }];
 
+/**
+ * A user's confirmed factors, the rows that make a sign-in ask for a second factor (docs/mfa.md):
+ * read by the MFA gate, by the password login's account statement (PostgreSQL), and by the
+ * write of a session the gate asked nothing of (`SessionRepository.insert`).
+ */
+export function confirmedFactorsOf(db: Db, table: TableNames, userId: Knex.Value): Knex.QueryBuilder {
+  return db(table.mfaFactors).where('user_id', userId).whereNotNull('confirmed_at');
+}
+
 export class MfaFactorRepository extends Repository {
   async listConfirmed(userId: string): Promise<MfaFactorRecord[]> {
     // Every login reads it (the MFA gate): a hot statement.
     const rows = await this.hot.all(
       this.db,
       'mfaFactors.listConfirmed',
-      (values) => this.db(this.table.mfaFactors).where({ user_id: values.userId }).whereNotNull('confirmed_at').orderBy(FACTOR_ORDER).select(FACTOR_COLUMNS),
+      (values) => confirmedFactorsOf(this.db, this.table, values.userId).orderBy(FACTOR_ORDER).select(FACTOR_COLUMNS),
       { userId },
     );
     return rows.map(mapFactor);
   }
 
   async hasConfirmed(userId: string): Promise<boolean> {
-    return (await this.db(this.table.mfaFactors).where({ user_id: userId }).whereNotNull('confirmed_at').first('id')) !== undefined;
+    return (await confirmedFactorsOf(this.db, this.table, userId).first('id')) !== undefined;
   }
 
   /** Confirmed and pending factors, oldest first. */

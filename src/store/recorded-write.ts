@@ -65,9 +65,9 @@ function deliveryRowValues(delivery: DeliveryValues): DeliveryRowValues {
  * A conditional write (an update, a delete or an insert) and what it records, as one statement:
  * the audit row is inserted only if the write changed a row, and the outbox row only if the
  * audit row was (data-modifying WITHs, `recordsInOneStatement`). `alongside` is another write of
- * the same change, run unconditionally in the same statement (PostgreSQL runs every WITH that
- * writes, read or not). The values are a hot statement's stand-ins, from
- * `valuesWithRecording`; the statement answers one row changed exactly when the write changed one.
+ * the same change, made in the same statement only if the write changed a row. The values are
+ * a hot statement's stand-ins, from `valuesWithRecording`; the statement answers one row
+ * changed exactly when the write changed one.
  */
 export function writeRecording(
   db: Db,
@@ -80,7 +80,8 @@ export function writeRecording(
   if (!recordsInOneStatement(dialect)) throw new Error(`A write and its audit row cannot be one statement on ${dialect}`);
   const auditRow: Record<string, Knex.Value> = Object.fromEntries(AUDIT_ROW.map(([column, value]) => [column, values[value]]));
   const written = db.client.queryBuilder().with('changed', write.returning('id'));
-  const statement = alongside ? written.with('alongside', alongside) : written;
+  // PostgreSQL runs every WITH that writes, read or not: the condition is the alongside's own.
+  const statement = alongside ? written.with('alongside', alongside.whereExists(db.client.queryBuilder().from('changed').select('id'))) : written;
   if (!(`${DELIVERY_PREFIX}id` in values)) return insertFrom(db, statement, table.auditEvents, auditRow, 'changed');
   const delivery = Object.fromEntries(Object.entries(values).flatMap(([key, value]) => (key.startsWith(DELIVERY_PREFIX) ? [[key.slice(DELIVERY_PREFIX.length), value]] : []))) as StandIns<DeliveryValues>;
   const deliveryRow = deliveryColumns(delivery) as Record<string, Knex.Value>;
@@ -90,8 +91,17 @@ export function writeRecording(
 
 /** `insert into <table> (<columns>) select <values> from <source>`: one row for each row of `source`. */
 function insertFrom(db: Db, builder: Knex.QueryBuilder, tableName: string, row: Record<string, Knex.Value>, source: string): Knex.QueryBuilder {
+  return insertSelecting(db, builder, tableName, row, 'from ??', [source]);
+}
+
+/** `insert into <table> (<columns>) select <values> where not exists (<blocker>)`: the row, unless `blocker` finds one. */
+export function insertUnless(db: Db, tableName: string, row: Record<string, Knex.Value>, blocker: Knex.QueryBuilder): Knex.QueryBuilder {
+  return insertSelecting(db, db.client.queryBuilder(), tableName, row, 'where not exists ?', [blocker]);
+}
+
+function insertSelecting(db: Db, builder: Knex.QueryBuilder, tableName: string, row: Record<string, Knex.Value>, tail: string, tailBindings: readonly Knex.RawBinding[]): Knex.QueryBuilder {
   const columns = Object.keys(row);
   return builder
     .into(db.raw(`?? (${columns.map(() => '??').join(', ')})`, [tableName, ...columns]))
-    .insert(db.raw(`select ${columns.map(() => '?').join(', ')} from ??`, [...Object.values(row), source]));
+    .insert(db.raw(`select ${columns.map(() => '?').join(', ')} ${tail}`, [...Object.values(row), ...tailBindings]));
 }

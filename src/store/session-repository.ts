@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import type { StandIns } from './hot-statements.js';
-import { type Recording, valuesWithRecording, writeRecording } from './recorded-write.js';
+import { confirmedFactorsOf } from './mfa-repository.js';
+import { insertUnless, type Recording, valuesWithRecording, writeRecording } from './recorded-write.js';
 import { Repository } from './repository.js';
 import { completeSignInWrite, mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
 
@@ -94,8 +95,10 @@ export class SessionRepository extends Repository {
    * completed (`completeSignInWrite`, for a first factor that held a lockout slot), and, with a
    * recording, the event: then all of it is one statement (`writeRecording`, PostgreSQL only).
    * Without a recording the writes are statements of the caller's transaction.
+   * `unlessConfirmedFactor`: the session of a sign-in that asked for no second factor is written
+   * only if the user still has no confirmed factor. Answers whether it was written.
    */
-  async insert(session: NewSession, signIn: { completesAttempt: boolean; recording?: Recording } = { completesAttempt: false }): Promise<void> {
+  async insert(session: NewSession, signIn: { completesAttempt: boolean; recording?: Recording; unlessConfirmedFactor?: boolean } = { completesAttempt: false }): Promise<boolean> {
     // Named apart from the audit row's values (userId, organizationId, ip), bound beside them.
     const row = {
       id: session.id,
@@ -109,34 +112,40 @@ export class SessionRepository extends Repository {
       now: session.createdAt,
       expiresAt: session.expiresAt,
     };
-    const insertRow = (values: StandIns<typeof row>) =>
-      this.db(this.table.sessions).insert({
-        id: values.id,
-        user_id: values.user,
-        organization_id: values.organization,
-        mfa: values.mfa,
-        amr: values.amr,
-        auth_time: values.authTime,
-        ip: values.clientIp,
-        user_agent: values.userAgent,
-        created_at: values.now,
-        last_used_at: values.now,
-        expires_at: values.expiresAt,
-      });
-    const { completesAttempt, recording } = signIn;
+    const { completesAttempt, recording, unlessConfirmedFactor = false } = signIn;
+    const columns = (values: StandIns<typeof row>) => ({
+      id: values.id,
+      user_id: values.user,
+      organization_id: values.organization,
+      mfa: values.mfa,
+      amr: values.amr,
+      auth_time: values.authTime,
+      ip: values.clientIp,
+      user_agent: values.userAgent,
+      created_at: values.now,
+      last_used_at: values.now,
+      expires_at: values.expiresAt,
+    });
     if (!recording) {
+      // A transaction (SQLite's one writer, or PostgreSQL with webhooks): the check, then the writes.
+      if (unlessConfirmedFactor && (await confirmedFactorsOf(this.db, this.table, session.userId).first('id'))) return false;
       if (completesAttempt) await this.hot.run(this.db, 'users.completeSignIn', (values) => completeSignInWrite(this.db, this.table, values.id), { id: session.userId });
-      await this.hot.run(this.db, 'sessions.insert', insertRow, row);
-      return;
+      await this.hot.run(this.db, 'sessions.insert', (values) => this.db(this.table.sessions).insert(columns(values)), row);
+      return true;
     }
+    const insertRow = (values: StandIns<typeof row>) =>
+      unlessConfirmedFactor
+        ? insertUnless(this.db, this.table.sessions, columns(values), confirmedFactorsOf(this.db, this.table, values.user).select('id'))
+        : this.db(this.table.sessions).insert(columns(values));
     const { shape, values } = valuesWithRecording(row, recording);
-    const name = completesAttempt ? `sessions.insertCompletingAttempt.${shape}` : `sessions.insert.${shape}`;
-    await this.hot.run(
+    const name = `sessions.${completesAttempt ? 'insertCompletingAttempt' : 'insert'}${unlessConfirmedFactor ? 'UnlessConfirmedFactor' : ''}.${shape}`;
+    const changed = await this.hot.run(
       this.db,
       name,
       (standIns) => writeRecording(this.db, this.table, this.dialect, insertRow(standIns), standIns, completesAttempt ? completeSignInWrite(this.db, this.table, standIns.user) : undefined),
       values,
     );
+    return changed === 1;
   }
 
   async findById(id: string): Promise<SessionRecord | undefined> {

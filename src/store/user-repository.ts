@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
+import { confirmedFactorsOf } from './mfa-repository.js';
 import { superadminGrantOf } from './organization-repository.js';
 import { Repository } from './repository.js';
 import type { TableNames } from './table-names.js';
@@ -35,6 +36,12 @@ const FRESH_FAILED_ATTEMPT_WINDOW =
 const LIVE_ATTEMPTS_IN_FLIGHT = '(case when attempts_in_flight_at > ? then attempts_in_flight else 0 end)';
 
 type UserRow = Record<string, unknown>;
+
+/** What the password login's account statement reads beside the account, for its sign-in. */
+export interface ReadBesideAccount {
+  superadmin: boolean;
+  hasConfirmedFactor: boolean;
+}
 
 /** Every column of the users table, for queries that select a user beside another row. */
 export const USER_COLUMNS = [
@@ -91,24 +98,26 @@ export class UserRepository extends Repository {
   /**
    * The account at `email` and, on PostgreSQL in the same statement, a first try at one of its
    * failed-attempt slots (`reserveFailedAttempt`'s rule, for an account that has a password and
-   * is not deleted) and its superadmin grant, which the sign-in's token needs: two round trips
-   * fewer for every password sign-in. `reserved` and `superadmin` are undefined where nothing
-   * was read beside the account (SQLite, whose statements cost no round trip).
+   * is not deleted) and what its sign-in will need: its superadmin grant (for the token) and
+   * whether it has a confirmed factor (for the MFA gate): up to three round trips fewer for a
+   * password sign-in. `reserved` and `read` are undefined where nothing was read beside the
+   * account (SQLite, whose statements cost no round trip).
    */
   async findByEmailReservingAttempt(
     email: string,
     now: number,
     lockout: { threshold: number; windowMs: number },
-  ): Promise<{ user: UserRecord; reserved: boolean | undefined; superadmin: boolean | undefined } | undefined> {
+  ): Promise<{ user: UserRecord; reserved: boolean | undefined; read: ReadBesideAccount | undefined } | undefined> {
     if (this.dialect !== 'pg') {
       const user = await this.findByEmail(email);
-      return user && { user, reserved: undefined, superadmin: undefined };
+      return user && { user, reserved: undefined, read: undefined };
     }
     const row = await this.hot.first(
       this.db,
       'users.findByEmailReservingAttempt',
       (values) => {
         const account = this.db(this.table.users).where({ email: values.email }).select(USER_COLUMNS);
+        const accountId = this.db.raw('??', ['account.id']);
         const slot = reserveAttemptWrite(this.db, this.table, this.db('account').select('id'), values).whereNull('deleted_at').whereNotNull('password_hash').whereNot('password_hash', '').returning('id');
         return this.db.client
           .queryBuilder()
@@ -118,12 +127,13 @@ export class UserRepository extends Repository {
           .first([
             ...USER_COLUMNS.map((column) => `account.${column}`),
             this.db.raw('exists (select 1 from ??) as ??', ['slot', 'reserved']),
-            this.db.raw('exists ? as ??', [superadminGrantOf(this.db, this.table, this.db.raw('??', ['account.id'])).select('user_id'), 'superadmin']),
+            this.db.raw('exists ? as ??', [superadminGrantOf(this.db, this.table, accountId).select('user_id'), 'superadmin']),
+            this.db.raw('exists ? as ??', [confirmedFactorsOf(this.db, this.table, accountId).select('id'), 'confirmed_factor']),
           ]);
       },
       attemptValues(now, lockout, { email }),
     );
-    return row && { user: mapUser(row), reserved: toBoolean(row.reserved), superadmin: toBoolean(row.superadmin) };
+    return row && { user: mapUser(row), reserved: toBoolean(row.reserved), read: { superadmin: toBoolean(row.superadmin), hasConfirmedFactor: toBoolean(row.confirmed_factor) } };
   }
 
   /**

@@ -294,7 +294,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
       const found = await read.apply(this, args);
       if (!revoked && found?.user.id === root.userId) {
         revoked = true;
-        if (TEST_DB === 'pg') assert.equal(found.superadmin, true, 'the statement read the grant');
+        if (TEST_DB === 'pg') assert.equal(found.read?.superadmin, true, 'the statement read the grant');
         await a.h.identity.service.revokeSuperadmin(root.userId);
       }
       return found;

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Harness, TEST_DB } from '../helpers/harness.js';
-import { enrollTotp, lastSmsCode, loginForTicket, totpCodeAt, uniquePhone } from '../helpers/mfa.js';
+import { enrollTotp, lastSmsCode, loginForTicket, nextTotpCode, totpCodeAt, uniquePhone } from '../helpers/mfa.js';
+import { MfaFactorRepository } from '../../src/store/mfa-repository.js';
+import { SessionService } from '../../src/services/sessions/session-service.js';
 
 /*
  * Threat: single-use things used twice by concurrent requests (a code, a recovery code,
@@ -94,5 +96,66 @@ describe(`concurrent MFA on ${TEST_DB}`, () => {
     assert.equal(Number(row.attempts), 5, 'only five guesses got an attempt');
     const burned = await h.post('/auth/mfa/step-up', { factor_id: factorId, code }, { token: user.accessToken });
     assert.equal(burned.status, 422, 'the challenge is burned');
+  });
+
+  // The MFA gate reads the factors (or, for a password login on PostgreSQL, trusts the account's
+  // statement), then the session is written. A factor confirmed in between must not be skipped:
+  // the session's write checks again and opens nothing, and the sign-in goes back through the gate.
+  test('a factor confirmed after the MFA gate looked and before the session is written: the login asks for it', async () => {
+    const user = await h.signUp();
+    const enrolled = await h.post('/auth/mfa/totp/enroll', undefined, { token: user.accessToken });
+    assert.equal(enrolled.status, 200, enrolled.text);
+    const { factor_id: factorId, secret } = enrolled.body.data;
+    // Between the gate's answer and the write's transaction (on SQLite the confirmation could
+    // not commit while the write held the one connection).
+    const open = SessionService.prototype.openSignedIn;
+    let confirmedUnderTheLogin = false;
+    SessionService.prototype.openSignedIn = async function (this: SessionService, ...args: Parameters<typeof open>) {
+      if (!confirmedUnderTheLogin && args[0].id === user.userId) {
+        confirmedUnderTheLogin = true;
+        const confirmed = await h.post('/auth/mfa/totp/confirm', { factor_id: factorId, code: totpCodeAt(h, secret) }, { token: user.accessToken });
+        assert.equal(confirmed.status, 200, confirmed.text);
+      }
+      return open.apply(this, args);
+    };
+    try {
+      const sessionsBefore = await sessionCount(user.userId);
+      assert.equal((await h.post('/auth/login', { email: user.email, password: 'not the password 123' })).status, 401);
+      const login = await h.post('/auth/login', { email: user.email, password: user.password });
+      assert.ok(confirmedUnderTheLogin);
+      assert.equal(login.status, 200, login.text);
+      assert.equal(login.body.data.mfa_required, true, login.text);
+      assert.equal(login.body.data.access_token, undefined);
+      assert.equal(await sessionCount(user.userId), sessionsBefore, 'no session was opened');
+      const events = await h.knex(`${h.tablePrefix}audit_events`).where({ user_id: user.userId, type: 'user.logged_in' }).count({ count: '*' }).first();
+      assert.equal(Number(events!.count), 1, 'only the sign-up’s login is recorded');
+      // Nor did the refused write end the earlier failure or give the slot back twice: the sign-in has not completed.
+      const account = await h.knex(`${h.tablePrefix}users`).where({ id: user.userId }).first();
+      assert.deepEqual([Number(account.failed_login_count), Number(account.attempts_in_flight)], [1, 0]);
+      // And the ticket it answered completes with the factor.
+      const verified = await h.post('/auth/mfa/verify', { factor_id: factorId, code: nextTotpCode(h, secret) }, { token: login.body.data.mfa_token });
+      assert.equal(verified.status, 200, verified.text);
+    } finally {
+      SessionService.prototype.openSignedIn = open;
+    }
+  });
+
+  test('a password login without factors on PostgreSQL does not read them again after the hash', async () => {
+    const user = await h.signUp();
+    const listConfirmed = MfaFactorRepository.prototype.listConfirmed;
+    let factorReads = 0;
+    MfaFactorRepository.prototype.listConfirmed = function (this: MfaFactorRepository, userId: string) {
+      if (userId === user.userId) factorReads += 1;
+      return listConfirmed.call(this, userId);
+    };
+    try {
+      const login = await h.post('/auth/login', { email: user.email, password: user.password });
+      assert.equal(login.status, 200, login.text);
+      assert.ok(login.body.data.access_token);
+      // The account's statement read them on PostgreSQL; SQLite reads the account alone.
+      assert.equal(factorReads, TEST_DB === 'pg' ? 0 : 1);
+    } finally {
+      MfaFactorRepository.prototype.listConfirmed = listConfirmed;
+    }
   });
 });

@@ -18,6 +18,9 @@ import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { accountRefusalError, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
 
+/** How often a sign-in goes back through the MFA gate when a factor was confirmed under it (`signIn`). */
+const SIGN_IN_PASSES = 3;
+
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
   constructor(
@@ -80,7 +83,7 @@ export class AccountService {
     const ssoRequirement = await this.signInRules.ssoRequirement(email);
     // The slot is taken before the hash is compared: concurrent guesses cannot all be compared.
     const accountRead = this.context.access.startRead();
-    const { user, slot, superadmin } = ssoRequirement
+    const { user, slot, read } = ssoRequirement
       ? await this.superadminPastSso(email, ssoRequirement, input.password, now, abandoned)
       : await FailedAttemptSlot.reserveForAccount(repos, this.context.config.auth.lockout, email, now, abandoned);
 
@@ -101,10 +104,11 @@ export class AccountService {
         throw ssoRequirement ? ssoRequired(ssoRequirement) : errors.invalidCredentials();
       }
       await this.upgradePasswordHash(user, input.password);
-      // The token's authority reads the grant through the access cache after commit: the
-      // account's statement read it already. Kept only now, so failed guesses fill no entries.
-      if (superadmin !== undefined) this.context.access.keepSuperadmin(user.id, superadmin, accountRead);
-      return await this.signIn(user, { amr: 'pwd', method: 'password' }, slot, meta);
+      // What the account's statement read for the sign-in (PostgreSQL): the grant the token's
+      // authority reads through the access cache after commit, kept only now so that failed
+      // guesses fill no entries; and whether the MFA gate has factors to read.
+      if (read) this.context.access.keepSuperadmin(user.id, read.superadmin, accountRead);
+      return await this.signIn(user, { amr: 'pwd', method: 'password' }, slot, meta, read?.hasConfirmedFactor === false);
     } finally {
       await slot.release();
     }
@@ -120,14 +124,14 @@ export class AccountService {
     password: string,
     now: number,
     abandoned: AbortSignal | undefined,
-  ): Promise<{ user: UserRecord; slot: FailedAttemptSlot | undefined; superadmin: true }> {
+  ): Promise<{ user: UserRecord; slot: FailedAttemptSlot | undefined; read: undefined }> {
     const repos = this.context.store.repos;
     const user = await repos.users.findByEmail(email);
     if (!(user && (await repos.roles.isSuperadmin(user.id)))) {
       await this.context.hasher.burnVerification(password, abandoned);
       throw ssoRequired(requirement);
     }
-    return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned), superadmin: true };
+    return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned), read: undefined };
   }
 
   /**
@@ -137,20 +141,30 @@ export class AccountService {
    * `user.logged_in` event and the login answer. A session's opening clears earlier failures
    * with `slot`; the caller gives the slot back otherwise. An account created by this very
    * sign-in (a passwordless sign-up) has no failures and no slot.
+   *
+   * The session is written only if the account still has no confirmed factor, so a factor
+   * confirmed after the gate looked sends the sign-in back through the gate, which then asks
+   * for it. `noFactorWhenRead`: the account's own read found none (the password login's
+   * statement on PostgreSQL), and the gate's first pass trusts it instead of reading again.
    */
-  async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta): Promise<LoginResult> {
+  async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta, noFactorWhenRead = false): Promise<LoginResult> {
     const refusal = this.signInRules.accountRefusal(user, this.context.clock.now());
     if (refusal === 'account_disabled') await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
     if (refusal) throw accountRefusalError(refusal);
-    const gate = await this.mfa.loginGate(user, meta, firstFactor.amr, { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method });
-    if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
-
+    const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method };
     const amr = [firstFactor.amr];
     const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
-    const opened = await this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta);
-    slot?.completedSignIn();
-    const tokens = await this.sessions.signOpened(opened);
-    return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
+    for (let pass = 1; pass <= SIGN_IN_PASSES; pass += 1) {
+      const gate = await this.mfa.loginGate(user, meta, firstFactor.amr, origin, noFactorWhenRead && pass === 1);
+      if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
+      const opened = await this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta);
+      if (!opened) continue;
+      slot?.completedSignIn();
+      const tokens = await this.sessions.signOpened(opened);
+      return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
+    }
+    // The account's factors changed under every pass: only its owner can do that, and may try again.
+    throw errors.rateLimited(1);
   }
 
   /**

@@ -1,6 +1,6 @@
 import type { ResolvedConfig } from '../../config/types.js';
 import type { Repositories } from '../../store/store.js';
-import type { UserRecord } from '../../store/user-repository.js';
+import type { ReadBesideAccount, UserRecord } from '../../store/user-repository.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 import { errors } from '../../errors.js';
 import { iso } from '../shared/iso-time.js';
@@ -98,8 +98,8 @@ export class FailedAttemptSlot {
   /**
    * A password sign-in's account by address, with a slot for its attempt (`reserve`'s rule)
    * when it has a password and is not deleted. The first try at the slot is made in the same
-   * statement as the read where the store can (PostgreSQL), which also reads the account's
-   * superadmin grant (`superadmin`, undefined where it did not).
+   * statement as the read where the store can (PostgreSQL), which also reads what the sign-in
+   * will need (`read`, undefined where it did not).
    */
   static async reserveForAccount(
     repos: Repositories,
@@ -107,10 +107,10 @@ export class FailedAttemptSlot {
     email: string,
     now: number,
     abandoned?: AbortSignal,
-  ): Promise<{ user: UserRecord | undefined; slot: FailedAttemptSlot | undefined; superadmin?: boolean | undefined }> {
+  ): Promise<{ user: UserRecord | undefined; slot: FailedAttemptSlot | undefined; read?: ReadBesideAccount | undefined }> {
     const found = await repos.users.findByEmailReservingAttempt(email, now, attemptLimits(lockout));
     if (!found) return { user: undefined, slot: undefined };
-    return { user: found.user, slot: await FailedAttemptSlot.reserveFor(repos, lockout, found.user, now, abandoned, found.reserved), superadmin: found.superadmin };
+    return { user: found.user, slot: await FailedAttemptSlot.reserveFor(repos, lockout, found.user, now, abandoned, found.reserved), read: found.read };
   }
 
   /** A slot for an attempt at `user`'s password (`reserve`), or none when it has no password to compare. */

@@ -71,8 +71,11 @@ export class MfaService {
     meta: RequestMeta,
     firstFactor: TicketFirstFactor = 'pwd',
     origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined } = {},
+    noFactorWhenRead = false,
   ): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
-    const confirmed = await this.context.store.repos.mfaFactors.listConfirmed(user.id);
+    // `noFactorWhenRead`: the account's read found no confirmed factor, and the session's write
+    // opens nothing if one has been confirmed since (AccountService.signIn).
+    const confirmed = noFactorWhenRead ? [] : await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {
         throw errors.mfaEnrollmentRequired('Multi-factor authentication is required for this account; enroll a factor first.');

@@ -88,19 +88,20 @@ export class SessionService {
   }
 
   /**
-   * Opens the session of a completed first-factor sign-in and commits it on its own with the
-   * sign-in's event and, for an attempt that held a lockout slot, the attempt's completion
-   * (`FailedAttemptSlot`): one statement on PostgreSQL while no webhook needs a read
-   * (`commitRecordedWrite`), else one transaction. Authenticated at the moment it commits.
+   * Opens the session of a completed first-factor sign-in that the MFA gate asked nothing of,
+   * and commits it on its own with the sign-in's event and, for an attempt that held a lockout
+   * slot, the attempt's completion (`FailedAttemptSlot`): one statement on PostgreSQL while no
+   * webhook needs a read (`commitRecordedWrite`), else one transaction. Authenticated at the
+   * moment it commits. Nothing is written, and it answers undefined, if the user has a
+   * confirmed factor by then: the gate's answer no longer holds.
    */
-  async openSignedIn(user: UserRecord, amr: string[], signedIn: EventInput, completesAttempt: boolean, meta: RequestMeta): Promise<OpenedSession> {
+  async openSignedIn(user: UserRecord, amr: string[], signedIn: EventInput, completesAttempt: boolean, meta: RequestMeta): Promise<OpenedSession | undefined> {
     let session: SessionRecord | undefined;
-    await commitRecordedWrite(this.context, meta, signedIn, async (repos, now, recording) => {
+    const written = await commitRecordedWrite(this.context, meta, signedIn, (repos, now, recording) => {
       session = this.newSession(user, { mfa: false, amr, authTime: now }, meta, now);
-      await repos.sessions.insert(session, { completesAttempt, recording });
-      return true;
+      return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true });
     });
-    return this.opened(session!, user);
+    return written ? this.opened(session!, user) : undefined;
   }
 
   private newSession(user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, now: number): SessionRecord {
