@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { type Harness, uniqueEmail } from '../helpers/harness.js';
-import { authorizeAtProvider, newSubject, startLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import { authorizeAtProvider, newSubject, socialLogin, startLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import { totpCodeAt } from '../helpers/mfa.js';
+import { MfaFactorRepository } from '../../src/store/mfa-repository.js';
 
 // docs/social-login.md: single-use by one conditional update, and one user per new subject, under
 // concurrency. Meaningful on PostgreSQL (real concurrent transactions); SQLite serialises
@@ -50,4 +52,39 @@ test('two first logins of the same new subject at once create one user and one l
   assert.equal(await countRows(h, 'social_identities', { subject: sub }), 1);
   assert.equal(exchanged[0]!.body.data.user.id, exchanged[1]!.body.data.user.id);
   assert.deepEqual(exchanged.map((response) => response.body.data.is_new_user).sort(), [false, true]);
+});
+
+test('a factor confirmed after the MFA gate looked at a social sign-in: the sign-in asks for it and opens no session', async () => {
+  // Threat: a sign-in that passes the gate a moment before the owner confirms a factor would
+  // open a session without it. The session's write checks again (MfaService.throughLoginGate).
+  const account = { sub: newSubject(), email: uniqueEmail('gate-race'), email_verified: true };
+  const first = await socialLogin(h, op, account);
+  assert.equal(first.status, 200, first.text);
+  const { user, access_token: accessToken } = first.body.data;
+  const enrolled = await h.post('/auth/mfa/totp/enroll', undefined, { token: accessToken });
+  assert.equal(enrolled.status, 200, enrolled.text);
+  const { factor_id: factorId, secret } = enrolled.body.data;
+  const listConfirmed = MfaFactorRepository.prototype.listConfirmed;
+  let confirmedUnderTheSignIn = false;
+  MfaFactorRepository.prototype.listConfirmed = async function (this: MfaFactorRepository, userId: string) {
+    const confirmed = await listConfirmed.call(this, userId);
+    if (!confirmedUnderTheSignIn && userId === user.id) {
+      assert.deepEqual(confirmed, [], 'the gate saw no factor');
+      confirmedUnderTheSignIn = true;
+      const confirmation = await h.post('/auth/mfa/totp/confirm', { factor_id: factorId, code: totpCodeAt(h, secret) }, { token: accessToken });
+      assert.equal(confirmation.status, 200, confirmation.text);
+    }
+    return confirmed;
+  };
+  try {
+    const sessionsBefore = await countRows(h, 'sessions', { user_id: user.id });
+    const gated = await socialLogin(h, op, account);
+    assert.ok(confirmedUnderTheSignIn);
+    assert.equal(gated.status, 200, gated.text);
+    assert.equal(gated.body.data.mfa_required, true, gated.text);
+    assert.equal(gated.body.data.access_token, undefined);
+    assert.equal(await countRows(h, 'sessions', { user_id: user.id }), sessionsBefore, 'no session was opened');
+  } finally {
+    MfaFactorRepository.prototype.listConfirmed = listConfirmed;
+  }
 });

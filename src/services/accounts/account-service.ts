@@ -18,9 +18,6 @@ import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { accountRefusalError, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
 
-/** How often a sign-in goes back through the MFA gate when a factor was confirmed under it (`signIn`). */
-const SIGN_IN_PASSES = 3;
-
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
   constructor(
@@ -140,12 +137,8 @@ export class AccountService {
    * (enforcement, grace and block mode, an organization's require_mfa), the session, the
    * `user.logged_in` event and the login answer. A session's opening clears earlier failures
    * with `slot`; the caller gives the slot back otherwise. An account created by this very
-   * sign-in (a passwordless sign-up) has no failures and no slot.
-   *
-   * The session is written only if the account still has no confirmed factor, so a factor
-   * confirmed after the gate looked sends the sign-in back through the gate, which then asks
-   * for it. `noFactorWhenRead`: the account's own read found none (the password login's
-   * statement on PostgreSQL), and the gate's first pass trusts it instead of reading again.
+   * sign-in (a passwordless sign-up) has no failures and no slot. `noFactorWhenRead`: see
+   * `MfaService.throughLoginGate`.
    */
   async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta, noFactorWhenRead = false): Promise<LoginResult> {
     const refusal = this.signInRules.accountRefusal(user, this.context.clock.now());
@@ -154,17 +147,11 @@ export class AccountService {
     const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method };
     const amr = [firstFactor.amr];
     const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
-    for (let pass = 1; pass <= SIGN_IN_PASSES; pass += 1) {
-      const gate = await this.mfa.loginGate(user, meta, firstFactor.amr, origin, noFactorWhenRead && pass === 1);
-      if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
-      const opened = await this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta);
-      if (!opened) continue;
-      slot?.completedSignIn();
-      const tokens = await this.sessions.signOpened(opened);
-      return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
-    }
-    // The account's factors changed under every pass: only its owner can do that, and may try again.
-    throw errors.rateLimited(1);
+    const passed = await this.mfa.throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta), noFactorWhenRead);
+    if (passed.kind === 'mfa_required') return passed;
+    slot?.completedSignIn();
+    const tokens = await this.sessions.signOpened(passed.opened);
+    return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }
 
   /**

@@ -38,6 +38,8 @@ export interface CodeSent {
 /** docs/database.md: a factor never confirmed is pruned after this long. */
 const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
 const SECOND_FACTOR_AMR = ['pwd', 'otp'];
+/** How often a sign-in goes through the login gate when a factor is confirmed under it (`throughLoginGate`). */
+const LOGIN_GATE_PASSES = 3;
 /** A passkey after a password (RFC 8176 `hwk`: proof of a hardware-bound key). */
 const PASSKEY_SECOND_FACTOR_AMR = ['pwd', 'hwk'];
 
@@ -62,19 +64,43 @@ export class MfaService {
   // ---------------------------------------------------------------- login gate
 
   /**
-   * Decides whether a password login needs a second factor. Answers a ticket and the
-   * factors when it does, nothing when a session may open, and refuses the login in
-   * 'block' mode when MFA is enforced and no factor is confirmed.
+   * The login gate and the session it lets through, the same for every first factor
+   * (docs/mfa.md): `open` writes the session only if the user still has no confirmed factor,
+   * and answers undefined otherwise. A factor confirmed after the gate looked then sends the
+   * sign-in back through the gate, which asks for it. `noFactorWhenRead`: the account's own read
+   * found none (the password login's statement on PostgreSQL), and the first pass trusts it
+   * instead of reading the factors again.
    */
-  async loginGate(
+  async throughLoginGate<T>(
     user: UserRecord,
     meta: RequestMeta,
-    firstFactor: TicketFirstFactor = 'pwd',
-    origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined } = {},
+    firstFactor: TicketFirstFactor,
+    origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined },
+    open: () => Promise<T | undefined>,
     noFactorWhenRead = false,
+  ): Promise<{ kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] } | { kind: 'opened'; opened: T }> {
+    for (let pass = 1; pass <= LOGIN_GATE_PASSES; pass += 1) {
+      const gate = await this.loginGate(user, meta, firstFactor, origin, noFactorWhenRead && pass === 1);
+      if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
+      const opened = await open();
+      if (opened) return { kind: 'opened', opened };
+    }
+    // The account's factors changed under every pass: only its owner can do that, and may try again.
+    throw errors.rateLimited(1);
+  }
+
+  /**
+   * Decides whether a sign-in needs a second factor. Answers a ticket and the factors when it
+   * does, nothing when a session may open, and refuses the sign-in in 'block' mode when MFA is
+   * enforced and no factor is confirmed.
+   */
+  private async loginGate(
+    user: UserRecord,
+    meta: RequestMeta,
+    firstFactor: TicketFirstFactor,
+    origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined },
+    noFactorWhenRead: boolean,
   ): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
-    // `noFactorWhenRead`: the account's read found no confirmed factor, and the session's write
-    // opens nothing if one has been confirmed since (AccountService.signIn).
     const confirmed = noFactorWhenRead ? [] : await this.context.store.repos.mfaFactors.listConfirmed(user.id);
     if (confirmed.length === 0) {
       if (this.context.config.mfa.enforcementMode === 'block' && (await this.policy.isMfaEnforcedFor(this.context.store.repos, user))) {

@@ -88,6 +88,15 @@ export class SessionService {
   }
 
   /**
+   * `open`, for a sign-in the MFA gate asked nothing of: nothing is written, and it answers
+   * undefined, if the user has a confirmed factor by now (`MfaService.throughLoginGate`).
+   */
+  async openPastGate(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession | undefined> {
+    const session = this.newSession(user, authentication, meta, uow.now);
+    return (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true })) ? this.opened(session, user) : undefined;
+  }
+
+  /**
    * Opens the session of a completed first-factor sign-in that the MFA gate asked nothing of,
    * and commits it on its own with the sign-in's event and, for an attempt that held a lockout
    * slot, the attempt's completion (`FailedAttemptSlot`): one statement on PostgreSQL while no

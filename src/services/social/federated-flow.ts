@@ -255,16 +255,18 @@ export class FederatedFlows {
     opened?: (uow: UnitOfWork, sessionId: string) => Promise<void>,
     ssoConnectionId?: string,
   ): Promise<LoginResult> {
-    const gate = await this.mfa.loginGate(user, meta, 'fed', { ssoConnectionId });
-    if (gate) return { kind: 'mfa_required', mfaToken: gate.mfaToken, factors: gate.factors };
-    const started = await runUnitOfWork(this.context, meta, async (uow) => {
-      const started = await this.sessions.open(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
-      if (opened) await opened(uow, started.session.id);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], ...loggedIn } });
-      return started;
-    });
+    const passed = await this.mfa.throughLoginGate(user, meta, 'fed', { ssoConnectionId }, () =>
+      runUnitOfWork(this.context, meta, async (uow) => {
+        const started = await this.sessions.openPastGate(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
+        if (!started) return undefined;
+        if (opened) await opened(uow, started.session.id);
+        await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], ...loggedIn } });
+        return started;
+      }),
+    );
+    if (passed.kind === 'mfa_required') return passed;
     // Tokens are signed only after commit (no token for a session that was never stored).
-    const tokens = await this.sessions.signOpened(started);
+    const tokens = await this.sessions.signOpened(passed.opened);
     return { kind: 'session', tokens, user: { id: user.id, email: user.email, email_verified: user.emailVerified } };
   }
 
