@@ -1,11 +1,11 @@
 /**
  * Where a refresh's (or a login's) CPU goes, thread by thread:
  *
- *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login|idle]
+ *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login|idle] [--connections N]
  *
  * Starts the router as the bench does (bench/hot-path-server.ts, on SQLite, or with
  * `--database pg` on a throwaway PostgreSQL 15 started as bench/postgres.ts starts the
- * bench's), drives the refresh row with 20 connections for 2 s of warm-up and then `seconds`
+ * bench's), drives the refresh row with 20 connections (`--connections`) for 2 s of warm-up and then `seconds`
  * (default 8), and divides each thread's CPU time over the load (/proc/<pid>/task/<tid>/stat)
  * by the requests answered (`--row login`: the login row's load, the seeded accounts in turn): the event loop ("main"), libuv's pool and V8's helper threads
  * (named "node" by Linux, where the RS256 signatures and the password hashes run), this process (the load generator),
@@ -30,7 +30,9 @@ const args = process.argv.slice(2);
 const onPostgres = args.includes('--database') && args[args.indexOf('--database') + 1] === 'pg';
 const seconds = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 8);
 const row = args.includes('--row') ? args[args.indexOf('--row') + 1] : 'refresh';
-if (row !== 'refresh' && row !== 'login' && row !== 'idle') throw new Error('usage: thread-cpu.ts [seconds] [--database pg] [--row refresh|login|idle]');
+/** `--connections 1` measures one request at a time, with a core to spare beside its hash (a login) or its signature (a refresh). */
+const connections = args.includes('--connections') ? Number(args[args.indexOf('--connections') + 1]) : 20;
+if ((row !== 'refresh' && row !== 'login' && row !== 'idle') || !(connections >= 1)) throw new Error('usage: thread-cpu.ts [seconds] [--database pg] [--row refresh|login|idle] [--connections N]');
 process.env.BENCH_REFRESH_SESSIONS ??= '200';
 
 /** CPU microseconds per thread name, and the kernel's part of it; the event loop is the thread whose id is the process id. */
@@ -76,8 +78,8 @@ try {
   const seed = (await new Promise((resolve) => child.once('message', resolve))) as IdentitySeed;
   const load =
     row === 'login'
-      ? { url: `${seed.origin}${MOUNT}/auth/login`, connections: 20, requests: loginRequests(seed.logins) }
-      : { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections: 20, requests: refreshRequests(seed.refreshTokens) };
+      ? { url: `${seed.origin}${MOUNT}/auth/login`, connections, requests: loginRequests(seed.logins) }
+      : { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections, requests: refreshRequests(seed.refreshTokens) };
   if (row !== 'idle') await autocannon({ ...load, duration: 2 });
   const before = threadCpu(child.pid!);
   const databaseBefore = postmaster === undefined ? 0 : postgresCpu(postmaster);

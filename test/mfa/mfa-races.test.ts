@@ -140,6 +140,32 @@ describe(`concurrent MFA on ${TEST_DB}`, () => {
     }
   });
 
+  test('a sign-in whose session write is refused on every pass answers 429 and opens nothing', async () => {
+    // The gate is passed at most three times (MfaService.throughLoginGate): an account whose
+    // factors change under every pass gets a retry, not an endless loop.
+    const user = await h.signUp();
+    const open = SessionService.prototype.openSignedIn;
+    let passes = 0;
+    SessionService.prototype.openSignedIn = async function (this: SessionService, ...args: Parameters<typeof open>) {
+      if (args[0].id !== user.userId) return open.apply(this, args);
+      passes += 1;
+      return undefined;
+    };
+    try {
+      const sessionsBefore = await sessionCount(user.userId);
+      const login = await h.post('/auth/login', { email: user.email, password: user.password });
+      assert.equal(login.status, 429, login.text);
+      assert.equal(login.body.error, 'rate_limited');
+      assert.equal(login.headers.get('retry-after'), '1');
+      assert.equal(passes, 3);
+      assert.equal(await sessionCount(user.userId), sessionsBefore);
+      const account = await h.knex(`${h.tablePrefix}users`).where({ id: user.userId }).first();
+      assert.equal(Number(account.attempts_in_flight), 0, 'the slot went back');
+    } finally {
+      SessionService.prototype.openSignedIn = open;
+    }
+  });
+
   test('a password login without factors on PostgreSQL does not read them again after the hash', async () => {
     const user = await h.signUp();
     const listConfirmed = MfaFactorRepository.prototype.listConfirmed;
