@@ -126,17 +126,17 @@ export class SessionRepository extends Repository {
       last_used_at: values.now,
       expires_at: values.expiresAt,
     });
-    if (!recording) {
-      // A transaction (SQLite's one writer, or PostgreSQL with webhooks): the check, then the writes.
-      if (unlessConfirmedFactor && (await confirmedFactorsOf(this.db, this.table, session.userId).first('id'))) return false;
-      if (completesAttempt) await this.hot.run(this.db, 'users.completeSignIn', (values) => completeSignInWrite(this.db, this.table, values.id), { id: session.userId });
-      await this.hot.run(this.db, 'sessions.insert', (values) => this.db(this.table.sessions).insert(columns(values)), row);
-      return true;
-    }
     const insertRow = (values: StandIns<typeof row>) =>
       unlessConfirmedFactor
         ? insertUnless(this.db, this.table.sessions, columns(values), confirmedFactorsOf(this.db, this.table, values.user).select('id'))
         : this.db(this.table.sessions).insert(columns(values));
+    if (!recording) {
+      // Statements of the caller's transaction: the attempt ends only with the session it opened.
+      const name = unlessConfirmedFactor ? 'sessions.insertUnlessConfirmedFactor' : 'sessions.insert';
+      if ((await this.hot.run(this.db, name, insertRow, row)) !== 1) return false;
+      if (completesAttempt) await this.hot.run(this.db, 'users.completeSignIn', (values) => completeSignInWrite(this.db, this.table, values.id), { id: session.userId });
+      return true;
+    }
     const { shape, values } = valuesWithRecording(row, recording);
     const name = `sessions.${completesAttempt ? 'insertCompletingAttempt' : 'insert'}${unlessConfirmedFactor ? 'UnlessConfirmedFactor' : ''}.${shape}`;
     const changed = await this.hot.run(
