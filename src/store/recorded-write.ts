@@ -94,9 +94,11 @@ function insertFrom(db: Db, builder: Knex.QueryBuilder, tableName: string, row: 
   return insertSelecting(db, builder, tableName, row, 'from ??', [source]);
 }
 
-/** `insert into <table> (<columns>) select <values> where not exists (<blocker>)`: the row, unless `blocker` finds one. */
-export function insertUnless(db: Db, tableName: string, row: Record<string, Knex.Value>, blocker: Knex.QueryBuilder): Knex.QueryBuilder {
-  return insertSelecting(db, db.client.queryBuilder(), tableName, row, 'where not exists ?', [blocker]);
+/** `insert into <table> (<columns>) select <values> where exists (<requirement>) [and not exists (<blocker>)]`: the row, if `requirement` finds one and `blocker` none. */
+export function insertWhere(db: Db, tableName: string, row: Record<string, Knex.Value>, requirement: Knex.QueryBuilder, blocker?: Knex.QueryBuilder): Knex.QueryBuilder {
+  return blocker
+    ? insertSelecting(db, db.client.queryBuilder(), tableName, row, 'where exists ? and not exists ?', [requirement, blocker])
+    : insertSelecting(db, db.client.queryBuilder(), tableName, row, 'where exists ?', [requirement]);
 }
 
 function insertSelecting(db: Db, builder: Knex.QueryBuilder, tableName: string, row: Record<string, Knex.Value>, tail: string, tailBindings: readonly Knex.RawBinding[]): Knex.QueryBuilder {

@@ -2,9 +2,9 @@ import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import type { StandIns } from './hot-statements.js';
 import { confirmedFactorsOf } from './mfa-repository.js';
-import { insertUnless, type Recording, valuesWithRecording, writeRecording } from './recorded-write.js';
+import { insertWhere, type Recording, valuesWithRecording, writeRecording } from './recorded-write.js';
 import { Repository } from './repository.js';
-import { completeSignInWrite, mapUser, USER_COLUMNS, type UserRecord } from './user-repository.js';
+import { completeSignInWrite, mapUser, signingInAccount, USER_COLUMNS, type UserRecord } from './user-repository.js';
 
 export interface SessionRecord {
   id: string;
@@ -95,10 +95,16 @@ export class SessionRepository extends Repository {
    * completed (`completeSignInWrite`, for a first factor that held a lockout slot), and, with a
    * recording, the event: then all of it is one statement (`writeRecording`, PostgreSQL only).
    * Without a recording the writes are statements of the caller's transaction.
-   * `unlessConfirmedFactor`: the session of a sign-in that asked for no second factor is written
-   * only if the user still has no confirmed factor. Answers whether it was written.
+   * Every session is a sign-in's, written only beside an account that may still sign in
+   * (`signingInAccount`): active, not deleted and, with `comparedPasswordHash`, still holding the
+   * password hash the sign-in compared. `unlessConfirmedFactor`: the session of a sign-in that
+   * asked for no second factor is written only if the user still has no confirmed factor.
+   * Answers whether it was written.
    */
-  async insert(session: NewSession, signIn: { completesAttempt: boolean; recording?: Recording; unlessConfirmedFactor?: boolean } = { completesAttempt: false }): Promise<boolean> {
+  async insert(
+    session: NewSession,
+    signIn: { completesAttempt: boolean; recording?: Recording; unlessConfirmedFactor?: boolean; comparedPasswordHash?: string | undefined } = { completesAttempt: false },
+  ): Promise<boolean> {
     // Named apart from the audit row's values (userId, organizationId, ip), bound beside them.
     const row = {
       id: session.id,
@@ -111,8 +117,10 @@ export class SessionRepository extends Repository {
       userAgent: session.userAgent,
       now: session.createdAt,
       expiresAt: session.expiresAt,
+      ...(signIn.comparedPasswordHash === undefined ? {} : { comparedPasswordHash: signIn.comparedPasswordHash }),
     };
     const { completesAttempt, recording, unlessConfirmedFactor = false } = signIn;
+    const withPassword = signIn.comparedPasswordHash !== undefined;
     const columns = (values: StandIns<typeof row>) => ({
       id: values.id,
       user_id: values.user,
@@ -127,18 +135,23 @@ export class SessionRepository extends Repository {
       expires_at: values.expiresAt,
     });
     const insertRow = (values: StandIns<typeof row>) =>
-      unlessConfirmedFactor
-        ? insertUnless(this.db, this.table.sessions, columns(values), confirmedFactorsOf(this.db, this.table, values.user).select('id'))
-        : this.db(this.table.sessions).insert(columns(values));
+      insertWhere(
+        this.db,
+        this.table.sessions,
+        columns(values),
+        signingInAccount(this.db, this.table, this.dialect, values.user, withPassword ? values.comparedPasswordHash : undefined),
+        unlessConfirmedFactor ? confirmedFactorsOf(this.db, this.table, values.user).select('id') : undefined,
+      );
+    // One hot statement per shape of the conditions.
+    const conditions = `${unlessConfirmedFactor ? 'UnlessConfirmedFactor' : ''}${withPassword ? 'WithComparedPassword' : ''}`;
     if (!recording) {
       // Statements of the caller's transaction: the attempt ends only with the session it opened.
-      const name = unlessConfirmedFactor ? 'sessions.insertUnlessConfirmedFactor' : 'sessions.insert';
-      if ((await this.hot.run(this.db, name, insertRow, row)) !== 1) return false;
+      if ((await this.hot.run(this.db, `sessions.insert${conditions}`, insertRow, row)) !== 1) return false;
       if (completesAttempt) await this.hot.run(this.db, 'users.completeSignIn', (values) => completeSignInWrite(this.db, this.table, values.id), { id: session.userId });
       return true;
     }
     const { shape, values } = valuesWithRecording(row, recording);
-    const name = `sessions.${completesAttempt ? 'insertCompletingAttempt' : 'insert'}${unlessConfirmedFactor ? 'UnlessConfirmedFactor' : ''}.${shape}`;
+    const name = `sessions.${completesAttempt ? 'insertCompletingAttempt' : 'insert'}${conditions}.${shape}`;
     const changed = await this.hot.run(
       this.db,
       name,

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { toBoolean, toNullableNumber, toNumber } from './database.js';
+import { type Dialect, toBoolean, toNullableNumber, toNumber } from './database.js';
 import { confirmedFactorsOf } from './mfa-repository.js';
 import { superadminGrantOf } from './organization-repository.js';
 import { Repository } from './repository.js';
@@ -367,6 +367,22 @@ function reserveAttemptWrite(db: Db, table: TableNames, id: Knex.Value | Knex.Qu
       attempts_in_flight: db.raw(`${LIVE_ATTEMPTS_IN_FLIGHT} + 1`, [values.windowStartedBy]),
       attempts_in_flight_at: values.now,
     });
+}
+
+/**
+ * The account a sign-in's session is written beside (`SessionRepository.insert`): one that may
+ * still authenticate (active, not deleted: `mayAuthenticate`) and, for a password sign-in, still
+ * has the hash its password was compared with. A disable, a deletion or a new password that
+ * commits while the sign-in compares or decides leaves no session behind. On PostgreSQL the row
+ * is locked: such a change, which locks the account before it revokes sessions, either waits
+ * for the session (and then revokes it) or is seen by it. The lock is FOR NO KEY UPDATE, not
+ * FOR SHARE: the same statement may end the attempt with an update of the row, and two
+ * sign-ins holding it shared would each wait for the other to upgrade (a deadlock).
+ */
+export function signingInAccount(db: Db, table: TableNames, dialect: Dialect, id: Knex.Value, comparedPasswordHash?: Knex.Value): Knex.QueryBuilder {
+  const account = db(table.users).select('id').where({ id, status: 'active' }).whereNull('deleted_at');
+  if (comparedPasswordHash !== undefined) account.where('password_hash', comparedPasswordHash);
+  return dialect === 'pg' ? account.forNoKeyUpdate() : account;
 }
 
 /**

@@ -48,6 +48,21 @@ export class SignInRules {
     return undefined;
   }
 
+  /**
+   * Why a sign-in whose session the store refused to write may not go on, read again now: the
+   * account was disabled or deleted, or its password changed after `comparedPasswordHash` was
+   * compared (`SessionRepository.insert`). Undefined when the account is as the sign-in saw it:
+   * then it was a factor confirmed meanwhile (`MfaService.throughLoginGate`).
+   */
+  async refusalSinceRead(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<IdentityError | undefined> {
+    const account = await repos.users.findById(userId);
+    if (!account) return errors.accountDisabled();
+    const refusal = this.accountRefusal(account, this.context.clock.now());
+    if (refusal) return accountRefusalError(refusal);
+    if (comparedPasswordHash !== undefined && account.passwordHash !== comparedPasswordHash) return errors.invalidCredentials();
+    return undefined;
+  }
+
   /** The enforcing connection of the address's verified domain, if any. */
   async ssoRequirement(email: string, repos: Repositories = this.context.store.repos): Promise<SsoRequirement | undefined> {
     if (!this.context.config.sso) return undefined;

@@ -100,12 +100,12 @@ export class AccountService {
         await this.recordLoginFailure(user, 'wrong_password', meta, slot);
         throw ssoRequirement ? ssoRequired(ssoRequirement) : errors.invalidCredentials();
       }
-      await this.upgradePasswordHash(user, input.password);
+      const comparedPasswordHash = await this.upgradePasswordHash(user, user.passwordHash, input.password);
       // What the account's statement read for the sign-in (PostgreSQL): the grant the token's
       // authority reads through the access cache after commit, kept only now so that failed
       // guesses fill no entries; and whether the MFA gate has factors to read.
       if (read) this.context.access.keepSuperadmin(user.id, read.superadmin, accountRead);
-      return await this.signIn(user, { amr: 'pwd', method: 'password' }, slot, meta, read?.hasConfirmedFactor === false);
+      return await this.signIn(user, { amr: 'pwd', method: 'password', comparedPasswordHash }, slot, meta, read?.hasConfirmedFactor === false);
     } finally {
       await slot.release();
     }
@@ -147,7 +147,15 @@ export class AccountService {
     const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method };
     const amr = [firstFactor.amr];
     const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
-    const passed = await this.mfa.throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta), noFactorWhenRead);
+    const comparedPasswordHash = firstFactor.amr === 'pwd' ? firstFactor.comparedPasswordHash : undefined;
+    const passed = await this.mfa.throughLoginGate(
+      user,
+      meta,
+      firstFactor.amr,
+      origin,
+      () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, comparedPasswordHash),
+      noFactorWhenRead,
+    );
     if (passed.kind === 'mfa_required') return passed;
     slot?.completedSignIn();
     const tokens = await this.sessions.signOpened(passed.opened);
@@ -158,11 +166,13 @@ export class AccountService {
    * A hash made with another algorithm or cost than configured is re-made while the
    * password is at hand: raising `bcryptCost` or moving to argon2id takes effect at each
    * user's next login. It is not the password changing, so no event and no session ends.
+   * Answers the hash the account now holds for this password: the sign-in's session is written
+   * only while the account still holds it.
    */
-  private async upgradePasswordHash(user: UserRecord, password: string): Promise<void> {
-    if (!user.passwordHash || !this.context.hasher.needsRehash(user.passwordHash)) return;
+  private async upgradePasswordHash(user: UserRecord, compared: string, password: string): Promise<string> {
+    if (!this.context.hasher.needsRehash(compared)) return compared;
     const upgraded = await this.context.hasher.hash(password);
-    await this.context.store.repos.users.replacePasswordHash(user.id, user.passwordHash, upgraded);
+    return (await this.context.store.repos.users.replacePasswordHash(user.id, compared, upgraded)) ? upgraded : compared;
   }
 
   async forgotPassword(emailInput: string, meta: RequestMeta): Promise<void> {

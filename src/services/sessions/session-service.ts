@@ -83,17 +83,22 @@ export class SessionService {
    */
   async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
     const session = this.newSession(user, authentication, meta, uow.now);
-    await uow.repos.sessions.insert(session);
+    // Refused only if the account was disabled or deleted since the caller read it.
+    if (!(await uow.repos.sessions.insert(session))) throw (await this.signInRules.refusalSinceRead(uow.repos, user.id)) ?? errors.accountDisabled();
     return this.opened(session, user);
   }
 
   /**
    * `open`, for a sign-in the MFA gate asked nothing of: nothing is written, and it answers
-   * undefined, if the user has a confirmed factor by now (`MfaService.throughLoginGate`).
+   * undefined, if the user has a confirmed factor by now (`MfaService.throughLoginGate`). It
+   * throws the sign-in's refusal if the account was disabled or deleted since it was read.
    */
   async openPastGate(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession | undefined> {
     const session = this.newSession(user, authentication, meta, uow.now);
-    return (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true })) ? this.opened(session, user) : undefined;
+    if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true })) return this.opened(session, user);
+    const refusal = await this.signInRules.refusalSinceRead(uow.repos, user.id);
+    if (refusal) throw refusal;
+    return undefined;
   }
 
   /**
@@ -102,15 +107,27 @@ export class SessionService {
    * slot, the attempt's completion (`FailedAttemptSlot`): one statement on PostgreSQL while no
    * webhook needs a read (`commitRecordedWrite`), else one transaction. Authenticated at the
    * moment it commits. Nothing is written, and it answers undefined, if the user has a
-   * confirmed factor by then: the gate's answer no longer holds.
+   * confirmed factor by then: the gate's answer no longer holds. Nothing is written either, and
+   * it throws the sign-in's refusal, if the account was disabled or deleted since it was read, or
+   * (`comparedPasswordHash`, a password sign-in) its password changed since it was compared.
    */
-  async openSignedIn(user: UserRecord, amr: string[], signedIn: EventInput, completesAttempt: boolean, meta: RequestMeta): Promise<OpenedSession | undefined> {
+  async openSignedIn(
+    user: UserRecord,
+    amr: string[],
+    signedIn: EventInput,
+    completesAttempt: boolean,
+    meta: RequestMeta,
+    comparedPasswordHash?: string,
+  ): Promise<OpenedSession | undefined> {
     let session: SessionRecord | undefined;
     const written = await commitRecordedWrite(this.context, meta, signedIn, (repos, now, recording) => {
       session = this.newSession(user, { mfa: false, amr, authTime: now }, meta, now);
-      return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true });
+      return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true, comparedPasswordHash });
     });
-    return written ? this.opened(session!, user) : undefined;
+    if (written) return this.opened(session!, user);
+    const refusal = await this.signInRules.refusalSinceRead(this.context.store.repos, user.id, comparedPasswordHash);
+    if (refusal) throw refusal;
+    return undefined;
   }
 
   private newSession(user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, now: number): SessionRecord {

@@ -20,9 +20,11 @@ export type LoginResult =
 
 /**
  * How a sign-in's first factor was passed (docs/passwordless.md: a passwordless code or link is one more
- * first factor): the `amr` mark its session carries and the `method` its events carry.
+ * first factor): the `amr` mark its session carries and the `method` its events carry. A password
+ * carries the hash it was compared with: its session is written only while the account still
+ * has it (`SessionRepository.insert`).
  */
-export type FirstFactor = { amr: 'pwd'; method: 'password' } | { amr: 'email'; method: PasswordlessMethod };
+export type FirstFactor = { amr: 'pwd'; method: 'password'; comparedPasswordHash: string } | { amr: 'email'; method: PasswordlessMethod };
 
 /** A passwordless sign-in's proof of the address: its code or its link (docs/passwordless.md). */
 export type PasswordlessMethod = 'email_code' | 'email_link';
