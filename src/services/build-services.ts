@@ -138,7 +138,7 @@ export class IdentityServices {
     this.policy = new AccessPolicy(context, this.catalog, accessReads);
     this.sessions = new SessionService(context, this.catalog, this.policy, this.signInRules);
     this.passkeys = new PasskeyService(context, this.sessions, this.policy, this.signInRules);
-    this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys);
+    this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys, this.signInRules);
     this.accounts = new AccountService(context, this.sessions, this.mfa, this.signInRules);
     this.me = new MeService(context);
     this.organizations = new OrganizationService(context, this.catalog);

@@ -1,8 +1,10 @@
 import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
+import { insertWhere } from './recorded-write.js';
 import { Repository } from './repository.js';
 import type { TableNames } from './table-names.js';
 import type { Db } from './transaction.js';
+import { signingInAccount } from './user-repository.js';
 
 export type FactorType = 'totp' | 'sms' | 'email' | 'webauthn';
 export type OtpPurpose = 'enroll' | 'login_mfa' | 'step_up';
@@ -273,30 +275,64 @@ function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
 }
 
 export class MfaTicketRepository extends Repository {
-  async insert(ticket: {
-    id: string;
-    userId: string;
-    now: number;
-    expiresAt: number;
-    ip: string | null;
-    userAgent: string | null;
-    firstFactor?: 'pwd' | 'fed' | 'email';
-    ssoConnectionId?: string | undefined;
-    signInMethod?: 'email_code' | 'email_link' | undefined;
-  }): Promise<void> {
-    await this.db(this.table.mfaTickets).insert({
+  /**
+   * A sign-in's ticket, written like its session would be (`SessionRepository.insert`): only
+   * beside an account that may still sign in and, with `comparedPasswordHash`, still holds the
+   * password hash that was compared, so a password changed during the comparison ends this
+   * ticket too. Answers whether it was written.
+   */
+  async insert(
+    ticket: {
+      id: string;
+      userId: string;
+      now: number;
+      expiresAt: number;
+      ip: string | null;
+      userAgent: string | null;
+      firstFactor?: 'pwd' | 'fed' | 'email';
+      ssoConnectionId?: string | undefined;
+      signInMethod?: 'email_code' | 'email_link' | undefined;
+    },
+    comparedPasswordHash?: string,
+  ): Promise<boolean> {
+    const row = {
       id: ticket.id,
-      user_id: ticket.userId,
-      failed_attempts: 0,
-      created_at: ticket.now,
-      expires_at: ticket.expiresAt,
-      consumed_at: null,
+      user: ticket.userId,
+      now: ticket.now,
+      expiresAt: ticket.expiresAt,
       ip: ticket.ip,
-      user_agent: ticket.userAgent?.slice(0, 512) ?? null,
-      ...(ticket.firstFactor === 'fed' || ticket.firstFactor === 'email' ? { first_factor: ticket.firstFactor } : {}),
-      ...(ticket.ssoConnectionId ? { sso_connection_id: ticket.ssoConnectionId } : {}),
-      ...(ticket.signInMethod ? { sign_in_method: ticket.signInMethod } : {}),
-    });
+      userAgent: ticket.userAgent?.slice(0, 512) ?? null,
+      firstFactor: ticket.firstFactor === 'fed' || ticket.firstFactor === 'email' ? ticket.firstFactor : null,
+      ssoConnectionId: ticket.ssoConnectionId ?? null,
+      signInMethod: ticket.signInMethod ?? null,
+      ...(comparedPasswordHash === undefined ? {} : { comparedPasswordHash }),
+    };
+    const withPassword = comparedPasswordHash !== undefined;
+    const written = await this.hot.run(
+      this.db,
+      `mfaTickets.insert${withPassword ? 'WithComparedPassword' : ''}`,
+      (values) =>
+        insertWhere(
+          this.db,
+          this.table.mfaTickets,
+          {
+            id: values.id,
+            user_id: values.user,
+            failed_attempts: 0,
+            created_at: values.now,
+            expires_at: values.expiresAt,
+            consumed_at: null,
+            ip: values.ip,
+            user_agent: values.userAgent,
+            first_factor: values.firstFactor,
+            sso_connection_id: values.ssoConnectionId,
+            sign_in_method: values.signInMethod,
+          },
+          signingInAccount(this.db, this.table, this.dialect, values.user, withPassword ? values.comparedPasswordHash : undefined),
+        ),
+      row,
+    );
+    return written === 1;
   }
 
   async findById(id: string): Promise<MfaTicketRecord | undefined> {

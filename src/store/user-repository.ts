@@ -165,8 +165,15 @@ export class UserRepository extends Repository {
     return changed === 1;
   }
 
-  async setPasswordHash(id: string, passwordHash: string, now: number): Promise<void> {
-    await this.db(this.table.users).where({ id }).update({ password_hash: passwordHash, updated_at: now });
+  /**
+   * `expectedHash`: only if the account still holds the hash its current password was compared
+   * with (a password change); a reset that committed during that comparison wins. Answers
+   * whether it was written.
+   */
+  async setPasswordHash(id: string, passwordHash: string, now: number, expectedHash?: string): Promise<boolean> {
+    const account = this.db(this.table.users).where({ id });
+    if (expectedHash !== undefined) account.where('password_hash', expectedHash);
+    return (await account.update({ password_hash: passwordHash, updated_at: now })) === 1;
   }
 
   /** The account signs in without a password from now on (a passwordless first proof, docs/passwordless.md); answers whether it had one. */

@@ -87,6 +87,21 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
     assert.ok(withNew.body.data.access_token);
   });
 
+  test('a password reset committed while a login of a user with a factor compares the old password: 401 and no MFA ticket to finish', async () => {
+    const user = await signUpWithTotp(h);
+    const ticketsBefore = await h.knex(`${h.tablePrefix}mfa_tickets`).where({ user_id: user.userId }).count({ count: '*' });
+    const login = await loginWhile(user, async () => {
+      assert.equal((await h.post('/auth/password/forgot', { email: user.email })).status, 202);
+      const reset = await h.post('/auth/password/reset', { token: h.tokenFromMail(user.email, 'password_reset'), new_password: NEW_PASSWORD });
+      assert.equal(reset.status, 200, reset.text);
+    });
+    // Before, it answered mfa_required with a ticket the reset had not ended: one second factor from a session.
+    assertError(login, 401, 'invalid_credentials');
+    const ticketsAfter = await h.knex(`${h.tablePrefix}mfa_tickets`).where({ user_id: user.userId }).count({ count: '*' });
+    assert.equal(Number(ticketsAfter[0]!.count), Number(ticketsBefore[0]!.count), 'no ticket was written');
+    assert.equal(await liveSessions(user.userId), 0);
+  });
+
   test('a password change committed while a login compares the old password: 401 and no session; the changing session stays', async () => {
     const user = await h.signUp();
     const login = await loginWhile(user, async () => {
@@ -96,6 +111,34 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
     assertError(login, 401, 'invalid_credentials');
     assert.equal(await liveSessions(user.userId), 1, 'only the session that changed the password');
     assert.equal((await h.get('/auth/me', { token: user.accessToken })).status, 200);
+  });
+
+  test('a password reset committed while a password change compares the old password: 403, and the reset’s password stays', async () => {
+    // Threat: a thief holding a session and the old password keeps changes in flight; the
+    // owner's reset must not be overwritten by one that was comparing when it committed.
+    const user = await h.signUp();
+    const verify = PasswordHasher.prototype.verify;
+    let resetUnderTheChange = false;
+    PasswordHasher.prototype.verify = async function (this: PasswordHasher, ...args: Parameters<typeof verify>) {
+      const right = await verify.apply(this, args);
+      if (!resetUnderTheChange && args[0] === user.password) {
+        resetUnderTheChange = true;
+        assert.equal((await h.post('/auth/password/forgot', { email: user.email })).status, 202);
+        const reset = await h.post('/auth/password/reset', { token: h.tokenFromMail(user.email, 'password_reset'), new_password: NEW_PASSWORD });
+        assert.equal(reset.status, 200, reset.text);
+      }
+      return right;
+    };
+    let change: Awaited<ReturnType<typeof h.post>>;
+    try {
+      change = await h.post('/auth/password/change', { current_password: user.password, new_password: 'the thief chose this one' }, { token: user.accessToken });
+    } finally {
+      PasswordHasher.prototype.verify = verify;
+    }
+    assert.ok(resetUnderTheChange);
+    assertError(change, 403, 'invalid_credentials');
+    assert.equal((await h.post('/auth/login', { email: user.email, password: 'the thief chose this one' })).status, 401);
+    assert.equal((await h.post('/auth/login', { email: user.email, password: NEW_PASSWORD })).status, 200);
   });
 
   test('a user disabled while a login compares its password: 403 account_disabled, and enabling it revives no session', async () => {

@@ -144,10 +144,10 @@ export class AccountService {
     const refusal = this.signInRules.accountRefusal(user, this.context.clock.now());
     if (refusal === 'account_disabled') await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
     if (refusal) throw accountRefusalError(refusal);
-    const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method };
+    const comparedPasswordHash = firstFactor.amr === 'pwd' ? firstFactor.comparedPasswordHash : undefined;
+    const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method, comparedPasswordHash };
     const amr = [firstFactor.amr];
     const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
-    const comparedPasswordHash = firstFactor.amr === 'pwd' ? firstFactor.comparedPasswordHash : undefined;
     const passed = await this.mfa.throughLoginGate(
       user,
       meta,
@@ -217,12 +217,15 @@ export class AccountService {
   }
 
   async changePassword(principal: Principal, input: { currentPassword: string; newPassword: string }, meta: RequestMeta): Promise<void> {
-    const user = principal.user;
+    // The hash read now, not the caller's kept account (the access cache): the new one is written
+    // only while the account still holds the hash compared here.
+    const user = (await this.context.store.repos.users.findById(principal.userId)) ?? principal.user;
     // A wrong current password counts toward the lockout like a wrong login (no
     // password oracle behind a stolen access token); a locked account compares nothing.
     const slot = user.passwordHash ? await FailedAttemptSlot.reserve(this.context.store.repos, this.context.config.auth.lockout, user.id, this.context.clock.now()) : undefined;
     if (!user.passwordHash || !slot) throw errors.invalidCredentials(403);
-    if (!(await this.context.hasher.verify(input.currentPassword, user.passwordHash))) {
+    const comparedHash = user.passwordHash;
+    if (!(await this.context.hasher.verify(input.currentPassword, comparedHash))) {
       await runUnitOfWork(this.context, meta, (uow) => slot.fail(uow, 'password'));
       throw errors.invalidCredentials(403);
     }
@@ -230,7 +233,9 @@ export class AccountService {
     assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
     const passwordHash = await this.context.hasher.hash(input.newPassword);
     await runUnitOfWork(this.context, meta, async (uow) => {
-      await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
+      // The password compared must still be the account's: a reset (or another change) that
+      // committed during the comparison is not overwritten by a thief's in-flight change.
+      if (!(await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now, comparedHash))) throw errors.invalidCredentials(403);
       await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_changed', principal.sessionId);
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'change', sessions_revoked: count } });

@@ -15,6 +15,7 @@ import type { Principal } from '../access/principal.js';
 import type { AccessTokenResponse, SessionService, TokenResponse } from '../sessions/session-service.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import { mayAuthenticate, type AccessPolicy } from '../access/access-policy.js';
+import type { SignInRules } from '../access/sign-in-rules.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
 /** A factor in the management list (docs/database.md): pending ones too. */
@@ -45,6 +46,17 @@ const PASSKEY_SECOND_FACTOR_AMR = ['pwd', 'hwk'];
 
 type CodeMethod = FactorType | 'recovery';
 
+/**
+ * Where a sign-in at the login gate came from: its single sign-on connection, its passwordless
+ * method, and for a password the hash it was compared with (its ticket, like its session, is
+ * written only while the account still holds it).
+ */
+export interface SignInOrigin {
+  ssoConnectionId?: string | undefined;
+  signInMethod?: PasswordlessMethod | undefined;
+  comparedPasswordHash?: string | undefined;
+}
+
 /** What answers the gate or step-up: a code (TOTP, SMS, e-mail, recovery) or a passkey assertion. */
 export type SecondFactorProof = { code: string; response?: undefined } | { code?: undefined; response: AuthenticationResponseJSON };
 
@@ -57,6 +69,7 @@ export class MfaService {
     private readonly sessions: SessionService,
     private readonly policy: AccessPolicy,
     private readonly passkeys: PasskeyService,
+    private readonly signInRules: SignInRules,
   ) {
     this.codes = new MfaCodes(context);
   }
@@ -75,7 +88,7 @@ export class MfaService {
     user: UserRecord,
     meta: RequestMeta,
     firstFactor: TicketFirstFactor,
-    origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined },
+    origin: SignInOrigin,
     open: () => Promise<T | undefined>,
     noFactorWhenRead = false,
   ): Promise<{ kind: 'mfa_required'; mfaToken: string; factors: LoginFactorView[] } | { kind: 'opened'; opened: T }> {
@@ -98,7 +111,7 @@ export class MfaService {
     user: UserRecord,
     meta: RequestMeta,
     firstFactor: TicketFirstFactor,
-    origin: { ssoConnectionId?: string | undefined; signInMethod?: PasswordlessMethod | undefined },
+    origin: SignInOrigin,
     noFactorWhenRead: boolean,
   ): Promise<{ mfaToken: string; factors: LoginFactorView[] } | undefined> {
     const confirmed = noFactorWhenRead ? [] : await this.context.store.repos.mfaFactors.listConfirmed(user.id);
@@ -110,7 +123,12 @@ export class MfaService {
     }
     const ticketId = randomUUID();
     const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
-    await this.context.store.repos.mfaTickets.insert({ id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, signInMethod: origin.signInMethod });
+    const repos = this.context.store.repos;
+    const ticket = { id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, signInMethod: origin.signInMethod };
+    // Like the session it stands for: not for an account disabled, deleted or given a new password since the sign-in read it.
+    if (!(await repos.mfaTickets.insert(ticket, origin.comparedPasswordHash))) {
+      throw (await this.signInRules.refusalSinceRead(repos, user.id, origin.comparedPasswordHash)) ?? errors.accountDisabled();
+    }
     const offered = confirmed.filter((factor) => (factor.type !== 'webauthn' || this.passkeys.enabled) && !provesOnlyTheFirstFactor({ firstFactor }, factor, user.email));
     return { mfaToken: token, factors: offered.map(loginFactorView) };
   }
