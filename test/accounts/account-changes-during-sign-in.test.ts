@@ -45,8 +45,8 @@ async function lockoutState(userId: string): Promise<[number, number]> {
   return [Number(account.failed_login_count), Number(account.attempts_in_flight)];
 }
 
-/** Runs `change` once, right after the login of `user` has compared its password and before its session is written. */
-async function loginWhile(user: SignedUpUser, change: () => Promise<void>) {
+/** Sends `request`, and runs `change` once, right after `user`'s password has been compared (rightly) and before anything is written. */
+async function whileComparing(user: SignedUpUser, change: () => Promise<void>, request: () => ReturnType<Harness['post']>) {
   const verify = PasswordHasher.prototype.verify;
   let changed = false;
   PasswordHasher.prototype.verify = async function (this: PasswordHasher, ...args: Parameters<typeof verify>) {
@@ -59,24 +59,28 @@ async function loginWhile(user: SignedUpUser, change: () => Promise<void>) {
     return right;
   };
   try {
-    const login = await h.post('/auth/login', { email: user.email, password: user.password });
-    assert.ok(changed, 'the change ran during the login');
-    return login;
+    const answer = await request();
+    assert.ok(changed, 'the change ran during the comparison');
+    return answer;
   } finally {
     PasswordHasher.prototype.verify = verify;
   }
 }
+
+const loginWhile = (user: SignedUpUser, change: () => Promise<void>) => whileComparing(user, change, () => h.post('/auth/login', { email: user.email, password: user.password }));
+
+const resetPassword = async (user: SignedUpUser) => {
+  assert.equal((await h.post('/auth/password/forgot', { email: user.email })).status, 202);
+  const reset = await h.post('/auth/password/reset', { token: h.tokenFromMail(user.email, 'password_reset'), new_password: NEW_PASSWORD });
+  assert.equal(reset.status, 200, reset.text);
+};
 
 describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () => {
   test('a password reset committed while a login compares the old password: 401 invalid_credentials and no session', async () => {
     const user = await h.signUp();
     assert.equal((await h.post('/auth/login', { email: user.email, password: 'not the password 123' })).status, 401);
     const loginsBefore = await logins(user.userId);
-    const login = await loginWhile(user, async () => {
-      assert.equal((await h.post('/auth/password/forgot', { email: user.email })).status, 202);
-      const reset = await h.post('/auth/password/reset', { token: h.tokenFromMail(user.email, 'password_reset'), new_password: NEW_PASSWORD });
-      assert.equal(reset.status, 200, reset.text);
-    });
+    const login = await loginWhile(user, () => resetPassword(user));
     assertError(login, 401, 'invalid_credentials');
     assert.equal(await liveSessions(user.userId), 0, 'every session stays revoked');
     assert.equal(await logins(user.userId), loginsBefore, 'no user.logged_in');
@@ -90,11 +94,7 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
   test('a password reset committed while a login of a user with a factor compares the old password: 401 and no MFA ticket to finish', async () => {
     const user = await signUpWithTotp(h);
     const ticketsBefore = await h.knex(`${h.tablePrefix}mfa_tickets`).where({ user_id: user.userId }).count({ count: '*' });
-    const login = await loginWhile(user, async () => {
-      assert.equal((await h.post('/auth/password/forgot', { email: user.email })).status, 202);
-      const reset = await h.post('/auth/password/reset', { token: h.tokenFromMail(user.email, 'password_reset'), new_password: NEW_PASSWORD });
-      assert.equal(reset.status, 200, reset.text);
-    });
+    const login = await loginWhile(user, () => resetPassword(user));
     // Before, it answered mfa_required with a ticket the reset had not ended: one second factor from a session.
     assertError(login, 401, 'invalid_credentials');
     const ticketsAfter = await h.knex(`${h.tablePrefix}mfa_tickets`).where({ user_id: user.userId }).count({ count: '*' });
@@ -117,25 +117,11 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
     // Threat: a thief holding a session and the old password keeps changes in flight; the
     // owner's reset must not be overwritten by one that was comparing when it committed.
     const user = await h.signUp();
-    const verify = PasswordHasher.prototype.verify;
-    let resetUnderTheChange = false;
-    PasswordHasher.prototype.verify = async function (this: PasswordHasher, ...args: Parameters<typeof verify>) {
-      const right = await verify.apply(this, args);
-      if (!resetUnderTheChange && args[0] === user.password) {
-        resetUnderTheChange = true;
-        assert.equal((await h.post('/auth/password/forgot', { email: user.email })).status, 202);
-        const reset = await h.post('/auth/password/reset', { token: h.tokenFromMail(user.email, 'password_reset'), new_password: NEW_PASSWORD });
-        assert.equal(reset.status, 200, reset.text);
-      }
-      return right;
-    };
-    let change: Awaited<ReturnType<typeof h.post>>;
-    try {
-      change = await h.post('/auth/password/change', { current_password: user.password, new_password: 'the thief chose this one' }, { token: user.accessToken });
-    } finally {
-      PasswordHasher.prototype.verify = verify;
-    }
-    assert.ok(resetUnderTheChange);
+    const change = await whileComparing(
+      user,
+      () => resetPassword(user),
+      () => h.post('/auth/password/change', { current_password: user.password, new_password: 'the thief chose this one' }, { token: user.accessToken }),
+    );
     assertError(change, 403, 'invalid_credentials');
     assert.equal((await h.post('/auth/login', { email: user.email, password: 'the thief chose this one' })).status, 401);
     assert.equal((await h.post('/auth/login', { email: user.email, password: NEW_PASSWORD })).status, 200);
