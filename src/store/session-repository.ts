@@ -166,6 +166,14 @@ export class SessionRepository extends Repository {
     return row ? mapSession(row) : undefined;
   }
 
+  /**
+   * Whether the session is still live, its row locked for the caller's transaction (on
+   * PostgreSQL): a revocation committed first is seen, one that comes later waits for the commit.
+   */
+  async lockLive(id: string, now: number): Promise<boolean> {
+    return (await this.lockForUpdate(whereLive(this.db(this.table.sessions).select('id').where({ id }), now)).first()) !== undefined;
+  }
+
   /** A session that is neither revoked nor past its refresh lifetime. */
   async findLive(id: string, now: number): Promise<SessionRecord | undefined> {
     const row = await whereLive(this.db(this.table.sessions).where({ id }), now).first();

@@ -127,6 +127,20 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
     assert.equal((await h.post('/auth/login', { email: user.email, password: NEW_PASSWORD })).status, 200);
   });
 
+  test('the owner’s logout-all committed while a password change compares: 401, and the password stays', async () => {
+    const user = await h.signUp();
+    const owner = await h.post('/auth/login', { email: user.email, password: user.password });
+    assert.equal(owner.status, 200, owner.text);
+    const change = await whileComparing(
+      user,
+      async () => assert.equal((await h.post('/auth/logout-all', undefined, { token: owner.body.data.access_token })).status, 200),
+      () => h.post('/auth/password/change', { current_password: user.password, new_password: 'the thief chose this one' }, { token: user.accessToken }),
+    );
+    assertError(change, 401, 'unauthorized');
+    assert.equal((await h.post('/auth/login', { email: user.email, password: 'the thief chose this one' })).status, 401);
+    assert.equal((await h.post('/auth/login', { email: user.email, password: user.password })).status, 200);
+  });
+
   test('a user disabled while a login compares its password: 403 account_disabled, and enabling it revives no session', async () => {
     const user = await h.signUp();
     const login = await loginWhile(user, async () => {

@@ -236,6 +236,8 @@ export class AccountService {
       // The password compared must still be the account's: a reset (or another change) that
       // committed during the comparison is not overwritten by a thief's in-flight change.
       if (!(await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now, comparedHash))) throw errors.invalidCredentials(403);
+      // Nor by one whose session the owner ended meanwhile (logout-all, a revoked session).
+      if (!(await uow.repos.sessions.lockLive(principal.sessionId, uow.now))) throw errors.unauthorized('The session behind this token has ended.');
       await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_changed', principal.sessionId);
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'change', sessions_revoked: count } });
