@@ -84,7 +84,10 @@ export class SessionService {
   async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
     const session = this.newSession(user, authentication, meta, uow.now);
     // Refused only if the account was disabled or deleted since the caller read it.
-    if (!(await uow.repos.sessions.insert(session))) throw (await this.signInRules.refusalSinceRead(uow.repos, user.id)) ?? errors.accountDisabled();
+    if (!(await uow.repos.sessions.insert(session))) {
+      await this.throwIfAccountChanged(uow.repos, user.id);
+      throw errors.accountDisabled();
+    }
     return this.opened(session, user);
   }
 
@@ -96,8 +99,7 @@ export class SessionService {
   async openPastGate(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession | undefined> {
     const session = this.newSession(user, authentication, meta, uow.now);
     if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true })) return this.opened(session, user);
-    const refusal = await this.signInRules.refusalSinceRead(uow.repos, user.id);
-    if (refusal) throw refusal;
+    await this.throwIfAccountChanged(uow.repos, user.id);
     return undefined;
   }
 
@@ -125,9 +127,14 @@ export class SessionService {
       return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true, comparedPasswordHash });
     });
     if (written) return this.opened(session!, user);
-    const refusal = await this.signInRules.refusalSinceRead(this.context.store.repos, user.id, comparedPasswordHash);
-    if (refusal) throw refusal;
+    await this.throwIfAccountChanged(this.context.store.repos, user.id, comparedPasswordHash);
     return undefined;
+  }
+
+  /** After a refused session write: the sign-in's refusal if the account changed since it was read (`SignInRules.refusalSinceRead`). */
+  private async throwIfAccountChanged(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<void> {
+    const refusal = await this.signInRules.refusalSinceRead(repos, userId, comparedPasswordHash);
+    if (refusal) throw refusal;
   }
 
   private newSession(user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, now: number): SessionRecord {
