@@ -139,7 +139,7 @@ export class IdentityServices {
     this.sessions = new SessionService(context, this.catalog, this.policy, this.signInRules);
     this.passkeys = new PasskeyService(context, this.sessions, this.policy, this.signInRules);
     this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys, this.signInRules);
-    this.accounts = new AccountService(context, this.sessions, this.mfa, this.signInRules);
+    this.accounts = new AccountService(context, this.sessions, this.mfa, this.signInRules, this.policy);
     this.me = new MeService(context);
     this.organizations = new OrganizationService(context, this.catalog);
     this.members = new MemberService(context, this.catalog, this.policy);

@@ -167,11 +167,12 @@ export class SessionRepository extends Repository {
   }
 
   /**
-   * Whether the session is still live, its row locked for the caller's transaction (on
+   * The session if it is still live, its row locked for the caller's transaction (on
    * PostgreSQL): a revocation committed first is seen, one that comes later waits for the commit.
    */
-  async lockLive(id: string, now: number): Promise<boolean> {
-    return (await this.lockForUpdate(whereLive(this.db(this.table.sessions).select('id').where({ id }), now)).first()) !== undefined;
+  async lockLive(id: string, now: number): Promise<SessionRecord | undefined> {
+    const row = await this.lockForUpdate(whereLive(this.db(this.table.sessions).where({ id }), now)).first();
+    return row ? mapSession(row) : undefined;
   }
 
   /** A session that is neither revoked nor past its refresh lifetime. */

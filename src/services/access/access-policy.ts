@@ -461,8 +461,24 @@ export class AccessPolicy {
   }
 
   private *credentialGate(repos: Repositories, principal: Principal, kind: CredentialKind): Steps<void> {
+    yield* this.sessionStillLive(repos, principal);
     const user = yield* read(repos.users.findById(principal.userId));
     yield* this.assertMayAddCredentialWith(uncachedReads(repos), principal, user?.emailVerified === true, kind);
+  }
+
+  /**
+   * The caller's session is still live, its row locked until the caller's transaction ends
+   * (docs/security.md, "Refresh tokens and sessions"): a logout, logout-all or revocation that
+   * committed after the request was admitted refuses its write, and one that comes later waits
+   * for the write and then ends the session with the rest. Callers that lock the user's row take
+   * it first, as every revocation of a user's sessions does.
+   */
+  assertSessionLive(repos: Repositories, principal: Principal): Promise<void> {
+    return decideLater(this.sessionStillLive(repos, principal));
+  }
+
+  private *sessionStillLive(repos: Repositories, principal: Principal): Steps<void> {
+    if ((yield* read(repos.sessions.lockLive(principal.sessionId, this.context.clock.now()))) === undefined) throw errors.unauthorized('The session behind this token has ended.');
   }
 
   private *assertMayAddCredentialWith(reads: GateReads, principal: Principal, emailVerified: boolean, kind: CredentialKind): Steps<void> {

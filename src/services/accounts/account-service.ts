@@ -12,7 +12,7 @@ import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.j
 import type { Principal } from '../access/principal.js';
 import type { SessionService } from '../sessions/session-service.js';
 import { FailedAttemptSlot, hasPasswordToCompare } from '../limits/lockout.js';
-import { mayAuthenticate } from '../access/access-policy.js';
+import { type AccessPolicy, mayAuthenticate } from '../access/access-policy.js';
 import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
@@ -25,6 +25,7 @@ export class AccountService {
     private readonly sessions: SessionService,
     private readonly mfa: MfaService,
     private readonly signInRules: SignInRules,
+    private readonly policy: AccessPolicy,
   ) {}
 
   /**
@@ -237,7 +238,7 @@ export class AccountService {
       // committed during the comparison is not overwritten by a thief's in-flight change.
       if (!(await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now, comparedHash))) throw errors.invalidCredentials(403);
       // Nor by one whose session the owner ended meanwhile (logout-all, a revoked session).
-      if (!(await uow.repos.sessions.lockLive(principal.sessionId, uow.now))) throw errors.unauthorized('The session behind this token has ended.');
+      await this.policy.assertSessionLive(uow.repos, principal);
       await this.endPasswordBoundCredentials(uow, user.id);
       const count = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'password_changed', principal.sessionId);
       await uow.emit({ type: 'user.password_changed', actorId: user.id, userId: user.id, data: { method: 'change', sessions_revoked: count } });

@@ -385,6 +385,8 @@ export class MfaService {
   async regenerateRecoveryCodes(principal: Principal, meta: RequestMeta): Promise<string[]> {
     return runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
+      // Codes that stand in for a factor: not issued to a session that ended while the request waited.
+      await this.policy.assertSessionLive(uow.repos, principal);
       if (!(await uow.repos.mfaFactors.hasConfirmed(principal.userId))) {
         throw errors.invalidState('Recovery codes need a confirmed factor first.');
       }

@@ -207,8 +207,10 @@ export class SocialService {
 
   private async resolveLinkOnce(uow: UnitOfWork, provider: ResolvedSocialProvider, flow: SocialFlowRecord, claims: ProviderClaims): Promise<SocialFlowOutcome> {
     const repos = uow.repos;
-    const session = flow.sessionId ? await repos.sessions.findLive(flow.sessionId, uow.now) : undefined;
     const user = flow.userId ? await repos.users.findByIdForUpdate(flow.userId) : undefined;
+    // The session that started the flow, locked after the account as every revocation takes them:
+    // a logout-all committed since the bearer was checked refuses the link, a later one waits for it.
+    const session = user && flow.sessionId ? await repos.sessions.lockLive(flow.sessionId, uow.now) : undefined;
     if (!session || !user || session.userId !== user.id || user.status !== 'active' || user.deletedAt !== null) throw new SocialRefusal('session_ended');
 
     const existing = await repos.socialIdentities.findByProviderSubject(provider.id, claims.subject);
