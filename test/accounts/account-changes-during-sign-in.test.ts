@@ -40,6 +40,11 @@ async function logins(userId: string): Promise<number> {
   return Number(row?.count ?? 0);
 }
 
+/** The `data` of the newest user.login_failed of `userId`. */
+function lastLoginFailure(userId: string): unknown {
+  return h.eventsOfType('user.login_failed').filter((event) => event.user_id === userId).at(-1)?.data;
+}
+
 async function lockoutState(userId: string): Promise<[number, number]> {
   const account = await h.knex(`${h.tablePrefix}users`).where({ id: userId }).first();
   return [Number(account.failed_login_count), Number(account.attempts_in_flight)];
@@ -84,6 +89,7 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
     assertError(login, 401, 'invalid_credentials');
     assert.equal(await liveSessions(user.userId), 0, 'every session stays revoked');
     assert.equal(await logins(user.userId), loginsBefore, 'no user.logged_in');
+    assert.deepEqual(lastLoginFailure(user.userId), { reason: 'password_changed' });
     // The reset cleared the earlier failure; the stale comparison gave its slot back and counted nothing.
     assert.deepEqual(await lockoutState(user.userId), [0, 0]);
     const withNew = await h.post('/auth/login', { email: user.email, password: NEW_PASSWORD });
@@ -109,6 +115,7 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
       assert.equal(change.status, 200, change.text);
     });
     assertError(login, 401, 'invalid_credentials');
+    assert.deepEqual(lastLoginFailure(user.userId), { reason: 'password_changed' });
     assert.equal(await liveSessions(user.userId), 1, 'only the session that changed the password');
     assert.equal((await h.get('/auth/me', { token: user.accessToken })).status, 200);
   });
@@ -148,6 +155,7 @@ describe(`the account changing while a sign-in is under way, on ${TEST_DB}`, () 
       assert.equal(disabled.status, 200, disabled.text);
     });
     assertError(login, 403, 'account_disabled');
+    assert.deepEqual(lastLoginFailure(user.userId), { reason: 'account_disabled' });
     assert.equal(await liveSessions(user.userId), 0);
     assert.deepEqual(await lockoutState(user.userId), [0, 0], 'the slot went back');
     assert.equal((await h.post(`/users/${user.userId}/enable`, undefined, { token: admin.accessToken })).status, 200);

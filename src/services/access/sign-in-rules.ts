@@ -1,4 +1,4 @@
-import { errors, type IdentityError } from '../../errors.js';
+import { errors, IdentityError } from '../../errors.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { ServiceContext } from '../shared/service-context.js';
@@ -13,6 +13,22 @@ export interface SsoRequirement {
 
 /** Why an account whose credential was right still may not sign in. */
 export type AccountRefusal = 'account_disabled' | 'invalid_credentials' | 'email_unverified';
+
+/** Why a sign-in was refused by a change of its account while it was under way: its `user.login_failed` reason (docs/events.md). */
+export type ChangedAccountReason = 'account_disabled' | 'locked' | 'email_unverified' | 'password_changed';
+
+/**
+ * A sign-in refused because its account changed while it was under way
+ * (`SignInRules.refusalSinceRead`): answered as the refusal it carries, recorded with `reason`.
+ */
+export class AccountChangedDuringSignIn extends IdentityError {
+  constructor(
+    refusal: IdentityError,
+    readonly reason: ChangedAccountReason,
+  ) {
+    super(refusal.status, refusal.code, refusal.message, { headers: refusal.headers, extra: refusal.extra });
+  }
+}
 
 /** A refusal as every sign-in answers it: as `POST /auth/login` would. */
 export function accountRefusalError(refusal: AccountRefusal): IdentityError {
@@ -54,12 +70,12 @@ export class SignInRules {
    * compared (`SessionRepository.insert`). Undefined when the account is as the sign-in saw it:
    * then it was a factor confirmed meanwhile (`MfaService.throughLoginGate`).
    */
-  async refusalSinceRead(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<IdentityError | undefined> {
+  async refusalSinceRead(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<AccountChangedDuringSignIn | undefined> {
     const account = await repos.users.findById(userId);
-    if (!account) return errors.accountDisabled();
+    if (!account) return new AccountChangedDuringSignIn(errors.accountDisabled(), 'account_disabled');
     const refusal = this.accountRefusal(account, this.context.clock.now());
-    if (refusal) return accountRefusalError(refusal);
-    if (comparedPasswordHash !== undefined && account.passwordHash !== comparedPasswordHash) return errors.invalidCredentials();
+    if (refusal) return new AccountChangedDuringSignIn(accountRefusalError(refusal), refusal === 'invalid_credentials' ? 'locked' : refusal);
+    if (comparedPasswordHash !== undefined && account.passwordHash !== comparedPasswordHash) return new AccountChangedDuringSignIn(errors.invalidCredentials(), 'password_changed');
     return undefined;
   }
 

@@ -16,7 +16,7 @@ import { type AccessPolicy, mayAuthenticate } from '../access/access-policy.js';
 import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
-import { accountRefusalError, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
+import { AccountChangedDuringSignIn, accountRefusalError, type ChangedAccountReason, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
 
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
@@ -149,14 +149,13 @@ export class AccountService {
     const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method, comparedPasswordHash };
     const amr = [firstFactor.amr];
     const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
-    const passed = await this.mfa.throughLoginGate(
-      user,
-      meta,
-      firstFactor.amr,
-      origin,
-      () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, comparedPasswordHash),
-      noFactorWhenRead,
-    );
+    const passed = await this.mfa
+      .throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, comparedPasswordHash), noFactorWhenRead)
+      .catch(async (error: unknown) => {
+        // A failed login like any other, though its credential was right when compared; it counts toward no lockout.
+        if (error instanceof AccountChangedDuringSignIn) await this.recordLoginFailure(user, error.reason, meta, undefined, firstFactor);
+        throw error;
+      });
     if (passed.kind === 'mfa_required') return passed;
     slot?.completedSignIn();
     const tokens = await this.sessions.signOpened(passed.opened);
@@ -257,7 +256,7 @@ export class AccountService {
   /** Only a wrong password counts toward the lockout (its slot stays taken); unknown, locked and disabled accounts are only recorded. */
   private async recordLoginFailure(
     user: UserRecord | undefined,
-    reason: 'unknown_account' | 'locked' | 'wrong_password' | 'account_disabled',
+    reason: 'unknown_account' | 'wrong_password' | ChangedAccountReason,
     meta: RequestMeta,
     slot?: FailedAttemptSlot,
     firstFactor?: FirstFactor,
