@@ -7,7 +7,7 @@ import { assertError } from '../helpers/account.js';
 import { Harness, type SignedUpUser, TEST_DB, uniqueEmail } from '../helpers/harness.js';
 import { nextTotpCode, loginForTicket, signUpWithTotp } from '../helpers/mfa.js';
 import { superadmin } from '../helpers/orgs.js';
-import { newSubject, socialLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import { newSubject, PROVIDER_ID, socialLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
 
 /*
  * Threat: a sign-in decides on the account as it read it, and writes its session after a
@@ -263,6 +263,8 @@ describe(`a federated sign-in while the account changes, on ${TEST_DB}`, () => {
     } finally {
       MfaFactorRepository.prototype.listConfirmed = listConfirmed;
     }
+    const failed = social.eventsOfType('user.login_failed').filter((event) => event.user_id === user.id);
+    assert.deepEqual(failed.at(-1)?.data, { method: 'social', provider: PROVIDER_ID, reason: 'account_disabled' });
     const [row] = await social.knex(`${social.tablePrefix}sessions`).where({ user_id: user.id }).whereNull('revoked_at').count({ count: '*' });
     assert.equal(Number(row?.count ?? 0), 0);
   });

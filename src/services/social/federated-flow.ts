@@ -1,5 +1,5 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
-import { accountRefusalError } from '../access/sign-in-rules.js';
+import { AccountChangedDuringSignIn, accountRefusalError } from '../access/sign-in-rules.js';
 import type * as OpenIdClient from 'openid-client';
 import { matchesReturnUrl } from '../../config/social.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
@@ -72,6 +72,16 @@ export type RefusalCode =
   | 'email_unverified'
   | 'invalid_credentials'
   | 'session_ended';
+
+/** A federated sign-in, as `FederatedFlow.openSession` opens it. */
+export interface FederatedSignIn {
+  /** `{method: 'social', provider}` or `{method: 'sso', connection_id}`: the events' data. */
+  method: Record<string, unknown>;
+  /** The organization the events name (single sign-on). */
+  organizationId?: string;
+  /** Runs in the session's transaction, with its id. */
+  opened?: (uow: UnitOfWork, sessionId: string) => Promise<void>;
+}
 
 /** A callback or exchange refusal: a code of docs/social-login.md and docs/sso.md (or a login code of section 5). */
 export class FederatedRefusal extends Error {
@@ -247,23 +257,28 @@ export class FederatedFlows {
   /**
    * A federated first factor completes the sign-in (docs/social-login.md and docs/sso.md): the MFA gate applies
    * unchanged, else a session opens with `amr: ['fed']`; `opened` runs in its transaction.
+   * `method` is what `user.logged_in` (and a `user.login_failed`) says of the sign-in.
    */
-  async openSession(
-    user: UserRecord,
-    meta: RequestMeta,
-    loggedIn: Record<string, unknown>,
-    opened?: (uow: UnitOfWork, sessionId: string) => Promise<void>,
-    ssoConnectionId?: string,
-  ): Promise<LoginResult> {
-    const passed = await this.mfa.throughLoginGate(user, meta, 'fed', { ssoConnectionId }, () =>
-      runUnitOfWork(this.context, meta, async (uow) => {
-        const started = await this.sessions.openPastGate(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
-        if (!started) return undefined;
-        if (opened) await opened(uow, started.session.id);
-        await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], ...loggedIn } });
-        return started;
-      }),
-    );
+  async openSession(user: UserRecord, meta: RequestMeta, signIn: FederatedSignIn): Promise<LoginResult> {
+    const { method, organizationId, opened } = signIn;
+    const ssoConnectionId = typeof method.connection_id === 'string' ? method.connection_id : undefined;
+    const passed = await this.mfa
+      .throughLoginGate(user, meta, 'fed', { ssoConnectionId }, () =>
+        runUnitOfWork(this.context, meta, async (uow) => {
+          const started = await this.sessions.openPastGate(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
+          if (!started) return undefined;
+          if (opened) await opened(uow, started.session.id);
+          await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], ...method } });
+          return started;
+        }),
+      )
+      .catch(async (error: unknown) => {
+        // Disabled or deleted after the provider's answer was checked: a failed sign-in like any other.
+        if (error instanceof AccountChangedDuringSignIn) {
+          await runUnitOfWork(this.context, meta, (uow) => uow.emit({ type: 'user.login_failed', userId: user.id, ...(organizationId ? { organizationId } : {}), data: { ...method, reason: error.reason } }));
+        }
+        throw error;
+      });
     if (passed.kind === 'mfa_required') return passed;
     // Tokens are signed only after commit (no token for a session that was never stored).
     const tokens = await this.sessions.signOpened(passed.opened);

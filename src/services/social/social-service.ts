@@ -284,7 +284,7 @@ export class SocialService {
     // A linked account (9.4 rule 1) is judged by its own address, whatever the provider's is.
     await this.assertSsoAllows(user.email);
     // docs/social-login.md: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
-    const login = await this.flows.openSession(user, meta, { method: 'social', provider: provider.id });
+    const login = await this.flows.openSession(user, meta, { method: { method: 'social', provider: provider.id } });
     return { purpose: 'login', isNewUser: outcome.is_new_user, login };
   }
 

@@ -506,10 +506,12 @@ export class SsoService {
     }
     const user = await this.context.store.repos.users.findById(outcome.userId);
     if (!user) throw invalidExchangeCode();
-    const login = await this.flows.openSession(user, meta, { method: 'sso', connection_id: connection.id }, async (uow, sessionId) => {
+    const login = await this.flows.openSession(user, meta, {
+      method: { method: 'sso', connection_id: connection.id },
+      organizationId: connection.organizationId,
       // Enforcement lets this session refresh and accept invites: it was opened through the connection.
-      await uow.repos.ssoIdentities.markSessionOpenedThrough(sessionId, connection.id);
-    }, connection.id);
+      opened: (uow, sessionId) => uow.repos.ssoIdentities.markSessionOpenedThrough(sessionId, connection.id),
+    });
     return { login, isNewUser: outcome.isNewUser, organizationId: connection.organizationId };
   }
 
