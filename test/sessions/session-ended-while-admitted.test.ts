@@ -10,15 +10,18 @@ import { authorizeAtProvider, callRouterCallback, exchangeCode, handoffPair, new
 
 /*
  * Threat: a thief's request is admitted while its session is live, and the owner ends that
- * session (logout-all) before the request writes. A credential, or codes standing in for one,
- * must not be added by a session that had already ended when the write committed: the write
- * re-checks its caller's session inside its transaction, its row locked
- * (`AccessPolicy.assertSessionLive`, docs/security.md).
+ * session (logout-all) before the request writes. A credential, codes standing in for one, or a
+ * webhook and its secret must not be added by a session that had already ended when the write
+ * committed: the write re-checks its caller's session inside its transaction, its row locked
+ * (`AccessPolicy.assertSessionLive`, the credential gate and `leavesStandingAccess`,
+ * docs/security.md).
  */
 
 let h: Harness;
 before(async () => {
-  h = await Harness.start({ config: { webauthn: fixtureWebauthnConfig } });
+  h = await Harness.start({
+    config: { webauthn: fixtureWebauthnConfig, webhooks: { enabled: true, allowHttp: true, allowPrivateNetworks: true }, events: { delivery: { pollMs: 3_600_000 } } },
+  });
 });
 after(async () => {
   await h.close();
@@ -104,6 +107,30 @@ describe(`a session ended between a request's admission and its write, on ${TEST
     );
     assertUnauthorized(created);
     assert.equal(await countRows(h, 'api_keys', { user_id: org.owner.userId }), 0);
+  });
+
+  test('creating a webhook: 401, and no webhook', async () => {
+    const org = await createOrg(h);
+    const owner = await ownersSession(org.owner);
+    const created = await endedAfterAdmission('/orgs/:orgId/webhooks', owner, () =>
+      h.post(`/orgs/${org.id}/webhooks`, { url: 'http://127.0.0.1:9/hooks', events: ['*'] }, { token: org.owner.token }),
+    );
+    assertUnauthorized(created);
+    assert.equal(await countRows(h, 'webhooks', { organization_id: org.id }), 0);
+  });
+
+  test('rotating a webhook’s secret: 401, and the secret stays', async () => {
+    const org = await createOrg(h);
+    const webhook = await h.post(`/orgs/${org.id}/webhooks`, { url: 'http://127.0.0.1:9/hooks', events: ['*'] }, { token: org.owner.token });
+    assert.equal(webhook.status, 201, webhook.text);
+    const stored = async () => (await h.knex(`${h.tablePrefix}webhooks`).where({ id: webhook.body.data.id }).first()) as Record<string, unknown>;
+    const before = await stored();
+    const owner = await ownersSession(org.owner);
+    const rotated = await endedAfterAdmission('/orgs/:orgId/webhooks/:webhookId/rotate-secret', owner, () =>
+      h.post(`/orgs/${org.id}/webhooks/${webhook.body.data.id}/rotate-secret`, {}, { token: org.owner.token }),
+    );
+    assertUnauthorized(rotated);
+    assert.deepEqual(await stored(), before);
   });
 
   test('changing the password: 401, and the old password still signs in', async () => {

@@ -53,6 +53,12 @@ export interface AccessRequirement {
    * user's row there, or by `assertMayAddCredential` under the user's row lock.
    */
   addsCredential?: CredentialKind;
+  /**
+   * The write leaves a standing way to the organization's data that outlives the session (a
+   * webhook, its secret): `grant.recheck` requires the caller's session still live, its row
+   * locked, as the credential gate does for `addsCredential` (docs/security.md).
+   */
+  leavesStandingAccess?: boolean;
   /** Answers while MFA enrollment is pending under enforcement (docs/security.md). */
   allowedDuringEnrollment?: boolean;
   /**
@@ -447,6 +453,7 @@ export class AccessPolicy {
     }
     // A sign-in gone stale, or an address no longer proven, while the request waited.
     if (requirement.addsCredential && actor.kind === 'session') yield* this.credentialGate(repos, actor, requirement.addsCredential);
+    else if (requirement.leavesStandingAccess && actor.kind === 'session') yield* this.sessionStillLive(repos, actor);
     if (requirement.user) authority = yield* this.authorizeOnUser(reads, actor as Principal, requirement.user, target);
     return authority!;
   }
