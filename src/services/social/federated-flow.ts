@@ -75,8 +75,8 @@ export type RefusalCode =
 
 /** A federated sign-in, as `FederatedFlow.openSession` opens it. */
 export interface FederatedSignIn {
-  /** `{method: 'social', provider}` or `{method: 'sso', connection_id}`: the events' data. */
-  method: Record<string, unknown>;
+  /** What `user.logged_in` and `user.login_failed` say of the sign-in (docs/events.md). */
+  method: { method: 'social'; provider: string } | { method: 'sso'; connection_id: string };
   /** The organization the events name (single sign-on). */
   organizationId?: string;
   /** Runs in the session's transaction, with its id. */
@@ -257,11 +257,10 @@ export class FederatedFlows {
   /**
    * A federated first factor completes the sign-in (docs/social-login.md and docs/sso.md): the MFA gate applies
    * unchanged, else a session opens with `amr: ['fed']`; `opened` runs in its transaction.
-   * `method` is what `user.logged_in` (and a `user.login_failed`) says of the sign-in.
    */
   async openSession(user: UserRecord, meta: RequestMeta, signIn: FederatedSignIn): Promise<LoginResult> {
     const { method, organizationId, opened } = signIn;
-    const ssoConnectionId = typeof method.connection_id === 'string' ? method.connection_id : undefined;
+    const ssoConnectionId = method.method === 'sso' ? method.connection_id : undefined;
     const passed = await this.mfa
       .throughLoginGate(user, meta, 'fed', { ssoConnectionId }, () =>
         runUnitOfWork(this.context, meta, async (uow) => {
