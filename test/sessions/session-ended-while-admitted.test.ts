@@ -12,9 +12,9 @@ import { authorizeAtProvider, callRouterCallback, exchangeCode, handoffPair, new
  * Threat: a thief's request is admitted while its session is live, and the owner ends that
  * session (logout-all) before the request writes. A credential, codes standing in for one, or a
  * webhook and its secret must not be added by a session that had already ended when the write
- * committed: the write re-checks its caller's session inside its transaction, its row locked
- * (`AccessPolicy.assertSessionLive`, the credential gate and `leavesStandingAccess`,
- * docs/security.md).
+ * committed, nor any other write an organization's rule admits: the write re-checks its
+ * caller's session inside its transaction, its row locked (`AccessPolicy.assertSessionLive`,
+ * called by the credential gate and `grant.recheck`, docs/security.md).
  */
 
 let h: Harness;
@@ -131,6 +131,24 @@ describe(`a session ended between a request's admission and its write, on ${TEST
     );
     assertUnauthorized(rotated);
     assert.deepEqual(await stored(), before);
+  });
+
+  test('renaming the organization: 401, and the name stays', async () => {
+    const org = await createOrg(h, { name: 'Before the logout' });
+    const owner = await ownersSession(org.owner);
+    const renamed = await endedAfterAdmission('/orgs/:orgId', owner, () => h.patch(`/orgs/${org.id}`, { name: 'After the logout' }, { token: org.owner.token }));
+    assertUnauthorized(renamed);
+    assert.equal((await h.knex(`${h.tablePrefix}organizations`).where({ id: org.id }).first()).name, 'Before the logout');
+  });
+
+  test('inviting a member: 401, and no invitation', async () => {
+    const org = await createOrg(h);
+    const owner = await ownersSession(org.owner);
+    const invited = await endedAfterAdmission('/orgs/:orgId/invites', owner, () =>
+      h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('invited-late'), role_slugs: ['member'] }, { token: org.owner.token }),
+    );
+    assertUnauthorized(invited);
+    assert.equal(await countRows(h, 'invites', { organization_id: org.id }), 0);
   });
 
   test('changing the password: 401, and the old password still signs in', async () => {

@@ -53,12 +53,6 @@ export interface AccessRequirement {
    * user's row there, or by `assertMayAddCredential` under the user's row lock.
    */
   addsCredential?: CredentialKind;
-  /**
-   * The write leaves a standing way to the organization's data that outlives the session (a
-   * webhook, its secret): `grant.recheck` requires the caller's session still live, its row
-   * locked, as the credential gate does for `addsCredential` (docs/security.md).
-   */
-  leavesStandingAccess?: boolean;
   /** Answers while MFA enrollment is pending under enforcement (docs/security.md). */
   allowedDuringEnrollment?: boolean;
   /**
@@ -109,7 +103,8 @@ export interface AccessTarget {
  * What the policy admitted, carried with the call: the caller, the organization, the
  * authority resolved for this request and the declared requirement. A service that writes
  * calls `recheck` inside its transaction, after taking its row locks, and the same declared
- * rule is evaluated again against the database; no service holds a copy of a permission key.
+ * rule is evaluated again against the database, with the caller's session still live (its row
+ * locked last: `assertSessionLive`); no service holds a copy of a permission key.
  */
 export interface AccessGrant {
   readonly actor: Actor;
@@ -451,9 +446,12 @@ export class AccessPolicy {
       if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
       if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
     }
-    // A sign-in gone stale, or an address no longer proven, while the request waited.
-    if (requirement.addsCredential && actor.kind === 'session') yield* this.credentialGate(repos, actor, requirement.addsCredential);
-    else if (requirement.leavesStandingAccess && actor.kind === 'session') yield* this.sessionStillLive(repos, actor);
+    if (actor.kind === 'session') {
+      // A sign-in gone stale, or an address no longer proven, while the request waited.
+      if (requirement.addsCredential) yield* this.credentialGate(repos, actor, requirement.addsCredential);
+      // A session its owner ended while the request waited writes nothing (the gate asks it too).
+      else yield* this.sessionStillLive(repos, actor);
+    }
     if (requirement.user) authority = yield* this.authorizeOnUser(reads, actor as Principal, requirement.user, target);
     return authority!;
   }
@@ -477,8 +475,9 @@ export class AccessPolicy {
    * The caller's session is still live, its row locked until the caller's transaction ends
    * (docs/security.md, "Refresh tokens and sessions"): a logout, logout-all or revocation that
    * committed after the request was admitted refuses its write, and one that comes later waits
-   * for the write and then ends the session with the rest. Callers that lock the user's row take
-   * it first, as every revocation of a user's sessions does.
+   * for the write and then ends the session with the rest. Callers that lock the organization's
+   * or the user's row take it first, as every revocation of sessions does, so the session's lock
+   * never waits while holding one a revocation needs.
    */
   assertSessionLive(repos: Repositories, principal: Principal): Promise<void> {
     return decideLater(this.sessionStillLive(repos, principal));
