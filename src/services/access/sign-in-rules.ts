@@ -79,6 +79,15 @@ export class SignInRules {
     return undefined;
   }
 
+  /**
+   * `refusalSinceRead` for a write refused on the account alone (a session past every gate, an
+   * MFA ticket): there is always a refusal, and one the read no longer sees (the change rolled
+   * back since) answers as a disabled account.
+   */
+  async refusalOfRefusedWrite(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<AccountChangedDuringSignIn> {
+    return (await this.refusalSinceRead(repos, userId, comparedPasswordHash)) ?? new AccountChangedDuringSignIn(errors.accountDisabled(), 'account_disabled');
+  }
+
   /** The enforcing connection of the address's verified domain, if any. */
   async ssoRequirement(email: string, repos: Repositories = this.context.store.repos): Promise<SsoRequirement | undefined> {
     if (!this.context.config.sso) return undefined;

@@ -126,9 +126,7 @@ export class MfaService {
     const repos = this.context.store.repos;
     const ticket = { id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, signInMethod: origin.signInMethod };
     // Like the session it stands for: not for an account disabled, deleted or given a new password since the sign-in read it.
-    if (!(await repos.mfaTickets.insert(ticket, origin.comparedPasswordHash))) {
-      throw (await this.signInRules.refusalSinceRead(repos, user.id, origin.comparedPasswordHash)) ?? errors.accountDisabled();
-    }
+    if (!(await repos.mfaTickets.insert(ticket, origin.comparedPasswordHash))) throw await this.signInRules.refusalOfRefusedWrite(repos, user.id, origin.comparedPasswordHash);
     const offered = confirmed.filter((factor) => (factor.type !== 'webauthn' || this.passkeys.enabled) && !provesOnlyTheFirstFactor({ firstFactor }, factor, user.email));
     return { mfaToken: token, factors: offered.map(loginFactorView) };
   }

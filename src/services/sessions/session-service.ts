@@ -1,6 +1,6 @@
 import type { SignInRules } from '../access/sign-in-rules.js';
 import { randomUUID } from 'node:crypto';
-import { errors, } from '../../errors.js';
+import { errors } from '../../errors.js';
 import { keyedHash } from '../../crypto/keyed-hash.js';
 import { isStoredRefreshToken, issueRefreshToken, readRefreshToken } from '../../crypto/refresh-token.js';
 import type { AccessTokenSubject } from '../../crypto/jwt.js';
@@ -84,10 +84,7 @@ export class SessionService {
   async open(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession> {
     const session = this.newSession(user, authentication, meta, uow.now);
     // Refused only if the account was disabled or deleted since the caller read it.
-    if (!(await uow.repos.sessions.insert(session))) {
-      await this.throwIfAccountChanged(uow.repos, user.id);
-      throw errors.accountDisabled();
-    }
+    if (!(await uow.repos.sessions.insert(session))) throw await this.signInRules.refusalOfRefusedWrite(uow.repos, user.id);
     return this.opened(session, user);
   }
 
