@@ -141,7 +141,7 @@ export class IdentityServices {
     this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys, this.signInRules);
     this.accounts = new AccountService(context, this.sessions, this.mfa, this.signInRules, this.policy);
     this.me = new MeService(context);
-    this.organizations = new OrganizationService(context, this.catalog);
+    this.organizations = new OrganizationService(context, this.catalog, this.policy);
     this.members = new MemberService(context, this.catalog, this.policy);
     this.invites = new InviteService(context, this.catalog, this.policy, this.signInRules);
     this.roles = new RoleService(context, this.catalog, this.policy);

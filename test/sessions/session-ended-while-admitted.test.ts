@@ -2,11 +2,22 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AccessPolicy } from '../../src/services/access/access-policy.js';
 import { assertError, assertUnauthorized, countRows } from '../helpers/account.js';
-import { Harness, type SignedUpUser, TEST_DB, uniqueEmail } from '../helpers/harness.js';
-import { loginForTicket, nextTotpCode, signUpWithTotp, totpCodeAt } from '../helpers/mfa.js';
-import { createOrg } from '../helpers/orgs.js';
+import { decodeJwt, Harness, type SignedUpUser, TEST_DB, uniqueEmail } from '../helpers/harness.js';
+import { enrollEmail, enrollTotp, loginForTicket, nextTotpCode, signUpWithTotp, totpCodeAt } from '../helpers/mfa.js';
+import { createOrg, superadmin } from '../helpers/orgs.js';
 import { fixtures, fixtureWebauthnConfig, registerRecorded } from '../helpers/passkeys.js';
-import { authorizeAtProvider, callRouterCallback, exchangeCode, handoffPair, newSubject, PROVIDER_ID, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import {
+  authorizeAtProvider,
+  callRouterCallback,
+  exchangeCode,
+  handoffPair,
+  newSubject,
+  PROVIDER_ID,
+  type SocialStart,
+  socialRoundTripAndExchange,
+  startSocialHarness,
+  TestOpenIdProvider,
+} from '../helpers/oidc.js';
 
 /*
  * Threat: a thief's request is admitted while its session is live, and the owner ends that
@@ -28,8 +39,8 @@ after(async () => {
 });
 
 /** A second sign-in of `user`: the owner's own session, beside the one a thief holds. */
-async function ownersSession(user: Pick<SignedUpUser, 'email' | 'password'>): Promise<string> {
-  const login = await h.post('/auth/login', { email: user.email, password: user.password });
+async function ownersSession(user: Pick<SignedUpUser, 'email' | 'password'>, on: Harness = h): Promise<string> {
+  const login = await on.post('/auth/login', { email: user.email, password: user.password });
   assert.equal(login.status, 200, login.text);
   return login.body.data.access_token;
 }
@@ -38,14 +49,14 @@ async function ownersSession(user: Pick<SignedUpUser, 'email' | 'password'>): Pr
  * Sends `request`, and runs the owner's logout-all once, after the access policy admitted the
  * request to `path` and before its service writes anything.
  */
-async function endedAfterAdmission(path: string, ownerToken: string, request: () => ReturnType<Harness['post']>) {
+async function endedAfterAdmission(path: string, ownerToken: string, request: () => ReturnType<Harness['post']>, on: Harness = h) {
   const admit = AccessPolicy.prototype.admit;
   let ended = false;
   AccessPolicy.prototype.admit = async function (this: AccessPolicy, ...args: Parameters<typeof admit>) {
     const grant = await admit.apply(this, args);
     if (!ended && (args[1] as { path?: string }).path === path) {
       ended = true;
-      const logoutAll = await h.post('/auth/logout-all', undefined, { token: ownerToken });
+      const logoutAll = await on.post('/auth/logout-all', undefined, { token: ownerToken });
       assert.equal(logoutAll.status, 200, logoutAll.text);
     }
     return grant;
@@ -162,6 +173,175 @@ describe(`a session ended between a request's admission and its write, on ${TEST
   });
 });
 
+describe(`an account's own write, its session ended between admission and write, on ${TEST_DB}`, () => {
+  test('enrolling a TOTP factor: 401, and no factor', async () => {
+    const user = await h.signUp(uniqueEmail('totp-enroll-ended'));
+    const owner = await ownersSession(user);
+    const enrolled = await endedAfterAdmission('/auth/mfa/totp/enroll', owner, () => h.post('/auth/mfa/totp/enroll', undefined, { token: user.accessToken }));
+    assertUnauthorized(enrolled);
+    // Even a pending factor is a secret the thief would hold; none is kept.
+    assert.equal(await countRows(h, 'mfa_factors', { user_id: user.userId }), 0);
+  });
+
+  test('enrolling an e-mail factor: 401, no factor, and no code sent', async () => {
+    const user = await h.signUp(uniqueEmail('email-enroll-ended'));
+    const owner = await ownersSession(user);
+    const enrolled = await endedAfterAdmission('/auth/mfa/email/enroll', owner, () => h.post('/auth/mfa/email/enroll', {}, { token: user.accessToken }));
+    assertUnauthorized(enrolled);
+    assert.equal(await countRows(h, 'mfa_factors', { user_id: user.userId }), 0);
+    assert.equal(await countRows(h, 'otp_challenges', { user_id: user.userId }), 0);
+    assert.equal(codeMails(user.email), 0);
+  });
+
+  test('asking for a step-up code: 401, and no code sent', async () => {
+    const user = await h.signUp(uniqueEmail('step-up-code-ended'));
+    const owner = await ownersSession(user);
+    const factor = await enrollEmail(h, user);
+    // Past the enrollment code's cooldown, so only the ended session can refuse the send.
+    h.clock.advance(31);
+    const sent = codeMails(user.email);
+    const challenged = await endedAfterAdmission('/auth/mfa/step-up/challenge', owner, () =>
+      h.post('/auth/mfa/step-up/challenge', { factor_id: factor.factorId }, { token: user.accessToken }),
+    );
+    assertUnauthorized(challenged);
+    assert.equal(codeMails(user.email), sent);
+    assert.equal(await countRows(h, 'otp_challenges', { user_id: user.userId, purpose: 'step_up' }), 0);
+  });
+
+  test('stepping up with a right TOTP code: 401 session_ended, and the session keeps its auth_time', async () => {
+    const user = await h.signUp(uniqueEmail('step-up-ended'));
+    const owner = await ownersSession(user);
+    const totp = await enrollTotp(h, user.accessToken);
+    const sessionId = String(decodeJwt(user.accessToken).sid);
+    const before = await authTimeOf(sessionId);
+    // A code of the next period: a step-up that wrote would move auth_time with the clock.
+    const stepped = await endedAfterAdmission('/auth/mfa/step-up', owner, () =>
+      h.post('/auth/mfa/step-up', { factor_id: totp.factorId, code: nextTotpCode(h, totp.secret) }, { token: user.accessToken }),
+    );
+    // docs/security.md: the step-up alone names the ended session.
+    assertError(stepped, 401, 'session_ended');
+    assert.equal(await authTimeOf(sessionId), before);
+    assert.equal(h.eventsOfType('mfa.step_up_completed').filter((event) => event.user_id === user.userId).length, 0);
+  });
+
+  test('renaming a factor: 401, and the label stays', async () => {
+    const user = await h.signUp(uniqueEmail('factor-label-ended'));
+    const owner = await ownersSession(user);
+    const totp = await enrollTotp(h, user.accessToken);
+    const labelled = await h.patch(`/auth/mfa/factors/${totp.factorId}`, { label: 'Before the logout' }, { token: user.accessToken });
+    assert.equal(labelled.status, 200, labelled.text);
+    const renamed = await endedAfterAdmission('/auth/mfa/factors/:factorId', owner, () =>
+      h.patch(`/auth/mfa/factors/${totp.factorId}`, { label: 'After the logout' }, { token: user.accessToken }),
+    );
+    assertUnauthorized(renamed);
+    assert.equal((await h.knex(`${h.tablePrefix}mfa_factors`).where({ id: totp.factorId }).first()).label, 'Before the logout');
+  });
+
+  test('removing a factor: 401, and the factor stays', async () => {
+    const user = await h.signUp(uniqueEmail('factor-remove-ended'));
+    const owner = await ownersSession(user);
+    const totp = await enrollTotp(h, user.accessToken);
+    // MFA is not enforced: the last factor could go, and the password alone would sign in.
+    const removed = await endedAfterAdmission('/auth/mfa/factors/:factorId', owner, () => h.delete(`/auth/mfa/factors/${totp.factorId}`, { token: user.accessToken }));
+    assertUnauthorized(removed);
+    assert.equal(await countRows(h, 'mfa_factors', { id: totp.factorId }), 1);
+    assert.equal(h.eventsOfType('mfa.factor_removed').filter((event) => event.user_id === user.userId).length, 0);
+    // The login gate still asks for the factor.
+    await loginForTicket(h, user);
+  });
+
+  test('asking for passkey registration options: 401, and no challenge', async () => {
+    const user = await h.signUp(uniqueEmail('passkey-options-ended'));
+    const owner = await ownersSession(user);
+    const options = await endedAfterAdmission('/auth/passkeys/register/options', owner, () => h.post('/auth/passkeys/register/options', {}, { token: user.accessToken }));
+    assertUnauthorized(options);
+    assert.equal(await countRows(h, 'webauthn_challenges', { user_id: user.userId }), 0);
+  });
+
+  test('creating an organization: 401, and no organization', async () => {
+    const user = await h.signUp(uniqueEmail('org-create-ended'));
+    const owner = await ownersSession(user);
+    const name = `Made after the logout ${user.userId.slice(0, 8)}`;
+    const created = await endedAfterAdmission('/orgs', owner, () => h.post('/orgs', { name }, { token: user.accessToken }));
+    assertUnauthorized(created);
+    assert.equal(await countRows(h, 'organizations', { name }), 0);
+    assert.equal(await countRows(h, 'memberships', { user_id: user.userId }), 0);
+    assert.equal(h.eventsOfType('org.created').filter((event) => event.user_id === user.userId).length, 0);
+  });
+
+  test('revoking an invitation: 401, and the invitation stays pending', async () => {
+    const org = await createOrg(h);
+    const invite = await h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('invited-early'), role_slugs: ['member'] }, { token: org.owner.token });
+    assert.equal(invite.status, 201, invite.text);
+    const owner = await ownersSession(org.owner);
+    const revoked = await endedAfterAdmission('/orgs/:orgId/invites/:inviteId', owner, () =>
+      h.delete(`/orgs/${org.id}/invites/${invite.body.data.id}`, { token: org.owner.token }),
+    );
+    assertUnauthorized(revoked);
+    assert.equal((await h.knex(`${h.tablePrefix}invites`).where({ id: invite.body.data.id }).first()).status, 'pending');
+  });
+
+  test('accepting an invitation: 401, no membership, and the invitation stays pending', async () => {
+    const org = await createOrg(h);
+    const invitee = await h.signUp(uniqueEmail('accept-ended'));
+    const invite = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token });
+    assert.equal(invite.status, 201, invite.text);
+    // The invitee's own second session ends the one the thief holds.
+    const owner = await ownersSession(invitee);
+    const accepted = await endedAfterAdmission('/auth/invites/accept', owner, () =>
+      h.post('/auth/invites/accept', { token: h.tokenFromMail(invitee.email, 'invite') }, { token: invitee.accessToken }),
+    );
+    assertUnauthorized(accepted);
+    // The invitation's own row (status invited) stays as it was; only an active one would let the invitee in.
+    assert.equal(await countRows(h, 'memberships', { organization_id: org.id, user_id: invitee.userId, status: 'active' }), 0);
+    assert.equal((await h.knex(`${h.tablePrefix}invites`).where({ id: invite.body.data.id }).first()).status, 'pending');
+  });
+
+  test('changing one’s own profile: 401, and the name stays', async () => {
+    const user = await h.signUp(uniqueEmail('profile-ended'));
+    const named = await h.patch(`/users/${user.userId}`, { display_name: 'Before the logout' }, { token: user.accessToken });
+    assert.equal(named.status, 200, named.text);
+    const owner = await ownersSession(user);
+    const renamed = await endedAfterAdmission('/users/:userId', owner, () => h.patch(`/users/${user.userId}`, { display_name: 'After the logout' }, { token: user.accessToken }));
+    assertUnauthorized(renamed);
+    assert.equal((await h.knex(`${h.tablePrefix}users`).where({ id: user.userId }).first()).display_name, 'Before the logout');
+  });
+
+  test('a superadmin disabling an account: 401, and the account stays active', async () => {
+    const admin = await superadmin(h);
+    const target = await h.signUp(uniqueEmail('disable-target'));
+    // The superadmin's own second session ends the one a thief holds.
+    const owner = await ownersSession(admin);
+    const disabled = await endedAfterAdmission('/users/:userId/disable', owner, () => h.post(`/users/${target.userId}/disable`, {}, { token: admin.accessToken }));
+    assertUnauthorized(disabled);
+    assert.equal((await h.knex(`${h.tablePrefix}users`).where({ id: target.userId }).first()).status, 'active');
+    assert.equal((await h.get('/auth/me', { token: target.accessToken })).status, 200, 'the target’s sessions live on');
+  });
+
+  test('a superadmin enabling a disabled account: 401, and the account stays disabled', async () => {
+    const admin = await superadmin(h);
+    const target = await h.signUp(uniqueEmail('enable-target'));
+    const disabled = await h.post(`/users/${target.userId}/disable`, {}, { token: admin.accessToken });
+    assert.equal(disabled.status, 200, disabled.text);
+    const owner = await ownersSession(admin);
+    const enabled = await endedAfterAdmission('/users/:userId/enable', owner, () => h.post(`/users/${target.userId}/enable`, {}, { token: admin.accessToken }));
+    assertUnauthorized(enabled);
+    assert.equal((await h.knex(`${h.tablePrefix}users`).where({ id: target.userId }).first()).status, 'disabled');
+    assertError(await h.post('/auth/login', { email: target.email, password: target.password }), 403, 'account_disabled');
+  });
+
+  test('deleting one’s own account: 401, and the owner still signs in', async () => {
+    const user = await h.signUp(uniqueEmail('delete-ended'));
+    const owner = await ownersSession(user);
+    const deleted = await endedAfterAdmission('/users/:userId', owner, () => h.delete(`/users/${user.userId}`, { token: user.accessToken }));
+    assertUnauthorized(deleted);
+    assert.equal((await h.knex(`${h.tablePrefix}users`).where({ id: user.userId }).first()).deleted_at, null);
+    assert.equal(h.eventsOfType('user.deleted').filter((event) => event.user_id === user.userId).length, 0);
+    const login = await h.post('/auth/login', { email: user.email, password: user.password });
+    assert.equal(login.status, 200, login.text);
+  });
+});
+
 async function confirmedFactors(userId: string): Promise<number> {
   const [row] = await h.knex(`${h.tablePrefix}mfa_factors`).where({ user_id: userId }).whereNotNull('confirmed_at').count({ count: '*' });
   return Number(row?.count ?? 0);
@@ -170,6 +350,15 @@ async function confirmedFactors(userId: string): Promise<number> {
 async function recoveryCodeRows(userId: string): Promise<string[]> {
   const rows = await h.knex(`${h.tablePrefix}recovery_codes`).where({ user_id: userId }).orderBy('id');
   return rows.map((row: { id: string }) => row.id);
+}
+
+/** The otp_code mails sent to `address` so far. */
+function codeMails(address: string): number {
+  return h.mail.filter((message) => message.to === address && message.template === 'otp_code').length;
+}
+
+async function authTimeOf(sessionId: string): Promise<number> {
+  return Number((await h.knex(`${h.tablePrefix}sessions`).where({ id: sessionId }).first()).auth_time);
 }
 
 describe(`a social link whose session ends while its exchange waits for the account, on ${TEST_DB}`, () => {
@@ -227,4 +416,65 @@ describe(`a social link whose session ends while its exchange waits for the acco
       assert.equal(await countRows(social, 'social_identities', { user_id: user.userId }), 0);
     },
   );
+});
+
+describe(`a provider's link, its session ended between admission and write, on ${TEST_DB}`, () => {
+  let op: TestOpenIdProvider;
+  let social: Harness;
+  before(async () => {
+    op = await TestOpenIdProvider.start();
+    social = await startSocialHarness(op);
+  });
+  after(async () => {
+    await social.close();
+    await op.close();
+  });
+
+  /** A link flow started with `token`, for socialRoundTripAndExchange. */
+  function startLink(token: string): () => Promise<SocialStart> {
+    return async () => {
+      const handoff = handoffPair();
+      const started = await social.post(`/auth/social/${PROVIDER_ID}/link`, { handoff_challenge: handoff.challenge, handoff_challenge_method: 'S256' }, { token });
+      assert.equal(started.status, 200, started.text);
+      return { handoff, authorizationUrl: started.body.data.authorization_url };
+    };
+  }
+
+  test('unlinking a provider: 401, and the link stays', async () => {
+    const user = await social.signUp(uniqueEmail('unlink-ended'));
+    const account = { sub: newSubject(), email: uniqueEmail('unlink-ended-provider'), email_verified: true };
+    const { exchanged } = await socialRoundTripAndExchange(social, op, account, { start: startLink(user.accessToken), token: user.accessToken });
+    assert.equal(exchanged.status, 200, exchanged.text);
+    const identityId = exchanged.body.data.identity.id;
+    const owner = await ownersSession(user, social);
+    const unlinked = await endedAfterAdmission(
+      '/auth/social/identities/:identityId',
+      owner,
+      () => social.delete(`/auth/social/identities/${identityId}`, { token: user.accessToken }),
+      social,
+    );
+    assertUnauthorized(unlinked);
+    assert.equal(await countRows(social, 'social_identities', { id: identityId }), 1);
+    assert.equal(social.eventsOfType('user.social_unlinked').filter((event) => event.user_id === user.userId).length, 0);
+  });
+
+  test('starting a link: the flow it writes links nothing, its exchange answers session_ended', async () => {
+    const user = await social.signUp(uniqueEmail('link-start-ended'));
+    const owner = await ownersSession(user, social);
+    op.use({ sub: newSubject(), email: uniqueEmail('link-start-ended-provider'), email_verified: true });
+    const handoff = handoffPair();
+    const started = await endedAfterAdmission(
+      '/auth/social/:provider/link',
+      owner,
+      () => social.post(`/auth/social/${PROVIDER_ID}/link`, { handoff_challenge: handoff.challenge, handoff_challenge_method: 'S256' }, { token: user.accessToken }),
+      social,
+    );
+    // docs/security.md: a link's start writes only the flow; the link is made, and refused, at the exchange.
+    assert.equal(started.status, 200, started.text);
+    const authorizationUrl = (started.body as { data: { authorization_url: string } }).data.authorization_url;
+    const callback = await callRouterCallback(social, await authorizeAtProvider(authorizationUrl));
+    assert.ok(callback.code, `the callback refuses nothing: ${callback.error}`);
+    assertError(await exchangeCode(social, { handoff, authorizationUrl, ...callback }, user.accessToken), 401, 'session_ended');
+    assert.equal(await countRows(social, 'social_identities', { user_id: user.userId }), 0);
+  });
 });

@@ -115,8 +115,8 @@ export function userRoutes(services: IdentityServices): RouteDefinition[] {
       user: { permission: 'users.manage', self: true, exceptFields: ['mfa_enforced'] },
       params: userParams,
       body: Joi.object({ display_name: profileDisplayNameSchema, mfa_enforced: Joi.boolean() }).min(1),
-      handler: async ({ params, body, principal, meta }) =>
-        ok(await services.users.updateProfile(principal, params.userId, { displayName: body.display_name, mfaEnforced: body.mfa_enforced }, meta)),
+      handler: async ({ params, body, grant, meta }) =>
+        ok(await services.users.updateProfile(grant, params.userId, { displayName: body.display_name, mfaEnforced: body.mfa_enforced }, meta)),
     },
     {
       method: 'post',
@@ -126,7 +126,7 @@ export function userRoutes(services: IdentityServices): RouteDefinition[] {
       user: { permission: 'users.manage', self: false },
       params: userParams,
       body: Joi.object({}),
-      handler: async ({ params, principal, meta }) => ok(await services.users.disable(principal, params.userId, meta)),
+      handler: async ({ params, grant, meta }) => ok(await services.users.disable(grant, params.userId, meta)),
     },
     {
       method: 'post',
@@ -135,7 +135,7 @@ export function userRoutes(services: IdentityServices): RouteDefinition[] {
       user: { permission: 'users.manage', self: false },
       params: userParams,
       body: Joi.object({}),
-      handler: async ({ params, principal, meta }) => ok(await services.users.enable(principal, params.userId, meta)),
+      handler: async ({ params, grant, meta }) => ok(await services.users.enable(grant, params.userId, meta)),
     },
     {
       method: 'delete',
@@ -144,8 +144,8 @@ export function userRoutes(services: IdentityServices): RouteDefinition[] {
       stepUp: true,
       user: { permission: 'users.manage', self: true },
       params: userParams,
-      handler: async ({ params, principal, meta }) => {
-        await services.users.deleteAccount(principal, params.userId, meta);
+      handler: async ({ params, grant, meta }) => {
+        await services.users.deleteAccount(grant, params.userId, meta);
         return ok({ status: 'deleted' });
       },
     },

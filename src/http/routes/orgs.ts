@@ -152,8 +152,8 @@ export function organizationRoutes(services: IdentityServices): RouteDefinition[
       auth: 'bearer',
       permission: 'members.invite',
       params: inviteParams,
-      handler: async ({ params, meta }) => {
-        await services.invites.revoke(params.orgId, params.inviteId, meta);
+      handler: async ({ params, meta, grant }) => {
+        await services.invites.revoke(grant, params.inviteId, meta);
         return ok({ status: 'revoked' });
       },
     },

@@ -5,7 +5,7 @@ import { normaliseDisplayName } from '../shared/identity-rules.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { userStatus } from './me-service.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
-import type { Principal } from '../access/principal.js';
+import type { AccessGrant } from '../access/access-policy.js';
 import { deleteLinksOfDeletedUser } from './social-links.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
@@ -44,10 +44,11 @@ export class UserAdminService {
     return this.view(user, this.context.clock.now());
   }
 
-  async updateProfile(principal: Principal, userId: string, changes: UserProfileChanges, meta: RequestMeta): Promise<UserView> {
+  async updateProfile(grant: AccessGrant, userId: string, changes: UserProfileChanges, meta: RequestMeta): Promise<UserView> {
+    const { principal } = grant;
     const displayName = changes.displayName === undefined ? undefined : normaliseDisplayName(changes.displayName);
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const user = await this.lockLiveUser(uow, userId);
+      const user = await this.lockLiveUser(uow, userId, grant);
       uow.invalidates({ user: user.id });
       if (displayName !== undefined) await uow.repos.users.setDisplayName(user.id, displayName, uow.now);
       if (changes.mfaEnforced !== undefined) await this.changeMfaEnforcement(uow, user.id, changes.mfaEnforced, principal.userId);
@@ -95,11 +96,12 @@ export class UserAdminService {
   }
 
   /** active (or locked) → disabled: every session ends and login answers account_disabled. */
-  async disable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
+  async disable(grant: AccessGrant, userId: string, meta: RequestMeta): Promise<UserView> {
+    const { principal } = grant;
     // An administrator who locks themselves out leaves nobody to undo it.
     if (userId === principal.userId) throw errors.conflict('You cannot disable your own account.');
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const user = await this.lockLiveUser(uow, userId);
+      const user = await this.lockLiveUser(uow, userId, grant);
       if (user.status !== 'disabled') {
         await uow.repos.users.setStatus(user.id, 'disabled', uow.now);
         const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_disabled');
@@ -110,10 +112,10 @@ export class UserAdminService {
   }
 
   /** disabled or locked → active, with the lockout counters cleared; a tombstone stays one (409). */
-  async enable(principal: Principal, userId: string, meta: RequestMeta): Promise<UserView> {
+  async enable(grant: AccessGrant, userId: string, meta: RequestMeta): Promise<UserView> {
+    const { principal } = grant;
     return runUnitOfWork(this.context, meta, async (uow) => {
-      const user = await uow.repos.users.findByIdForUpdate(userId);
-      if (!user) throw errors.notFound('User');
+      const user = await this.lockUser(uow, userId, grant);
       if (user.deletedAt !== null) throw errors.conflict('A deleted account cannot be enabled.');
       const previousStatus = userStatus(user, uow.now);
       if (user.status !== 'active') await uow.repos.users.setStatus(user.id, 'active', uow.now);
@@ -130,10 +132,10 @@ export class UserAdminService {
    * nothing in it identifies the person: the address becomes a keyed hash at a reserved
    * domain, so the address itself is free to register again.
    */
-  async deleteAccount(principal: Principal, userId: string, meta: RequestMeta): Promise<void> {
+  async deleteAccount(grant: AccessGrant, userId: string, meta: RequestMeta): Promise<void> {
+    const { principal } = grant;
     await runUnitOfWork(this.context, meta, async (uow) => {
-      const user = await uow.repos.users.findByIdForUpdate(userId);
-      if (!user) throw errors.notFound('User');
+      const user = await this.lockUser(uow, userId, grant);
       // Already a tombstone: nothing is left to remove.
       if (user.deletedAt !== null) return;
       const ownerless = await uow.repos.users.organizationsWhereLastActiveOwner(user.id);
@@ -186,10 +188,21 @@ export class UserAdminService {
     return revoked;
   }
 
-  /** The target row, locked; a tombstone cannot be changed any more (409). */
-  private async lockLiveUser(uow: UnitOfWork, userId: string): Promise<UserRecord> {
+  /**
+   * The target row, locked, then the route's rule again under that lock (`grant.recheck`): a
+   * superadmin role revoked, or the caller's session ended, since the request was admitted
+   * changes no account (docs/security.md).
+   */
+  private async lockUser(uow: UnitOfWork, userId: string, grant: AccessGrant): Promise<UserRecord> {
     const user = await uow.repos.users.findByIdForUpdate(userId);
     if (!user) throw errors.notFound('User');
+    await grant.recheck(uow.repos);
+    return user;
+  }
+
+  /** `lockUser`, and a tombstone cannot be changed any more (409). */
+  private async lockLiveUser(uow: UnitOfWork, userId: string, grant: AccessGrant): Promise<UserRecord> {
+    const user = await this.lockUser(uow, userId, grant);
     if (user.deletedAt !== null) throw errors.conflict('The account has been deleted.');
     return user;
   }

@@ -206,8 +206,9 @@ export class MfaService {
   async sendStepUpCode(principal: Principal, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, principal.userId, factorId);
+      if (factor.type !== 'webauthn') assertCodeCanBeSent(factor);
+      await this.policy.assertSessionLive(uow.repos, principal);
       if (factor.type === 'webauthn') return this.passkeys.assertionOptions(uow, factor, 'step_up', principal.sessionId);
-      assertCodeCanBeSent(factor);
       return this.codes.sendCode(uow, { factor, purpose: 'step_up', boundTo: principal.sessionId, cooldownCode: 'too_many_requests' });
     });
   }
@@ -224,7 +225,8 @@ export class MfaService {
         await this.recordSecondFactorFailure(uow, slot, { context: 'step_up', method, factorId: factor?.id ?? null });
         return undefined;
       }
-      const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
+      // Locked, after the account's row: a revocation after this waits for the new auth_time, then ends it.
+      const session = await uow.repos.sessions.lockLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();
       const amr = secondFactorAmr(method);
       await uow.repos.sessions.recordStrongAuthentication(session.id, uow.now, amr);
@@ -275,6 +277,8 @@ export class MfaService {
       // A new enrollment replaces the caller's pending one instead of piling up secrets.
       await uow.repos.mfaFactors.deleteUnconfirmed(principal.userId, 'totp');
       await uow.repos.mfaFactors.insert({ id: factorId, userId: principal.userId, type: 'totp', destination: null, secretSealed: this.codes.sealTotpSecret(factorId, secret), now: uow.now });
+      // The session's row last: the factor's insert took the account's key lock first, as revocations do.
+      await this.policy.assertSessionLive(uow.repos, principal);
     });
     const otpauthUri = totpProvisioningUri(this.context.config.otp.totp.issuer, principal.user.email, secret);
     const enrollment: TotpEnrollment = { factor_id: factorId, secret, otpauth_uri: otpauthUri };
@@ -297,6 +301,7 @@ export class MfaService {
         await uow.repos.mfaFactors.insert({ id, userId: principal.userId, type, destination, secretSealed: null, now: uow.now });
         factor = (await uow.repos.mfaFactors.findOwned(id, principal.userId))!;
       }
+      await this.policy.assertSessionLive(uow.repos, principal);
       const sent = await this.codes.sendCode(uow, { factor, purpose: 'enroll', boundTo: null, cooldownCode: 'rate_limited' });
       return { factor_id: factor.id, destination: sent.destination };
     });
@@ -348,6 +353,7 @@ export class MfaService {
   async updateFactor(principal: Principal, factorId: string, changes: { label?: string | null; default?: boolean }, meta: RequestMeta): Promise<FactorView> {
     return runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
+      await this.policy.assertSessionLive(uow.repos, principal);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
       if (!factor) throw errors.notFound('Factor');
       if (changes.default === true && factor.confirmedAt === null) throw errors.invalidState('Only a confirmed factor can be the default.');
@@ -364,6 +370,8 @@ export class MfaService {
     const enforced = await this.policy.isMfaEnforcedFor(this.context.store.repos, principal.user);
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.repos.users.findByIdForUpdate(principal.userId);
+      // A thief's removal in flight when the owner ended the session removes nothing.
+      await this.policy.assertSessionLive(uow.repos, principal);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
       if (!factor) throw errors.notFound('Factor');
       const confirmed = await uow.repos.mfaFactors.listConfirmed(principal.userId);

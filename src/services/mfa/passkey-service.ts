@@ -89,6 +89,7 @@ export class PasskeyService {
         authenticatorSelection: { residentKey: 'required', userVerification: 'preferred' },
       });
       await this.storeChallenge(uow, options.challenge, { purpose: 'register', userId: principal.userId, boundTo: principal.sessionId, userHandle });
+      await this.policy.assertSessionLive(uow.repos, principal);
       return options;
     });
   }

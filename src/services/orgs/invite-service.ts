@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
-import { errors, } from '../../errors.js';
+import { errors } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { InviteRecord } from '../../store/organization-repository.js';
 import { type AccessGrant, isOwnerEquivalent, organizationOf, type AccessPolicy } from '../access/access-policy.js';
@@ -157,8 +157,10 @@ export class InviteService {
   }
 
   /** DELETE /orgs/{id}/invites/{inviteId}: 404 unless it is pending in this organization. */
-  async revoke(organizationId: string, inviteId: string, meta: RequestMeta): Promise<void> {
+  async revoke(grant: AccessGrant, inviteId: string, meta: RequestMeta): Promise<void> {
+    const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
+      await grant.recheck(uow.repos);
       const invite = await uow.repos.invites.findInOrganization(organizationId, inviteId);
       if (!invite || !(await uow.repos.invites.revoke(organizationId, inviteId, uow.now))) throw errors.notFound('Invite');
       const invitee = await uow.repos.users.findByEmail(invite.email);
@@ -204,6 +206,8 @@ export class InviteService {
       // Exactly the invited roles (a role deleted since the invitation is simply gone).
       const roles = await uow.repos.roles.findBySlugs(invite.organizationId, invite.roleSlugs);
       await uow.repos.memberships.replaceRoles(membershipId, roles.map((role) => role.id));
+      // The session's row last: the membership's insert took its keys' locks (organization, account) first, as revocations do.
+      await this.policy.assertSessionLive(uow.repos, principal);
       await uow.emit({
         type: 'member.joined',
         actorId: principal.userId,

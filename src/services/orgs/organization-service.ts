@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { PermissionDefinition } from '../../config/types.js';
-import { errors, } from '../../errors.js';
+import { errors } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { OrganizationRecord } from '../../store/organization-repository.js';
-import { type AccessGrant, organizationOf } from '../access/access-policy.js';
+import { type AccessGrant, type AccessPolicy, organizationOf } from '../access/access-policy.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { OWNER_ROLE_SLUG, SYSTEM_ROLE_SLUGS, type PermissionCatalog } from '../access/permission-catalog.js';
 import type { Principal } from '../access/principal.js';
@@ -61,6 +61,7 @@ export class OrganizationService {
   constructor(
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
+    private readonly policy: AccessPolicy,
   ) {}
 
   /** GET /permissions: the core catalog plus the host's keys. */
@@ -102,6 +103,8 @@ export class OrganizationService {
           const membershipId = randomUUID();
           await uow.repos.memberships.insert({ id: membershipId, organizationId, userId: principal.userId, status: 'active', now: uow.now });
           await uow.repos.memberships.replaceRoles(membershipId, [roles.find((role) => role.slug === OWNER_ROLE_SLUG)!.id]);
+          // The session's row last: the membership's insert took the account's key lock first, as revocations do.
+          await this.policy.assertSessionLive(uow.repos, principal);
           await uow.emit({ type: 'org.created', actorId: principal.userId, userId: principal.userId, organizationId, data: { name: input.name, slug } });
           return { id: organizationId, name: input.name, slug, role: 'owner' as const };
         });

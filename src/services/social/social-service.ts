@@ -299,6 +299,8 @@ export class SocialService {
     await runUnitOfWork(this.context, meta, async (uow) => {
       // One change of sign-in methods per user at a time: two unlinks cannot both pass the last-method check.
       const user = await uow.repos.users.findByIdForUpdate(principal.userId);
+      // A thief's unlink in flight when the owner ended the session removes nothing.
+      await this.policy.assertSessionLive(uow.repos, principal);
       const identity = await uow.repos.socialIdentities.findOwned(identityId, principal.userId);
       if (!user || !identity) throw errors.notFound('Identity');
       const otherLinks = (await uow.repos.socialIdentities.listForUser(user.id)).filter((candidate) => candidate.id !== identity.id);
