@@ -4,7 +4,7 @@ import { AccessPolicy } from '../../src/services/access/access-policy.js';
 import { assertError, assertUnauthorized, countRows } from '../helpers/account.js';
 import { decodeJwt, Harness, type SignedUpUser, TEST_DB, uniqueEmail } from '../helpers/harness.js';
 import { enrollEmail, enrollTotp, loginForTicket, nextTotpCode, signUpWithTotp, totpCodeAt } from '../helpers/mfa.js';
-import { createOrg, superadmin } from '../helpers/orgs.js';
+import { addMember, createOrg, superadmin } from '../helpers/orgs.js';
 import { fixtures, fixtureWebauthnConfig, registerRecorded } from '../helpers/passkeys.js';
 import {
   authorizeAtProvider,
@@ -23,9 +23,10 @@ import {
  * Threat: a thief's request is admitted while its session is live, and the owner ends that
  * session (logout-all) before the request writes. A credential, codes standing in for one, or a
  * webhook and its secret must not be added by a session that had already ended when the write
- * committed, nor any other write an organization's rule admits: the write re-checks its
- * caller's session inside its transaction, its row locked (`AccessPolicy.assertSessionLive`,
- * called by the credential gate and `grant.recheck`, docs/security.md).
+ * committed, nor any other write: every write re-checks its caller's session inside its
+ * transaction, its row locked (`AccessPolicy.assertSessionLive`, called by the credential gate,
+ * `grant.recheck` and the account's own writes, docs/security.md). Where the write goes through
+ * `grant.recheck`, an authority taken away meanwhile refuses it too.
  */
 
 let h: Harness;
@@ -46,28 +47,39 @@ async function ownersSession(user: Pick<SignedUpUser, 'email' | 'password'>, on:
 }
 
 /**
- * Sends `request`, and runs the owner's logout-all once, after the access policy admitted the
- * request to `path` and before its service writes anything.
+ * Sends `request`, and runs `change` once, after the access policy admitted the request to
+ * `path` and before its service writes anything.
  */
-async function endedAfterAdmission(path: string, ownerToken: string, request: () => ReturnType<Harness['post']>, on: Harness = h) {
+async function changedAfterAdmission(path: string, change: () => Promise<void>, request: () => ReturnType<Harness['post']>) {
   const admit = AccessPolicy.prototype.admit;
-  let ended = false;
+  let changed = false;
   AccessPolicy.prototype.admit = async function (this: AccessPolicy, ...args: Parameters<typeof admit>) {
     const grant = await admit.apply(this, args);
-    if (!ended && (args[1] as { path?: string }).path === path) {
-      ended = true;
-      const logoutAll = await on.post('/auth/logout-all', undefined, { token: ownerToken });
-      assert.equal(logoutAll.status, 200, logoutAll.text);
+    if (!changed && (args[1] as { path?: string }).path === path) {
+      changed = true;
+      await change();
     }
     return grant;
   } as typeof admit;
   try {
     const answer = await request();
-    assert.ok(ended, 'the owner’s logout-all ran after the admission');
+    assert.ok(changed, 'the change ran after the admission');
     return answer;
   } finally {
     AccessPolicy.prototype.admit = admit;
   }
+}
+
+/** `changedAfterAdmission`, the change being the owner's logout-all with `ownerToken`. */
+function endedAfterAdmission(path: string, ownerToken: string, request: () => ReturnType<Harness['post']>, on: Harness = h) {
+  return changedAfterAdmission(
+    path,
+    async () => {
+      const logoutAll = await on.post('/auth/logout-all', undefined, { token: ownerToken });
+      assert.equal(logoutAll.status, 200, logoutAll.text);
+    },
+    request,
+  );
 }
 
 describe(`a session ended between a request's admission and its write, on ${TEST_DB}`, () => {
@@ -476,5 +488,36 @@ describe(`a provider's link, its session ended between admission and write, on $
     assert.ok(callback.code, `the callback refuses nothing: ${callback.error}`);
     assertError(await exchangeCode(social, { handoff, authorizationUrl, ...callback }, user.accessToken), 401, 'session_ended');
     assert.equal(await countRows(social, 'social_identities', { user_id: user.userId }), 0);
+  });
+});
+
+describe(`a caller's authority revoked between admission and write, on ${TEST_DB}`, () => {
+  test('a superadmin role revoked meanwhile: 403, and the account stays active', async () => {
+    const admin = await superadmin(h);
+    const target = await h.signUp(uniqueEmail('disable-after-revoke'));
+    const disabled = await changedAfterAdmission(
+      '/users/:userId/disable',
+      () => h.identity.service.revokeSuperadmin(admin.userId),
+      () => h.post(`/users/${target.userId}/disable`, {}, { token: admin.accessToken }),
+    );
+    assertError(disabled, 403, 'forbidden');
+    assert.equal((await h.knex(`${h.tablePrefix}users`).where({ id: target.userId }).first()).status, 'active');
+  });
+
+  test('members.invite taken away meanwhile: 403, and the invitation stays pending', async () => {
+    const org = await createOrg(h);
+    const admin = await addMember(h, org, org.owner.token, ['admin']);
+    const invite = await h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('invited-before-demotion'), role_slugs: ['member'] }, { token: org.owner.token });
+    assert.equal(invite.status, 201, invite.text);
+    const revoked = await changedAfterAdmission(
+      '/orgs/:orgId/invites/:inviteId',
+      async () => {
+        const demoted = await h.patch(`/orgs/${org.id}/members/${admin.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token });
+        assert.equal(demoted.status, 200, demoted.text);
+      },
+      () => h.delete(`/orgs/${org.id}/invites/${invite.body.data.id}`, { token: admin.token }),
+    );
+    assertError(revoked, 403, 'forbidden');
+    assert.equal((await h.knex(`${h.tablePrefix}invites`).where({ id: invite.body.data.id }).first()).status, 'pending');
   });
 });
