@@ -206,10 +206,17 @@ export class MfaService {
   async sendStepUpCode(principal: Principal, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, principal.userId, factorId);
-      if (factor.type !== 'webauthn') assertCodeCanBeSent(factor);
+      let challenge: CodeSent | PasskeyChallenge;
+      if (factor.type === 'webauthn') {
+        challenge = await this.passkeys.assertionOptions(uow, factor, 'step_up', principal.sessionId);
+      } else {
+        assertCodeCanBeSent(factor);
+        challenge = await this.codes.sendCode(uow, { factor, purpose: 'step_up', boundTo: principal.sessionId, cooldownCode: 'too_many_requests' });
+      }
+      // The session's row last, after the challenge's insert took the account's key lock, as
+      // revocations take them; the code goes out only after commit.
       await this.policy.assertSessionLive(uow.repos, principal);
-      if (factor.type === 'webauthn') return this.passkeys.assertionOptions(uow, factor, 'step_up', principal.sessionId);
-      return this.codes.sendCode(uow, { factor, purpose: 'step_up', boundTo: principal.sessionId, cooldownCode: 'too_many_requests' });
+      return challenge;
     });
   }
 
@@ -301,8 +308,9 @@ export class MfaService {
         await uow.repos.mfaFactors.insert({ id, userId: principal.userId, type, destination, secretSealed: null, now: uow.now });
         factor = (await uow.repos.mfaFactors.findOwned(id, principal.userId))!;
       }
-      await this.policy.assertSessionLive(uow.repos, principal);
       const sent = await this.codes.sendCode(uow, { factor, purpose: 'enroll', boundTo: null, cooldownCode: 'rate_limited' });
+      // As for a step-up code: the session's row last, and the code goes out only after commit.
+      await this.policy.assertSessionLive(uow.repos, principal);
       return { factor_id: factor.id, destination: sent.destination };
     });
   }
