@@ -868,6 +868,63 @@ describe(`a caller's authority revoked between admission and write, on ${TEST_DB
   });
 });
 
+describe(`a code's send and a revocation that locks the account first, on ${TEST_DB}`, () => {
+  /*
+   * A revocation locks the account's row, then its sessions (a reset, a disable). A send's
+   * challenge row takes a key lock on the account's row; had the send locked its session
+   * before that, each would wait for the other: PostgreSQL ends one of them (a 500, or a
+   * failed revocation). The send checks its session last, so it waits for the revocation and
+   * then finds its session ended.
+   */
+  const sends = [
+    {
+      route: 'step-up code',
+      send: async (user: SignedUpUser, factorId: string) => h.post('/auth/mfa/step-up/challenge', { factor_id: factorId }, { token: user.accessToken }),
+    },
+    {
+      route: 'e-mail factor enrollment',
+      send: async (user: SignedUpUser) => h.post('/auth/mfa/email/enroll', { email: uniqueEmail('second-address') }, { token: user.accessToken }),
+    },
+  ];
+  for (const { route, send } of sends) {
+    test(
+      `${route}: waits for the revocation, then answers 401 and sends nothing`,
+      { skip: TEST_DB !== 'pg' && 'SQLite runs one writer at a time; the lock order only means something on PostgreSQL' },
+      async () => {
+        const user = await h.signUp(uniqueEmail('send-vs-revocation'));
+        const factor = await enrollEmail(h, user);
+        // Past the enrollment code's cooldown.
+        h.clock.advance(31);
+        const mailsBefore = h.mail.length;
+        let release!: () => void;
+        const released = new Promise<void>((resolve) => (release = resolve));
+        let held!: () => void;
+        const accountHeld = new Promise<void>((resolve) => (held = resolve));
+        const revocation = h.knex.transaction(async (trx) => {
+          await trx(`${h.tablePrefix}users`).where({ id: user.userId }).forUpdate().first();
+          held();
+          await released;
+          await trx(`${h.tablePrefix}sessions`).where({ user_id: user.userId }).whereNull('revoked_at').update({ revoked_at: h.clock.now(), revoked_reason: 'user_disabled' });
+        });
+        await accountHeld;
+        let sent: ReturnType<typeof send> | undefined;
+        try {
+          sent = send(user, factor.factorId);
+          const sendWaits = async () =>
+            (await h.knex.raw("select query from pg_stat_activity where wait_event_type = 'Lock'")).rows.some((row: { query: string }) => /otp_challenges|mfa_factors/.test(row.query));
+          for (let attempt = 0; attempt < 2000 && !(await sendWaits()); attempt += 1) await new Promise((resolve) => setImmediate(resolve));
+          assert.ok(await sendWaits(), 'the send waits for the account’s row');
+        } finally {
+          release();
+        }
+        await revocation;
+        assertUnauthorized(await sent!);
+        assert.equal(h.mail.length, mailsBefore, 'no code was sent');
+      },
+    );
+  }
+});
+
 describe('every write a session can call has a case above', () => {
   test('each bearer route that is not a GET was reached by a case of this file', () => {
     // Runs last (node:test runs a file's tests in order), so `covered` holds every case that ran.
