@@ -23,6 +23,7 @@ import {
   startSocialHarness,
   TestOpenIdProvider,
 } from '../helpers/oidc.js';
+import { eventually } from '../helpers/eventually.js';
 
 /*
  * Threat: a thief's request is admitted while its session is live, and the owner ends that
@@ -626,14 +627,6 @@ async function membershipOf(organizationId: string, userId: string): Promise<{ s
   const membership = await storedRow('memberships', { organization_id: organizationId, user_id: userId });
   assert.ok(membership, 'the membership is there');
   return membership as { status: string };
-}
-
-async function eventually(check: () => Promise<boolean>, what: string): Promise<void> {
-  for (let round = 0; round < 400; round += 1) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  assert.fail(`never happened: ${what}`);
 }
 
 describe(`a provider's link and unlink, their session ended meanwhile, on ${TEST_DB}`, () => {

@@ -6,6 +6,7 @@ import { countRows } from '../helpers/account.js';
 import { Harness, STRONG_PASSWORD, TEST_DB, uniqueEmail } from '../helpers/harness.js';
 import { createOrg } from '../helpers/orgs.js';
 import { servicesOf } from '../../src/create-identity-router.js';
+import { eventually } from '../helpers/eventually.js';
 
 /*
  * docs/events.md, the outbox. Threats: an event lost between commit and delivery (a crash, a
@@ -25,14 +26,6 @@ async function deliveriesOf(h: Harness, eventId: string): Promise<DeliveryRow[]>
 }
 
 /** Waits for work the router finishes after its answer (recording an outcome); bounded, never timed. */
-async function eventually(check: () => Promise<boolean>, what: string): Promise<void> {
-  for (let round = 0; round < 400; round += 1) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  assert.fail(`never happened: ${what}`);
-}
-
 const eventOf = (h: Harness, type: IdentityEvent['type']) => {
   const event = h.eventsOfType(type).at(-1);
   assert.ok(event, `no ${type} event`);

@@ -6,6 +6,7 @@ import { assertError } from '../helpers/account.js';
 import { Harness } from '../helpers/harness.js';
 import { createOrg, type CreatedOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
+import { eventually } from '../helpers/eventually.js';
 
 /*
  * docs/webhooks.md (and 12.2, whose guard this is). Threat: a tenant points a webhook at the
@@ -30,14 +31,6 @@ class StubDns {
 }
 
 const DELIVERY = { pollMs: 3_600_000, schedule: [0, 5, 5], jitter: 0, maxAttempts: 3 };
-
-async function eventually(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  for (let round = 0; round < 400; round += 1) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  assert.fail(`never happened: ${what}`);
-}
 
 async function touch(h: Harness, org: CreatedOrg): Promise<void> {
   const response = await h.patch(`/orgs/${org.id}`, { name: `Renamed ${Math.random()}` }, { token: org.owner.token });

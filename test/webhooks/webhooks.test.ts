@@ -8,6 +8,7 @@ import { assertError } from '../helpers/account.js';
 import { Harness } from '../helpers/harness.js';
 import { addMember, createOrg, type CreatedOrg } from '../helpers/orgs.js';
 import { type ReceivedRequest, WebhookReceiver } from '../helpers/webhook-receiver.js';
+import { eventually } from '../helpers/eventually.js';
 
 /*
  * docs/webhooks.md-13.4, organization webhooks. Threats: a signature a receiver cannot check with
@@ -37,14 +38,6 @@ before(async () => {
 after(async () => {
   await h.close();
 });
-
-async function eventually(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  for (let round = 0; round < 400; round += 1) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  assert.fail(`never happened: ${what}`);
-}
 
 interface CreatedWebhook {
   id: string;
