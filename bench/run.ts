@@ -11,9 +11,10 @@
  * Floors: bare Express for the read rows; the database's single-row commit rate with the
  * router's own settings, 20 writers at once, for refresh; cores ÷ one bcrypt cost-10 hash for
  * login. Each row and its floor (and the row with a listener) are measured in alternating
- * slices: BENCH_ROUNDS rounds (default 3) of BENCH_SECONDS ÷ rounds each, so the machine's
+ * slices: BENCH_ROUNDS rounds (default 7) of BENCH_SECONDS ÷ rounds each, so the machine's
  * changes of speed fall on a row and its floor alike; the row's ratio is the median of its
- * rounds' ratios, and its figures are that round's. autocannon drives 20 connections; a
+ * rounds' ratios, and its figures are that round's. Login takes BENCH_LOGIN_ROUNDS (default 3):
+ * its slices must hold many logins each (below). autocannon drives 20 connections; a
  * row's first slice follows a BENCH_WARMUP (default 2) s warm-up that is thrown away, and
  * each starts once the server has finished the requests left in flight. The servers run in
  * child processes (bench/hot-path-server.ts); autocannon runs here. It prints the table and
@@ -21,7 +22,8 @@
  * code is 0 whether or not a goal is met (1 only when the bench itself failed).
  *
  *   BENCH_SECONDS=2 BENCH_WARMUP=0.5 npm run bench     a short smoke run
- *   BENCH_ROUNDS=n                                      rounds of alternating slices (default 3)
+ *   BENCH_ROUNDS=n                                      rounds of alternating slices (default 7)
+ *   BENCH_LOGIN_ROUNDS=n                                the same for the login rows (default 3)
  *   BENCH_ONLY=refresh,login                            only the rows whose name contains a word
  *   BENCH_LOGIN_RUNS=n                                  as --login-runs n
  *   BENCH_SCALE_USERS=n                                 the scale bench's size (default 1,000,000)
@@ -54,7 +56,14 @@ const here = dirname(fileURLToPath(import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
 const CONNECTIONS = 20;
-const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
+// Seven short rounds, not three long ones: this machine's speed moves within seconds (a read
+// row's rounds ran from 0.69× to 1.41× of bare Express in one run), and the median of seven
+// pairs taken close together is steadier than that of three.
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 7));
+// A login slice and its floor's each begin with a fixed cost that weighs more in a shorter
+// slice: the login's pipeline starts empty (no login is answered before one hash's time, about
+// 0.1 s), and the floor's threads start. Login keeps three rounds of 3.3 s.
+const LOGIN_ROUNDS = Math.max(1, Number(process.env.BENCH_LOGIN_ROUNDS ?? 3));
 // Every autocannon run strands up to one refresh token per connection: a warm-up and a slice a round.
 process.env.BENCH_REFRESH_SESSIONS ??= String(CONNECTIONS * (ROUNDS + 3));
 const ONLY = process.env.BENCH_ONLY?.split(',').filter(Boolean);
@@ -215,14 +224,14 @@ async function measureTogether(origin: string, requests: LoadRequest[], pid?: nu
 }
 
 /**
- * Several measurements in alternating slices: BENCH_ROUNDS rounds (default 3), each taking
- * every one in turn for BENCH_SECONDS ÷ rounds, in reverse order every other round. A shared
+ * Several measurements in alternating slices: `rounds` rounds (BENCH_ROUNDS by default), each
+ * taking every one in turn for BENCH_SECONDS ÷ rounds, in reverse order every other round. A shared
  * machine's speed moves while a bench runs (seen here: a fixed loop ran three to six times slower
  * for minutes, then fast again); measured in turn this way, a row and its floor meet the same
  * moments, and each round's ratio compares like with like. Only the first round warms up.
  */
-async function alternating<F extends Record<string, (slice: Slice) => Promise<unknown>>>(takes: F): Promise<Array<{ [K in keyof F]: Awaited<ReturnType<F[K]>> }>> {
-  const rounds = await inAlternatingOrder(ROUNDS, Object.keys(takes), (name, round) => takes[name]!({ warmup: round === 1 ? WARMUP : 0, seconds: SECONDS / ROUNDS }));
+async function alternating<F extends Record<string, (slice: Slice) => Promise<unknown>>>(takes: F, count = ROUNDS): Promise<Array<{ [K in keyof F]: Awaited<ReturnType<F[K]>> }>> {
+  const rounds = await inAlternatingOrder(count, Object.keys(takes), (name, round) => takes[name]!({ warmup: round === 1 ? WARMUP : 0, seconds: SECONDS / count }));
   return rounds as Array<{ [K in keyof F]: Awaited<ReturnType<F[K]>> }>;
 }
 
@@ -428,7 +437,7 @@ async function hotPath(): Promise<void> {
   const loadBefore = loadavg();
   const speedBefore = machineSpeed();
   const cores = availableParallelism();
-  console.log(`hot path bench: ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (rows against their floors in ${ROUNDS} alternating rounds), ${DATABASE_LABEL}, bcrypt cost ${BCRYPT_COST}, ${cores} cores`);
+  console.log(`hot path bench: ${CONNECTIONS} connections, ${SECONDS} s measured after ${WARMUP} s warm-up (rows against their floors in ${ROUNDS} alternating rounds, login in ${LOGIN_ROUNDS}), ${DATABASE_LABEL}, bcrypt cost ${BCRYPT_COST}, ${cores} cores`);
   const rows: Row[] = [];
   const raw: Record<string, { measurement: Measurement; bareExpress?: Measurement; rounds?: unknown[] }> = {};
   const floors: Record<string, unknown> = {};
@@ -534,11 +543,14 @@ async function hotPath(): Promise<void> {
         for (let run = 1; run <= LOGIN_RUNS; run += 1) {
           const loginWithout = loginLoad(seed);
           const loginWith = withListener && run === 1 ? loginLoad(withListener.info) : undefined;
-          const rounds = await alternating({
-            hash: (slice: Slice) => hashBoundRate(cores, slice.seconds),
-            login: (slice: Slice) => measure(seed.origin, loginWithout, server.child.pid, slice),
-            ...(withListener && loginWith ? { withListener: (slice: Slice) => measure(withListener.info.origin, loginWith, withListener.child.pid, slice) } : {}),
-          });
+          const rounds = await alternating(
+            {
+              hash: (slice: Slice) => hashBoundRate(cores, slice.seconds),
+              login: (slice: Slice) => measure(seed.origin, loginWithout, server.child.pid, slice),
+              ...(withListener && loginWith ? { withListener: (slice: Slice) => measure(withListener.info.origin, loginWith, withListener.child.pid, slice) } : {}),
+            },
+            LOGIN_ROUNDS,
+          );
           const median = medianRound(rounds, (figures) => figures.login.requestsPerSecond / figures.hash.perSecond);
           const { hash: bound, login } = median.round;
           const { ratio } = median;
@@ -627,7 +639,7 @@ async function hotPath(): Promise<void> {
     loadAverageBefore: loadBefore,
     machineSpeed: { before: speedBefore, after: speedAfter },
     loadAverageAfter: loadAfter,
-    settings: { connections: CONNECTIONS, seconds: SECONDS, warmupSeconds: WARMUP, rounds: ROUNDS, database: DATABASE, bcryptCost: BCRYPT_COST, loginRuns: LOGIN_RUNS, pgPool: DATABASE === 'pg' ? PG_POOL : undefined },
+    settings: { connections: CONNECTIONS, seconds: SECONDS, warmupSeconds: WARMUP, rounds: ROUNDS, loginRounds: LOGIN_ROUNDS, database: DATABASE, bcryptCost: BCRYPT_COST, loginRuns: LOGIN_RUNS, pgPool: DATABASE === 'pg' ? PG_POOL : undefined },
     floors,
     rows,
     measurements: raw,
@@ -679,10 +691,13 @@ async function scale(): Promise<void> {
         const smallLoads = loadsOf(smallServer);
         const largeLoads = loadsOf(largeServer);
         const measureRow = async (name: string, load: keyof typeof smallLoads) => {
-          const taken = await alternating({
-            small: (slice: Slice) => measure(smallServer.info.origin, smallLoads[load], smallServer.child.pid, slice),
-            large: (slice: Slice) => measure(largeServer.info.origin, largeLoads[load], largeServer.child.pid, slice),
-          });
+          const taken = await alternating(
+            {
+              small: (slice: Slice) => measure(smallServer.info.origin, smallLoads[load], smallServer.child.pid, slice),
+              large: (slice: Slice) => measure(largeServer.info.origin, largeLoads[load], largeServer.child.pid, slice),
+            },
+            load === 'login' ? LOGIN_ROUNDS : ROUNDS,
+          );
           const { round, ratios } = medianRound(taken, (pair) => pair.large.requestsPerSecond / pair.small.requestsPerSecond);
           rounds[name] = taken;
           figures[0]!.rows[name] = round.small;

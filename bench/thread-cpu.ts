@@ -1,13 +1,14 @@
 /**
  * Where a refresh's (or a login's) CPU goes, thread by thread:
  *
- *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login|idle] [--connections N]
+ *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login|me|idle] [--connections N]
  *
  * Starts the router as the bench does (bench/hot-path-server.ts, on SQLite, or with
  * `--database pg` on a throwaway PostgreSQL 15 started as bench/postgres.ts starts the
  * bench's), drives the refresh row with 20 connections (`--connections`) for 2 s of warm-up and then `seconds`
  * (default 8), and divides each thread's CPU time over the load (/proc/<pid>/task/<tid>/stat)
- * by the requests answered (`--row login`: the login row's load, the seeded accounts in turn): the event loop ("main"), libuv's pool and V8's helper threads
+ * by the requests answered (`--row login`: the login row's load, the seeded accounts in turn;
+ * `--row me`: `GET /auth/me` with the bench's token): the event loop ("main"), libuv's pool and V8's helper threads
  * (named "node" by Linux, where the RS256 signatures and the password hashes run), this process (the load generator),
  * and on PostgreSQL the database's own processes. On a 2-core machine all of them share the
  * cores, so the event loop's figure bounds the rate and the sum bounds it too
@@ -32,7 +33,7 @@ const seconds = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 8);
 const row = args.includes('--row') ? args[args.indexOf('--row') + 1] : 'refresh';
 /** `--connections 1` measures one request at a time, with a core to spare beside its hash (a login) or its signature (a refresh). */
 const connections = args.includes('--connections') ? Number(args[args.indexOf('--connections') + 1]) : 20;
-if ((row !== 'refresh' && row !== 'login' && row !== 'idle') || !(connections >= 1)) throw new Error('usage: thread-cpu.ts [seconds] [--database pg] [--row refresh|login|idle] [--connections N]');
+if (!['refresh', 'login', 'me', 'idle'].includes(row!) || !(connections >= 1)) throw new Error('usage: thread-cpu.ts [seconds] [--database pg] [--row refresh|login|me|idle] [--connections N]');
 process.env.BENCH_REFRESH_SESSIONS ??= '200';
 
 /** CPU microseconds per thread name, and the kernel's part of it; the event loop is the thread whose id is the process id. */
@@ -79,7 +80,9 @@ try {
   const load =
     row === 'login'
       ? { url: `${seed.origin}${MOUNT}/auth/login`, connections, requests: loginRequests(seed.logins) }
-      : { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections, requests: refreshRequests(seed.refreshTokens) };
+      : row === 'me'
+        ? { url: `${seed.origin}${MOUNT}/auth/me`, connections, headers: { authorization: `Bearer ${seed.token}` } }
+        : { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections, requests: refreshRequests(seed.refreshTokens) };
   if (row !== 'idle') await autocannon({ ...load, duration: 2 });
   const before = threadCpu(child.pid!);
   const databaseBefore = postmaster === undefined ? 0 : postgresCpu(postmaster);
