@@ -905,8 +905,11 @@ describe(`a code's send and a revocation that locks the account first, on ${TEST
   }
 });
 
+/** Cases left out by name reach no route, so the guard speaks only for a run of the whole file. */
+const filteredByName = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)].some((flag) => /^--test-(name|skip)-pattern/.test(flag));
+
 describe('every write a session can call has a case above', () => {
-  test('each bearer route that is not a GET was reached by a case of this file', () => {
+  test('each bearer route that is not a GET was reached by a case of this file', { skip: filteredByName && 'cases were left out by name (--test-name-pattern)' }, () => {
     // Runs last (node:test runs a file's tests in order), so `covered` holds every case that ran.
     // The PostgreSQL-only case goes through the public exchange, not `changedAfterAdmission`: the
     // route it guards, the link's start, has its own case on both databases.
