@@ -1,5 +1,5 @@
 /**
- * Where a refresh's (or a login's) CPU goes, thread by thread:
+ * Where a refresh's (or a login's, or `GET /auth/me`'s) CPU goes, thread by thread:
  *
  *   npx tsx bench/thread-cpu.ts [seconds] [--database pg] [--row login|me|idle] [--connections N]
  *
