@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inAlternatingOrder, median, underLoad } from './process-cpu.js';
-import { HOST_ROUTE, MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
+import { autocannonOptions, type IdentitySeed, type LoadRequest, readLoads, refreshLoad } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
@@ -37,11 +37,10 @@ function start(env: Record<string, string>): Promise<{ child: ChildProcess; seed
 }
 
 function load(seed: IdentitySeed): object {
-  const headers = { authorization: `Bearer ${seed.token}` };
-  if (row === 'refresh') return { url: `${seed.origin}${MOUNT}/auth/token/refresh`, requests: refreshRequests(seed.refreshTokens) };
-  const paths: Record<string, string> = { host: HOST_ROUTE, me: `${MOUNT}/auth/me`, orgs: `${MOUNT}/orgs`, members: `${MOUNT}/orgs/${seed.organizationId}/members` };
-  if (!paths[row]) throw new Error(`unknown row ${row}`);
-  return { url: seed.origin + paths[row], headers };
+  if (row === 'refresh') return autocannonOptions(seed.origin, refreshLoad(seed));
+  const reads: Record<string, LoadRequest> = readLoads(seed);
+  if (!reads[row]) throw new Error(`unknown row ${row}`);
+  return autocannonOptions(seed.origin, reads[row]);
 }
 
 async function main(): Promise<void> {

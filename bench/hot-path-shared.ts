@@ -62,3 +62,44 @@ export function loginRequests(logins: IdentitySeed['logins']): Array<Record<stri
     },
   ];
 }
+
+/** One row's load, as autocannon takes it with the server's origin (`autocannonOptions`). */
+export interface LoadRequest {
+  method?: string;
+  path: string;
+  headers?: Record<string, string>;
+  body?: string;
+  requests?: unknown[];
+}
+
+/** The read rows, each called with the organization owner's token. */
+export function readLoads(seed: IdentitySeed) {
+  const bearer = { authorization: `Bearer ${seed.token}` };
+  return {
+    host: { path: HOST_ROUTE, headers: bearer },
+    me: { path: `${MOUNT}/auth/me`, headers: bearer },
+    orgs: { path: `${MOUNT}/orgs`, headers: bearer },
+    members: { path: `${MOUNT}/orgs/${seed.organizationId}/members`, headers: bearer },
+  } satisfies Record<string, LoadRequest>;
+}
+
+/** The refresh row: each connection rotates its own chain of refresh tokens. */
+export function refreshLoad(seed: IdentitySeed): LoadRequest {
+  return { method: 'POST', path: `${MOUNT}/auth/token/refresh`, requests: refreshRequests(seed.refreshTokens) };
+}
+
+/** Each login signs in as the next of the seeded accounts, as a storm of users would. */
+export function loginLoad(seed: IdentitySeed): LoadRequest {
+  return { method: 'POST', path: `${MOUNT}/auth/login`, requests: loginRequests(seed.logins) };
+}
+
+/** autocannon's options for `load` sent to `origin`. */
+export function autocannonOptions(origin: string, load: LoadRequest): Record<string, unknown> {
+  return {
+    url: origin + load.path,
+    method: load.method ?? 'GET',
+    ...(load.headers ? { headers: load.headers } : {}),
+    ...(load.body ? { body: load.body } : {}),
+    ...(load.requests ? { requests: load.requests } : {}),
+  };
+}

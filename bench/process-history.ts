@@ -17,7 +17,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { HOST_ROUTE, type IdentitySeed } from './hot-path-shared.js';
+import { autocannonOptions, type IdentitySeed, readLoads } from './hot-path-shared.js';
 import { inAlternatingOrder, median, underLoad } from './process-cpu.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -32,7 +32,7 @@ function start(mode: Mode): Promise<{ child: ChildProcess; request: object }> {
   return new Promise((resolve, reject) => {
     child.once('message', (message) => {
       const seed = message as IdentitySeed;
-      resolve({ child, request: mode === 'identity' ? { url: seed.origin + HOST_ROUTE, headers: { authorization: `Bearer ${seed.token}` } } : { url: `${seed.origin}/hello` } });
+      resolve({ child, request: mode === 'identity' ? autocannonOptions(seed.origin, readLoads(seed).host) : { url: `${seed.origin}/hello` } });
     });
     child.once('exit', (code) => reject(new Error(`${mode} exited with ${code}`)));
   });

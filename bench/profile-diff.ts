@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 // autocannon ships no types.
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
-import { HOST_ROUTE, MOUNT, type IdentitySeed } from './hot-path-shared.js';
+import { autocannonOptions, type IdentitySeed, readLoads } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const row = process.argv[2] ?? 'me';
@@ -75,16 +75,11 @@ function perRequest(profile: Profile, requests: number): Map<string, number> {
   return times;
 }
 
-const paths: Record<string, (seed: IdentitySeed) => string> = {
-  me: () => `${MOUNT}/auth/me`,
-  orgs: () => `${MOUNT}/orgs`,
-  host: () => HOST_ROUTE,
-  members: (seed) => `${MOUNT}/orgs/${seed.organizationId}/members`,
-};
-if (!paths[row]) throw new Error(`usage: profile-diff.ts [${Object.keys(paths).join('|')}]`);
+const READ_ROWS = ['me', 'orgs', 'host', 'members'] as const;
+if (!READ_ROWS.includes(row as (typeof READ_ROWS)[number])) throw new Error(`usage: profile-diff.ts [${READ_ROWS.join('|')}]`);
 
 const floor = await profiled('bare', (seed) => ({ url: `${seed.origin}/hello` }));
-const router = await profiled('identity', (seed) => ({ url: seed.origin + paths[row]!(seed), headers: { authorization: `Bearer ${seed.token}` } }));
+const router = await profiled('identity', (seed) => autocannonOptions(seed.origin, readLoads(seed)[row as (typeof READ_ROWS)[number]]));
 
 const sum = (map: Map<string, number>) => [...map.values()].reduce((total, value) => total + value, 0);
 const byArea = (map: Map<string, number>) => {

@@ -49,7 +49,7 @@ import autocannon from 'autocannon';
 import bcrypt from 'bcryptjs';
 import { openDatabase } from '../src/store/database.js';
 import { cpuMicros, inAlternatingOrder } from './process-cpu.js';
-import { BCRYPT_COST, HOST_ROUTE, MOUNT, PG_POOL, loginRequests, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
+import { autocannonOptions, BCRYPT_COST, type IdentitySeed, type LoadRequest, loginLoad, PG_POOL, readLoads, refreshLoad } from './hot-path-shared.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from './postgres.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -101,14 +101,6 @@ interface Measurement {
   timeouts: number;
 }
 
-interface LoadRequest {
-  method?: string;
-  path: string;
-  headers?: Record<string, string>;
-  body?: string;
-  requests?: unknown[];
-}
-
 interface Goal {
   /** `issue 11` (the first goals, kept) or `issue 28` / `issue 26` (this machine class's). */
   source: string;
@@ -148,15 +140,7 @@ function stopServer(child: ChildProcess): Promise<void> {
 }
 
 function runAutocannon(origin: string, request: LoadRequest, duration: number, connections = CONNECTIONS): Promise<any> {
-  return autocannon({
-    url: origin + request.path,
-    connections,
-    duration,
-    method: request.method ?? 'GET',
-    headers: request.headers,
-    body: request.body,
-    ...(request.requests ? { requests: request.requests } : {}),
-  });
+  return autocannon({ ...autocannonOptions(origin, request), connections, duration });
 }
 
 function summarise(result: any): Measurement {
@@ -331,25 +315,6 @@ async function commitFloor(url: string | undefined, seconds: number): Promise<{ 
 const perSecond = (m: Measurement) => `${Math.round(m.requestsPerSecond).toLocaleString('en-US')} req/s`;
 const micros = (value: number | undefined) => (value === undefined ? '' : `${Math.round(value)} µs`);
 
-/** The refresh row: each connection rotates its own chain of refresh tokens. */
-function refreshLoad(seed: IdentitySeed): LoadRequest {
-  return { method: 'POST', path: `${MOUNT}/auth/token/refresh`, requests: refreshRequests(seed.refreshTokens) };
-}
-
-/** Each login signs in as the next of the seeded accounts, as a storm of users would. */
-function loginLoad(seed: IdentitySeed): LoadRequest {
-  return { method: 'POST', path: `${MOUNT}/auth/login`, requests: loginRequests(seed.logins) };
-}
-
-const readLoads = (seed: IdentitySeed) => {
-  const bearer = { authorization: `Bearer ${seed.token}` };
-  return {
-    host: { path: HOST_ROUTE, headers: bearer },
-    me: { path: `${MOUNT}/auth/me`, headers: bearer },
-    orgs: { path: `${MOUNT}/orgs`, headers: bearer },
-    members: { path: `${MOUNT}/orgs/${seed.organizationId}/members`, headers: bearer },
-  } satisfies Record<string, LoadRequest>;
-};
 
 /**
  * The machine's speed at this moment: iterations a millisecond of a fixed loop, for one

@@ -23,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 // autocannon ships no types.
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
-import { loginRequests, MOUNT, refreshRequests, type IdentitySeed } from './hot-path-shared.js';
+import { autocannonOptions, type IdentitySeed, loginLoad, readLoads, refreshLoad } from './hot-path-shared.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from './postgres.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -77,12 +77,8 @@ const child = fork(join(here, 'hot-path-server.ts'), ['identity'], {
 });
 try {
   const seed = (await new Promise((resolve) => child.once('message', resolve))) as IdentitySeed;
-  const load =
-    row === 'login'
-      ? { url: `${seed.origin}${MOUNT}/auth/login`, connections, requests: loginRequests(seed.logins) }
-      : row === 'me'
-        ? { url: `${seed.origin}${MOUNT}/auth/me`, connections, headers: { authorization: `Bearer ${seed.token}` } }
-        : { url: `${seed.origin}${MOUNT}/auth/token/refresh`, connections, requests: refreshRequests(seed.refreshTokens) };
+  const rowLoad = row === 'login' ? loginLoad(seed) : row === 'me' ? readLoads(seed).me : refreshLoad(seed);
+  const load = { ...autocannonOptions(seed.origin, rowLoad), connections };
   if (row !== 'idle') await autocannon({ ...load, duration: 2 });
   const before = threadCpu(child.pid!);
   const databaseBefore = postmaster === undefined ? 0 : postgresCpu(postmaster);

@@ -25,7 +25,6 @@ async function deliveriesOf(h: Harness, eventId: string): Promise<DeliveryRow[]>
   return h.knex(`${h.tablePrefix}event_deliveries`).where({ event_id: eventId });
 }
 
-/** Waits for work the router finishes after its answer (recording an outcome); bounded, never timed. */
 const eventOf = (h: Harness, type: IdentityEvent['type']) => {
   const event = h.eventsOfType(type).at(-1);
   assert.ok(event, `no ${type} event`);
