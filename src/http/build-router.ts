@@ -69,8 +69,7 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
    * A request for one of the router's routes runs its chain directly; any other goes through
    * the Router's stack above (404, 405). Express's dispatch inside a mounted Router, whose
    * matching the table already does, cost every request about 7 µs (bench/mounted-dispatch.ts,
-   * docs/performance.md). What that dispatch does for the host is kept: an error thrown while
-   * matching is answered, and the host's `req.params` come back if the request leaves.
+   * docs/performance.md). An error thrown while matching is answered, as it was in the stack.
    */
   const mounted = router as Router & { handle(req: Request, res: Response, done: NextFunction): void };
   const dispatch = mounted.handle.bind(router);
@@ -85,17 +84,10 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
       return;
     }
     if (!matched) return dispatch(req, res, done);
-    const hostParams = req.params;
     req.params = matched.params;
     setRoute(res, matched.route.definition);
-    runChain(matched.route.chain, req, res, (error?: unknown) => {
-      const leave: NextFunction = (left?: unknown) => {
-        req.params = hostParams;
-        done(left);
-      };
-      if (error === undefined || error === null) leave();
-      else answerError(error, req, res, leave);
-    });
+    // Every chain answers or fails; a failure is answered as the stack's error handler would.
+    runChain(matched.route.chain, req, res, (error?: unknown) => (error === undefined || error === null ? done() : answerError(error, req, res, done)));
   };
   return router;
 }
