@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inAlternatingOrder, median, underLoad } from './process-cpu.js';
-import { autocannonOptions, type IdentitySeed, type LoadRequest, readLoads, refreshLoad } from './hot-path-shared.js';
+import { autocannonOptions, type IdentitySeed, isReadRow, readLoads, refreshLoad } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
@@ -38,9 +38,8 @@ function start(env: Record<string, string>): Promise<{ child: ChildProcess; seed
 
 function load(seed: IdentitySeed): object {
   if (row === 'refresh') return autocannonOptions(seed.origin, refreshLoad(seed));
-  const reads: Record<string, LoadRequest> = readLoads(seed);
-  if (!reads[row]) throw new Error(`unknown row ${row}`);
-  return autocannonOptions(seed.origin, reads[row]);
+  if (!isReadRow(row)) throw new Error(`unknown row ${row}`);
+  return autocannonOptions(seed.origin, readLoads(seed)[row]);
 }
 
 async function main(): Promise<void> {

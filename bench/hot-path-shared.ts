@@ -68,19 +68,23 @@ export interface LoadRequest {
   method?: string;
   path: string;
   headers?: Record<string, string>;
-  body?: string;
   requests?: unknown[];
 }
 
+/** The read rows' names, as the tools take them on their command lines. */
+export const READ_ROWS = ['host', 'me', 'orgs', 'members'] as const;
+export type ReadRow = (typeof READ_ROWS)[number];
+export const isReadRow = (row: string): row is ReadRow => (READ_ROWS as readonly string[]).includes(row);
+
 /** The read rows, each called with the organization owner's token. */
-export function readLoads(seed: IdentitySeed) {
+export function readLoads(seed: IdentitySeed): Record<ReadRow, LoadRequest> {
   const bearer = { authorization: `Bearer ${seed.token}` };
   return {
     host: { path: HOST_ROUTE, headers: bearer },
     me: { path: `${MOUNT}/auth/me`, headers: bearer },
     orgs: { path: `${MOUNT}/orgs`, headers: bearer },
     members: { path: `${MOUNT}/orgs/${seed.organizationId}/members`, headers: bearer },
-  } satisfies Record<string, LoadRequest>;
+  };
 }
 
 /** The refresh row: each connection rotates its own chain of refresh tokens. */
@@ -99,7 +103,6 @@ export function autocannonOptions(origin: string, load: LoadRequest): Record<str
     url: origin + load.path,
     method: load.method ?? 'GET',
     ...(load.headers ? { headers: load.headers } : {}),
-    ...(load.body ? { body: load.body } : {}),
     ...(load.requests ? { requests: load.requests } : {}),
   };
 }

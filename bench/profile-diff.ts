@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 // autocannon ships no types.
 // @ts-expect-error no declaration file
 import autocannon from 'autocannon';
-import { autocannonOptions, type IdentitySeed, readLoads } from './hot-path-shared.js';
+import { autocannonOptions, type IdentitySeed, isReadRow, READ_ROWS, readLoads } from './hot-path-shared.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const row = process.argv[2] ?? 'me';
@@ -75,11 +75,10 @@ function perRequest(profile: Profile, requests: number): Map<string, number> {
   return times;
 }
 
-const READ_ROWS = ['me', 'orgs', 'host', 'members'] as const;
-if (!READ_ROWS.includes(row as (typeof READ_ROWS)[number])) throw new Error(`usage: profile-diff.ts [${READ_ROWS.join('|')}]`);
+if (!isReadRow(row)) throw new Error(`usage: profile-diff.ts [${READ_ROWS.join('|')}]`);
 
 const floor = await profiled('bare', (seed) => ({ url: `${seed.origin}/hello` }));
-const router = await profiled('identity', (seed) => autocannonOptions(seed.origin, readLoads(seed)[row as (typeof READ_ROWS)[number]]));
+const router = await profiled('identity', (seed) => autocannonOptions(seed.origin, readLoads(seed)[row]));
 
 const sum = (map: Map<string, number>) => [...map.values()].reduce((total, value) => total + value, 0);
 const byArea = (map: Map<string, number>) => {
