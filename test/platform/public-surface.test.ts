@@ -4,6 +4,8 @@
  * a widening of the surface hosts depend on, and fails here first.
  */
 import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
 import { after, before, test } from 'node:test';
 import * as entry from '../../src/index.js';
 import { Harness } from '../helpers/harness.js';
@@ -75,4 +77,29 @@ test('identity.service works without HTTP: a superadmin grant made through it sh
   const me = await h.get('/auth/me', { token: user.accessToken });
   assert.equal(me.status, 200);
   assert.ok(me.body.data.roles.includes('superadmin'));
+});
+
+test('createIdentityRouter returns an express.Router, which answers under any mount path (CONTRACT 1)', async () => {
+  assert.ok(h.identity instanceof (express.Router as unknown as new () => object), 'identity is an express.Router');
+  assert.equal(typeof h.identity.use, 'function');
+  // The same router mounted again, deeper, in another app: its routes, 404 and 405 are found relative to the mount.
+  const app = express();
+  app.use('/tenants/:tenant/auth-service', h.identity);
+  const server = await new Promise<ReturnType<typeof app.listen>>((resolve) => {
+    const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
+  });
+  try {
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}/tenants/acme/auth-service`;
+    const jwks = await fetch(`${base}/auth/.well-known/jwks.json`);
+    assert.equal(jwks.status, 200);
+    assert.ok(Array.isArray(((await jwks.json()) as { keys: unknown[] }).keys));
+    const missing = await fetch(`${base}/no/such/route`);
+    assert.equal(missing.status, 404);
+    assert.equal(((await missing.json()) as { error: string }).error, 'not_found');
+    const wrongMethod = await fetch(`${base}/auth/me`, { method: 'DELETE' });
+    assert.equal(wrongMethod.status, 405);
+    assert.equal(wrongMethod.headers.get('cache-control'), 'no-store');
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+  }
 });
