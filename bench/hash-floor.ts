@@ -2,7 +2,7 @@ import { createHmac } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import bcrypt from 'bcryptjs';
-import { BCRYPT_COST } from './hot-path-shared.js';
+import { BCRYPT_COST, PASSWORD } from './hot-path-shared.js';
 
 /**
  * The hash-bound login rate, measured here: one plain thread per core, each comparing a
@@ -19,7 +19,7 @@ export class HashFloor {
   private constructor(private readonly workers: Worker[]) {}
 
   static async start(cores: number): Promise<HashFloor> {
-    const prehashed = createHmac('sha256', 'pepper').update('bench password 1234').digest('base64');
+    const prehashed = createHmac('sha256', 'pepper').update(PASSWORD).digest('base64');
     const hash = bcrypt.hashSync(prehashed, BCRYPT_COST);
     const source = `
       const { parentPort, workerData } = require('node:worker_threads');
