@@ -213,8 +213,10 @@ async function measure(origin: string, request: LoadRequest, pid?: number, slice
   const cpuBefore = cpuMicros(pid);
   const eventLoopCpuBefore = cpuMicros(pid, true);
   const arrivals: number[] = [];
-  const onAnswer = steady ? (statusCode: number) => void (statusCode >= 200 && statusCode < 300 && arrivals.push(performance.now())) : undefined;
-  const measurement = summarise(await runAutocannon(origin, request, slice.seconds, CONNECTIONS, onAnswer));
+  const onAnswer = (statusCode: number) => {
+    if (statusCode >= 200 && statusCode < 300) arrivals.push(performance.now());
+  };
+  const measurement = summarise(await runAutocannon(origin, request, slice.seconds, CONNECTIONS, steady ? onAnswer : undefined));
   const rate = steady ? steadyRate(arrivals) : undefined;
   if (rate !== undefined) {
     measurement.countedPerSecond = measurement.requestsPerSecond;
