@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
-import { type Harness, uniqueEmail } from '../helpers/harness.js';
+import { type Harness, TEST_DB, type TestResponse, uniqueEmail } from '../helpers/harness.js';
 import { authorizeAtProvider, newSubject, socialLogin, startLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
 import { totpCodeAt } from '../helpers/mfa.js';
 import { MfaFactorRepository } from '../../src/store/mfa-repository.js';
+import { SocialIdentityRepository } from '../../src/store/social-repository.js';
 
 // docs/social-login.md: single-use by one conditional update, and one user per new subject, under
 // concurrency. Meaningful on PostgreSQL (real concurrent transactions); SQLite serialises
@@ -53,6 +54,49 @@ test('two first logins of the same new subject at once create one user and one l
   assert.equal(exchanged[0]!.body.data.user.id, exchanged[1]!.body.data.user.id);
   assert.deepEqual(exchanged.map((response) => response.body.data.is_new_user).sort(), [false, true]);
 });
+
+test(
+  'a first login of a subject committed between the exchange\'s two lookups: the exchange signs into that account',
+  { skip: TEST_DB !== 'pg' && "SQLite runs one write transaction at a time: no sign-in can commit inside another's" },
+  async () => {
+    // The interleaving behind the race above, made certain: exchange B finds no link for the
+    // subject (rule 1), then exchange A creates the account and its link, and B's lookup by
+    // address (rule 3) finds that account. It is this subject's own: B signs in, not 409.
+    const email = uniqueEmail('twin-order');
+    const sub = newSubject();
+    op.use({ sub, email, email_verified: true });
+    const flows = [await startLogin(h), await startLogin(h)];
+    const codes: (string | null)[] = [];
+    for (const flow of flows) {
+      const location = (await h.get(await authorizeAtProvider(flow.authorizationUrl))).headers.get('location')!;
+      codes.push(new URL(location).searchParams.get('social_code'));
+    }
+    const findByProviderSubject = SocialIdentityRepository.prototype.findByProviderSubject;
+    let firstExchange: TestResponse | undefined;
+    let started = false;
+    SocialIdentityRepository.prototype.findByProviderSubject = async function (this: SocialIdentityRepository, provider: string, subject: string) {
+      const linked = await findByProviderSubject.call(this, provider, subject);
+      if (subject === sub && !started) {
+        started = true;
+        firstExchange = await h.post('/auth/social/exchange', { code: codes[0], handoff_verifier: flows[0]!.handoff.verifier });
+      }
+      return linked;
+    };
+    let second: TestResponse;
+    try {
+      second = await h.post('/auth/social/exchange', { code: codes[1], handoff_verifier: flows[1]!.handoff.verifier });
+    } finally {
+      SocialIdentityRepository.prototype.findByProviderSubject = findByProviderSubject;
+    }
+    assert.equal(firstExchange?.status, 200, firstExchange?.text);
+    assert.equal(firstExchange.body.data.is_new_user, true);
+    assert.equal(second.status, 200, second.text);
+    assert.equal(second.body.data.is_new_user, false);
+    assert.equal(second.body.data.user.id, firstExchange.body.data.user.id);
+    assert.equal(await countRows(h, 'users', { email }), 1);
+    assert.equal(await countRows(h, 'social_identities', { subject: sub }), 1);
+  },
+);
 
 test('a factor confirmed after the MFA gate looked at a social sign-in: the sign-in asks for it and opens no session', async () => {
   // Threat: a sign-in that passes the gate a moment before the owner confirms a factor would

@@ -164,12 +164,11 @@ export class SocialService {
     // Rule 3: auto-link only on a verified address on both sides, and one identity per provider.
     const local = await repos.users.findByEmail(claims.email);
     if (local) {
-      const allowed =
-        this.social.autoLinkByEmail &&
-        claims.emailVerified &&
-        local.emailVerified &&
-        local.deletedAt === null &&
-        !(await repos.socialIdentities.findForUserAndProvider(local.id, provider.id));
+      const existing = await repos.socialIdentities.findForUserAndProvider(local.id, provider.id);
+      // This very subject, linked by a concurrent first sign-in after rule 1 looked: start again,
+      // and rule 1 now finds it. Another subject's link keeps the account refused.
+      if (existing?.subject === claims.subject) throw new ResolutionConflict();
+      const allowed = this.social.autoLinkByEmail && claims.emailVerified && local.emailVerified && local.deletedAt === null && !existing;
       if (!allowed) return refuse('account_link_required', local.id);
       const refusal = this.signInRules.accountRefusal(local, uow.now);
       if (refusal) return refuse(refusal, local.id);
