@@ -65,7 +65,8 @@ export class UserAdminService {
    */
   async grantSuperadmin(userId: string): Promise<void> {
     await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
-      const user = await uow.repos.users.findById(userId);
+      // Locked, as a deletion locks it: a grant never lands on an account deleted meanwhile.
+      const user = await uow.repos.users.findByIdForUpdate(userId);
       if (!user || user.deletedAt !== null) throw errors.notFound('User');
       uow.invalidates({ user: userId });
       if (await uow.repos.roles.grantSuperadmin(userId, uow.now)) await uow.emit({ type: 'user.superadmin_granted', userId });

@@ -44,12 +44,14 @@ export class MfaCodes {
     uow: UnitOfWork,
     input: { factor: MfaFactorRecord; purpose: OtpPurpose; boundTo: string | null; cooldownCode: 'rate_limited' | 'too_many_requests' },
   ): Promise<{ channel: OtpChannel; destination: string }> {
-    const { factor, purpose } = input;
+    const { purpose } = input;
     const { otp } = this.context.config;
+    // Serialise sends for one factor so the cooldown holds under concurrent requests. The locked
+    // row is the one sent to: a factor removed or confirmed since it was read is not.
+    const factor = await uow.repos.mfaFactors.findOwnedForUpdate(input.factor.id, input.factor.userId);
+    if (!factor || factor.confirmedAt !== input.factor.confirmedAt) throw errors.notFound('Factor');
     const channel: OtpChannel = factor.type === 'sms' ? 'sms' : 'email';
     const destination = factor.destination ?? '';
-    // Serialise sends for one factor so the cooldown holds under concurrent requests.
-    await uow.repos.mfaFactors.findOwnedForUpdate(factor.id, factor.userId);
     // Confirming a factor ends its enrollment cooldown: that code has been used.
     const lastSent = await uow.repos.otpChallenges.lastSentAt(factor.id, factor.confirmedAt !== null ? 'enroll' : undefined);
     if (lastSent !== undefined && uow.now - lastSent < otp.resendCooldown * 1000) {

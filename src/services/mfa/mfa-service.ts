@@ -298,6 +298,9 @@ export class MfaService {
   async enrollCodeFactor(principal: Principal, type: 'sms' | 'email', destinationInput: string | undefined, meta: RequestMeta): Promise<{ factor_id: string; destination: string }> {
     const destination = type === 'email' ? normaliseEmail(destinationInput ?? principal.user.email) : (destinationInput ?? '');
     return runUnitOfWork(this.context, meta, async (uow) => {
+      // One MFA change per user at a time, as in confirmFactor: two enrollments of one destination
+      // make one pending factor, and a factor confirmed meanwhile is seen as confirmed.
+      await uow.repos.users.findByIdForUpdate(principal.userId);
       await this.prunePendingFactors(uow, principal.userId);
       const existing = await uow.repos.mfaFactors.findByDestination(principal.userId, type, destination);
       if (existing.some((factor) => factor.confirmedAt !== null)) throw errors.conflict('This destination is already a confirmed factor.');
