@@ -544,15 +544,19 @@ export class InviteRepository extends Repository {
     return row ? mapInvite(row) : undefined;
   }
 
-  /** Single use: one conditional update; answers whether this call accepted it. */
-  async consume(id: string, now: number): Promise<boolean> {
+  /**
+   * Single use: one conditional update; answers whether this call accepted it. The token is
+   * matched again, so one a re-invite rotated away since it was looked up is refused.
+   */
+  async consume(id: string, tokenHash: string, now: number): Promise<boolean> {
     return (
-      (await this.db(this.table.invites).where({ id, status: 'pending' }).andWhere('expires_at', '>', now).update({ status: 'accepted', pending_email: null, updated_at: now })) === 1
+      (await this.db(this.table.invites).where({ id, token_hash: tokenHash, status: 'pending' }).andWhere('expires_at', '>', now).update({ status: 'accepted', pending_email: null, updated_at: now })) === 1
     );
   }
 
-  async markExpired(id: string, now: number): Promise<void> {
-    await this.db(this.table.invites).where({ id, status: 'pending' }).andWhere('expires_at', '<=', now).update({ status: 'expired', pending_email: null, updated_at: now });
+  /** Answers whether this call expired it (a re-invite since may have extended it). */
+  async markExpired(id: string, now: number): Promise<boolean> {
+    return (await this.db(this.table.invites).where({ id, status: 'pending' }).andWhere('expires_at', '<=', now).update({ status: 'expired', pending_email: null, updated_at: now })) === 1;
   }
 
   /** Answers whether this call revoked it. */

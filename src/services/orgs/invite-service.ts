@@ -67,7 +67,9 @@ export class InviteService {
     const token = randomToken();
     const tokenHash = keyedHash(this.context.keys.tokenHash, token);
     const result = await runUnitOfWork(this.context, meta, async (uow) => {
-      const organization = await uow.repos.organizations.findActive(organizationId);
+      // Locked first, as every member and role change locks it: an accept, a revoke, a role's
+      // deletion or the organization's own cannot commit between the reads below and the writes.
+      const organization = await uow.repos.organizations.lockActive(organizationId);
       if (!organization) throw errors.notFound('Organization');
       const actor = await grant.recheck(uow.repos);
       const roles = await uow.repos.roles.findBySlugs(organizationId, roleSlugs);
@@ -160,6 +162,8 @@ export class InviteService {
   async revoke(grant: AccessGrant, inviteId: string, meta: RequestMeta): Promise<void> {
     const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
+      // The organization first (`createOnce`'s order): a re-invite in progress keeps the `invited` row it read.
+      if (!(await uow.repos.organizations.lockActive(organizationId))) throw errors.notFound('Organization');
       await grant.recheck(uow.repos);
       const invite = await uow.repos.invites.findInOrganization(organizationId, inviteId);
       if (!invite || !(await uow.repos.invites.revoke(organizationId, inviteId, uow.now))) throw errors.notFound('Invite');
@@ -184,13 +188,15 @@ export class InviteService {
       // Pre-hijack: an account nobody has proven to own the address of cannot join.
       if (!principal.user.emailVerified) throw errors.emailUnverified('Verify your e-mail address before accepting an invitation.');
       if (invite.email !== normaliseEmail(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
+      // The organization before the invite and the membership, as invite creation and member changes lock them:
+      // a re-invite or a role's deletion either commits before this point or waits for the acceptance.
+      if (!(await uow.repos.organizations.lockActive(invite.organizationId))) return refused();
       if (invite.status === 'pending' && invite.expiresAt <= uow.now) {
-        await uow.repos.invites.markExpired(invite.id, uow.now);
-        await uow.repos.memberships.deleteInvited(invite.organizationId, principal.userId);
+        // A re-invite since the lookup extended the invite: its `invited` row stays.
+        if (await uow.repos.invites.markExpired(invite.id, uow.now)) await uow.repos.memberships.deleteInvited(invite.organizationId, principal.userId);
         return refused();
       }
-      const organization = await uow.repos.organizations.findActive(invite.organizationId);
-      if (!organization || !(await uow.repos.invites.consume(invite.id, uow.now))) return refused();
+      if (!(await uow.repos.invites.consume(invite.id, tokenHash, uow.now))) return refused();
 
       const membership = await uow.repos.memberships.find(invite.organizationId, principal.userId);
       let membershipId: string;

@@ -1,0 +1,263 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { countRows } from '../helpers/account.js';
+import { Harness, TEST_DB, type TestResponse, uniqueEmail } from '../helpers/harness.js';
+import { createOrg, memberOf, roleIdOf, superadmin, switchOrg } from '../helpers/orgs.js';
+import { UserRepository } from '../../src/store/user-repository.js';
+import { InviteRepository, MembershipRepository, RoleRepository } from '../../src/store/organization-repository.js';
+
+// Interleavings of the organization services on PostgreSQL (READ COMMITTED: each statement sees
+// what committed before it). Each test runs a whole second request inside one service's window
+// between two reads, by wrapping a repository method. SQLite runs one write transaction at a time.
+// A second request that needs a row lock the first holds cannot finish inside the window: it is
+// started, seen waiting, and the first goes on, so the outcome is that of the two in series.
+
+/**
+ * Lets `request` run until PostgreSQL shows it waiting on a lock, or until it has settled,
+ * whichever comes first. Awaiting it there instead would wait on the caller's own transaction.
+ */
+async function runUntilBlockedOrSettled(request: Promise<TestResponse>): Promise<void> {
+  let settled = false;
+  request.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  const waitingOnALock = async () => Number((await h.knex.raw('select count(*)::int as n from pg_locks where not granted')).rows[0].n);
+  for (let attempt = 0; attempt < 2000 && !settled && (await waitingOnALock()) === 0; attempt += 1) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** A second session of the owner: a request under it does not wait for the first session's row lock. */
+async function secondSession(owner: { email: string; password: string }, organizationId: string): Promise<string> {
+  const login = await h.post('/auth/login', { email: owner.email, password: owner.password });
+  assert.equal(login.status, 200, login.text);
+  return switchOrg(h, login.body.data.access_token, organizationId);
+}
+
+/** The last error the router logged (a 500's cause: code only, docs/security.md). */
+function lastError(): string {
+  return JSON.stringify(h.logs.filter((line) => line.level === 'error').at(-1) ?? null);
+}
+
+const SKIP = TEST_DB !== 'pg' && "SQLite runs one write transaction at a time: no request can commit inside another's";
+
+let h: Harness;
+before(async () => {
+  h = await Harness.start();
+});
+after(async () => {
+  await h.close();
+});
+
+test('a re-invite committed between accept\'s token lookup and its consume: the old token stops working', { skip: SKIP, timeout: 60_000 }, async () => {
+  const org = await createOrg(h);
+  const invitee = await h.signUp(uniqueEmail('rotated'));
+  assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token })).status, 201);
+  const oldToken = h.tokenFromMail(invitee.email, 'invite');
+  const findByTokenHash = InviteRepository.prototype.findByTokenHash;
+  let reinvite: TestResponse | undefined;
+  InviteRepository.prototype.findByTokenHash = async function (this: InviteRepository, tokenHash: string) {
+    const found = await findByTokenHash.call(this, tokenHash);
+    if (!reinvite) reinvite = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token });
+    return found;
+  };
+  let accepted: TestResponse;
+  try {
+    accepted = await h.post('/auth/invites/accept', { token: oldToken }, { token: invitee.accessToken });
+  } finally {
+    InviteRepository.prototype.findByTokenHash = findByTokenHash;
+  }
+  assert.equal(reinvite?.status, 201, reinvite?.text);
+  assert.equal(accepted.status, 400, `old token after rotation: ${accepted.status} ${accepted.text}; member now ${JSON.stringify(await memberOf(h, org.id, org.owner.token, invitee.userId))}`);
+});
+
+test('an accept arriving between invite creation\'s membership read and its writes waits: the re-invite rotates the token, the accept is refused', { skip: SKIP, timeout: 60_000 }, async () => {
+  const org = await createOrg(h);
+  const invitee = await h.signUp(uniqueEmail('joined'));
+  assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token })).status, 201);
+  const token = h.tokenFromMail(invitee.email, 'invite');
+  const find = MembershipRepository.prototype.find;
+  let accepting: Promise<TestResponse> | undefined;
+  let armed = true;
+  MembershipRepository.prototype.find = async function (this: MembershipRepository, organizationId: string, userId: string) {
+    const found = await find.call(this, organizationId, userId);
+    if (armed && userId === invitee.userId) {
+      armed = false;
+      accepting = h.post('/auth/invites/accept', { token }, { token: invitee.accessToken });
+      await runUntilBlockedOrSettled(accepting);
+    }
+    return found;
+  };
+  let second: TestResponse;
+  try {
+    second = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token });
+  } finally {
+    MembershipRepository.prototype.find = find;
+  }
+  const accepted = await accepting;
+  const member = await memberOf(h, org.id, org.owner.token, invitee.userId);
+  const pending = await countRows(h, 'invites', { organization_id: org.id, pending_email: invitee.email });
+  assert.equal(second.status, 201, `${second.text} ${lastError()}`);
+  assert.equal(accepted?.status, 400, `accept of a token rotated meanwhile: ${accepted?.status} ${accepted?.text}; member ${JSON.stringify(member)}; pending invites ${pending}`);
+  assert.equal(member?.status, 'invited');
+  assert.deepEqual(member.roles, ['admin']);
+  assert.equal(pending, 1);
+});
+
+test('a revoke arriving between invite creation\'s membership read and its writes waits: the re-invite succeeds, then the revoke ends it', { skip: SKIP, timeout: 60_000 }, async () => {
+  const org = await createOrg(h);
+  const invitee = await h.signUp(uniqueEmail('revoked'));
+  const first = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token });
+  assert.equal(first.status, 201);
+  const otherAdmin = await secondSession(org.owner, org.id);
+  const find = MembershipRepository.prototype.find;
+  let revoking: Promise<TestResponse> | undefined;
+  let armed = true;
+  MembershipRepository.prototype.find = async function (this: MembershipRepository, organizationId: string, userId: string) {
+    const found = await find.call(this, organizationId, userId);
+    if (armed && userId === invitee.userId) {
+      armed = false;
+      revoking = h.delete(`/orgs/${org.id}/invites/${first.body.data.id}`, { token: otherAdmin });
+      await runUntilBlockedOrSettled(revoking);
+    }
+    return found;
+  };
+  let second: TestResponse;
+  try {
+    second = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token });
+  } finally {
+    MembershipRepository.prototype.find = find;
+  }
+  const revoked = await revoking;
+  assert.equal(second.status, 201, `${second.text} ${lastError()}`);
+  // The re-invite rotated the same invite, so the revoke that waited for it ends it, with its invited entry.
+  assert.equal(second.body.data.id, first.body.data.id);
+  assert.equal(revoked?.status, 200, revoked?.text);
+  assert.equal(await memberOf(h, org.id, org.owner.token, invitee.userId), undefined);
+  assert.equal(await countRows(h, 'invites', { organization_id: org.id, pending_email: invitee.email }), 0);
+});
+
+test('a custom role deletion arriving between accept\'s role lookup and its grant waits: the member joins, then loses the role', { skip: SKIP, timeout: 60_000 }, async () => {
+  const org = await createOrg(h);
+  const role = await h.post(`/orgs/${org.id}/roles`, { name: 'Auditor', slug: 'auditor', permission_keys: ['org.read'] }, { token: org.owner.token });
+  assert.equal(role.status, 201, role.text);
+  const invitee = await h.signUp(uniqueEmail('auditor'));
+  assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member', 'auditor'] }, { token: org.owner.token })).status, 201);
+  const token = h.tokenFromMail(invitee.email, 'invite');
+  const roleId = await roleIdOf(h, org.id, org.owner.token, 'auditor');
+  const findBySlugs = RoleRepository.prototype.findBySlugs;
+  let deleting: Promise<TestResponse> | undefined;
+  let armed = false;
+  RoleRepository.prototype.findBySlugs = async function (this: RoleRepository, organizationId: string, slugs: string[]) {
+    const found = await findBySlugs.call(this, organizationId, slugs);
+    if (armed && slugs.includes('auditor')) {
+      armed = false;
+      deleting = h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: org.owner.token });
+      await runUntilBlockedOrSettled(deleting);
+    }
+    return found;
+  };
+  let accepted: TestResponse;
+  try {
+    armed = true;
+    accepted = await h.post('/auth/invites/accept', { token }, { token: invitee.accessToken });
+  } finally {
+    RoleRepository.prototype.findBySlugs = findBySlugs;
+  }
+  const deleted = await deleting;
+  assert.equal(deleted?.status, 200, deleted?.text);
+  assert.equal(accepted.status, 200, `${accepted.text} ${lastError()}`);
+  assert.deepEqual((await memberOf(h, org.id, org.owner.token, invitee.userId))?.roles, ['member']);
+});
+
+test('a custom role deletion arriving between invite creation\'s role lookup and its writes waits: 201, then the invited entry loses the role', { skip: SKIP, timeout: 60_000 }, async () => {
+  const org = await createOrg(h);
+  const role = await h.post(`/orgs/${org.id}/roles`, { name: 'Auditor', slug: 'auditor', permission_keys: ['org.read'] }, { token: org.owner.token });
+  assert.equal(role.status, 201, role.text);
+  const roleId = role.body.data.id as string;
+  const invitee = await h.signUp(uniqueEmail('auditor2'));
+  const otherAdmin = await secondSession(org.owner, org.id);
+  const findBySlugs = RoleRepository.prototype.findBySlugs;
+  let deleting: Promise<TestResponse> | undefined;
+  let armed = false;
+  RoleRepository.prototype.findBySlugs = async function (this: RoleRepository, organizationId: string, slugs: string[]) {
+    const found = await findBySlugs.call(this, organizationId, slugs);
+    if (armed && slugs.includes('auditor')) {
+      armed = false;
+      deleting = h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: otherAdmin });
+      await runUntilBlockedOrSettled(deleting);
+    }
+    return found;
+  };
+  let invited: TestResponse;
+  try {
+    armed = true;
+    invited = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member', 'auditor'] }, { token: org.owner.token });
+  } finally {
+    RoleRepository.prototype.findBySlugs = findBySlugs;
+  }
+  const deleted = await deleting;
+  assert.equal(invited.status, 201, `${invited.text} ${lastError()}`);
+  assert.equal(deleted?.status, 200, deleted?.text);
+  assert.deepEqual((await memberOf(h, org.id, org.owner.token, invitee.userId))?.roles, ['member']);
+});
+
+test('a re-invite committed inside an accept of the expired invite: the new invite keeps its invited entry', { skip: SKIP, timeout: 60_000 }, async () => {
+  const org = await createOrg(h);
+  const invitee = await h.signUp(uniqueEmail('expired'));
+  assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token })).status, 201);
+  const oldToken = h.tokenFromMail(invitee.email, 'invite');
+  h.clock.advance(7 * 24 * 3600 + 1);
+  const ownerLogin = await h.post('/auth/login', { email: org.owner.email, password: org.owner.password });
+  const ownerToken = await switchOrg(h, ownerLogin.body.data.access_token, org.id);
+  const inviteeLogin = await h.post('/auth/login', { email: invitee.email, password: invitee.password });
+  const inviteeToken = inviteeLogin.body.data.access_token as string;
+  const findByTokenHash = InviteRepository.prototype.findByTokenHash;
+  let reinvite: TestResponse | undefined;
+  InviteRepository.prototype.findByTokenHash = async function (this: InviteRepository, tokenHash: string) {
+    const found = await findByTokenHash.call(this, tokenHash);
+    if (!reinvite) reinvite = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: ownerToken });
+    return found;
+  };
+  let accepted: TestResponse;
+  try {
+    accepted = await h.post('/auth/invites/accept', { token: oldToken }, { token: inviteeToken });
+  } finally {
+    InviteRepository.prototype.findByTokenHash = findByTokenHash;
+  }
+  assert.equal(reinvite?.status, 201, reinvite?.text);
+  assert.equal(accepted.status, 400, accepted.text);
+  assert.equal(await countRows(h, 'invites', { organization_id: org.id, pending_email: invitee.email, status: 'pending' }), 1);
+  const entry = await memberOf(h, org.id, ownerToken, invitee.userId);
+  assert.equal(entry?.status, 'invited', `pending re-invite without its invited entry: ${JSON.stringify(entry)}`);
+});
+
+test('an organization deletion arriving between invite creation\'s checks and its insert waits: the invite is revoked with the rest', { skip: SKIP, timeout: 60_000 }, async () => {
+  const org = await createOrg(h);
+  // A superadmin's session is not scoped to the organization, so the deletion does not wait for it.
+  const root = await superadmin(h);
+  const email = uniqueEmail('orphan');
+  const findByEmail = UserRepository.prototype.findByEmail;
+  let deleting: Promise<TestResponse> | undefined;
+  let armed = false;
+  UserRepository.prototype.findByEmail = async function (this: UserRepository, address: string) {
+    const found = await findByEmail.call(this, address);
+    if (armed && address === email) {
+      armed = false;
+      deleting = h.delete(`/orgs/${org.id}`, { token: org.owner.token });
+      await runUntilBlockedOrSettled(deleting);
+    }
+    return found;
+  };
+  let invited: TestResponse;
+  try {
+    armed = true;
+    invited = await h.post(`/orgs/${org.id}/invites`, { email, role_slugs: ['member'] }, { token: root.accessToken });
+  } finally {
+    UserRepository.prototype.findByEmail = findByEmail;
+  }
+  const deleted = await deleting;
+  assert.equal(invited.status, 201, `${invited.text} ${lastError()}`);
+  assert.equal(deleted?.status, 200, deleted?.text);
+  const pending = await countRows(h, 'invites', { organization_id: org.id, status: 'pending' });
+  assert.equal(pending, 0, `pending invites in an organization deleted after the invite: ${pending}`);
+});
