@@ -304,17 +304,14 @@ export class SsoService {
       // the latest committed update left it, not as it was before discovery (no lost update).
       const latest = await uow.repos.ssoConnections.findForOrganization(organizationId);
       if (!latest || latest.id !== current.id) throw errors.notFound('Connection');
+      // Discovery vouches for the issuer only (the client, secret and method are not sent to it):
+      // an issuer this request does not give is the latest one, which the update that wrote it discovered.
       const next: SsoConnectionRecord = {
         ...latest,
-        // Issuer, client and secret were discovered together: written together, or left as they are.
-        ...(rediscovered
-          ? {
-              issuer,
-              clientId,
-              clientSecretEnc: input.client_secret !== undefined ? encrypt(this.context.keys.socialFlowEncryption, input.client_secret, secretAad(current.id)) : current.clientSecretEnc,
-              tokenEndpointAuthMethod: method,
-            }
-          : { tokenEndpointAuthMethod: input.token_endpoint_auth_method ?? latest.tokenEndpointAuthMethod }),
+        issuer: input.issuer !== undefined ? issuer : latest.issuer,
+        clientId: input.client_id ?? latest.clientId,
+        clientSecretEnc: input.client_secret !== undefined ? encrypt(this.context.keys.socialFlowEncryption, input.client_secret, secretAad(current.id)) : latest.clientSecretEnc,
+        tokenEndpointAuthMethod: input.token_endpoint_auth_method ?? latest.tokenEndpointAuthMethod,
         scopes: input.scopes !== undefined ? checkScopes(input.scopes) : latest.scopes,
         enabled: input.enabled ?? latest.enabled,
         jit: input.jit ?? latest.jit,
@@ -543,10 +540,12 @@ export class SsoService {
     }
     if (plan.join) {
       // A membership left `invited` by a pending invite becomes active; otherwise one is made (once, under a race).
+      // One accepted or suspended since step 4 looked is decided again: no join over it.
       const pending = await uow.repos.memberships.find(connection.organizationId, userId);
       const membershipId = pending?.id ?? randomUUID();
-      if (pending) await uow.repos.memberships.setStatus(pending.id, 'active', uow.now);
-      else if (!(await uow.repos.ssoIdentities.insertMembershipIfAbsent({ id: membershipId, organizationId: connection.organizationId, userId, now: uow.now }))) throw new ResolutionConflict();
+      if (pending) {
+        if (!(await uow.repos.ssoIdentities.activateInvitedMembership(pending.id, uow.now))) throw new ResolutionConflict();
+      } else if (!(await uow.repos.ssoIdentities.insertMembershipIfAbsent({ id: membershipId, organizationId: connection.organizationId, userId, now: uow.now }))) throw new ResolutionConflict();
       const [role] = await uow.repos.roles.findBySlugs(connection.organizationId, [connection.defaultRole]);
       if (role) await uow.repos.memberships.replaceRoles(membershipId, [role.id]);
       await uow.emit({ type: 'member.joined', actorId: userId, userId, organizationId: connection.organizationId, data: { via: 'sso_jit', role_slugs: role ? [role.slug] : [] } });

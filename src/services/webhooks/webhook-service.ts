@@ -119,14 +119,17 @@ export class WebhookService {
     const current = await this.find(this.context.store.repos, organizationId, webhookId);
     // A changed URL, and a re-enabled webhook, pass the guard again (docs/webhooks.md).
     const url = input.url !== undefined ? await this.checkUrl(input.url) : undefined;
-    if (url === undefined && input.status === 'active' && current.status === 'disabled') await this.checkUrl(current.url);
+    const reenabling = url === undefined && input.status === 'active' && current.status === 'disabled';
+    if (reenabling) await this.checkUrl(current.url);
     return runUnitOfWork(this.context, meta, async (uow) => {
       await this.authorize(uow, grant);
       const webhook = await this.find(uow.repos, organizationId, webhookId);
       const fields: string[] = [];
       if (url !== undefined && url !== webhook.url) fields.push('url');
       if (events !== undefined && JSON.stringify(events) !== JSON.stringify(webhook.events)) fields.push('events');
-      const enabling = input.status === 'active' && webhook.status === 'disabled';
+      // Only after the guard passed: a webhook active when first read (nothing was checked) and
+      // disabled since stays disabled, as if this update had come before the disable.
+      const enabling = input.status === 'active' && webhook.status === 'disabled' && (url !== undefined || reenabling);
       const disabling = input.status === 'disabled' && webhook.status === 'active';
       if (enabling || disabling) fields.push('status');
       if (fields.length > 0) {
