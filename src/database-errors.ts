@@ -10,6 +10,14 @@ export function isUniqueViolation(error: unknown): boolean {
   return candidate?.code === '23505' || candidate?.code === 'SQLITE_CONSTRAINT_UNIQUE' || candidate?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
 }
 
+/**
+ * PostgreSQL broke a deadlock by rolling this transaction back (40P01). Nothing of it was
+ * written, and the other transaction goes on: running it again gives a serial outcome.
+ */
+export function isDeadlock(error: unknown): boolean {
+  return (error as { code?: string } | undefined)?.code === '40P01';
+}
+
 /** Errors that mean "the database is not there right now" rather than a bug. */
 export function isConnectionError(error: unknown): boolean {
   const candidate = error as { code?: string; name?: string; message?: string } | undefined;

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { Harness, TEST_DB, type TestResponse } from '../helpers/harness.js';
+import { startedInTheWindow } from '../helpers/interleaving.js';
 import { enrollSms, enrollTotp, lastSmsCode, loginForTicket, uniquePhone } from '../helpers/mfa.js';
 import { addMember, createOrg } from '../helpers/orgs.js';
 import { MfaFactorRepository } from '../../src/store/mfa-repository.js';
@@ -43,21 +44,6 @@ async function withRequestAfterFindOwned(factorId: string, inner: () => Promise<
   } finally {
     MfaFactorRepository.prototype.findOwned = findOwned;
   }
-}
-
-/**
- * Starts the second request inside the first one's window and lets the first go on once the
- * second has answered or waits on a row lock the first holds (which a fix may take): its answer
- * is awaited after the first's.
- */
-async function startedInTheWindow(request: () => Promise<TestResponse>): Promise<{ answer: Promise<TestResponse> }> {
-  let settled = false;
-  const answer = request().finally(() => {
-    settled = true;
-  });
-  const waitingOnALock = async () => Number((await h.knex.raw('select count(*)::int as n from pg_locks where not granted')).rows[0].n) > 0;
-  for (let turn = 0; turn < 5000 && !settled && !(await waitingOnALock()); turn += 1) await new Promise((resolve) => setImmediate(resolve));
-  return { answer };
 }
 
 describe(`MFA interleavings on ${TEST_DB}`, () => {
@@ -106,7 +92,7 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
       const found = await findByDestination.call(this, userId, type, destination);
       if (armed && destination === phone) {
         armed = false;
-        inner = await startedInTheWindow(() => h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken }));
+        inner = await startedInTheWindow(h, () => h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken }));
       }
       return found;
     };
@@ -138,7 +124,7 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
       const found = await findByDestination.call(this, userId, type, destination);
       if (armed && destination === phone) {
         armed = false;
-        inner = await startedInTheWindow(() => h.post('/auth/mfa/sms/confirm', { factor_id: factorId, code }, { token: user.accessToken }));
+        inner = await startedInTheWindow(h, () => h.post('/auth/mfa/sms/confirm', { factor_id: factorId, code }, { token: user.accessToken }));
       }
       return found;
     };
@@ -172,7 +158,7 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
       if (armed && args[0] === member.userId) {
         armed = false;
         // The owner hands the organization over: the member becomes an owner, then the owner steps down.
-        handover = await startedInTheWindow(async () => {
+        handover = await startedInTheWindow(h, async () => {
           inner.push(await h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['owner'] }, { token: org.owner.token }));
           inner.push(await h.patch(`/orgs/${org.id}/members/${org.owner.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token }));
           return inner.at(-1)!;
@@ -210,7 +196,7 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
     RoleRepository.prototype.grantSuperadmin = async function (this: RoleRepository, userId: string, now: number) {
       if (armed && userId === user.userId) {
         armed = false;
-        deletion = await startedInTheWindow(() => h.delete(`/users/${user.userId}`, { token: user.accessToken }));
+        deletion = await startedInTheWindow(h, () => h.delete(`/users/${user.userId}`, { token: user.accessToken }));
       }
       return grant.call(this, userId, now);
     };

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { Harness, TEST_DB, type TestResponse, uniqueEmail } from '../helpers/harness.js';
-import { createOrg, memberOf, roleIdOf, superadmin, switchOrg } from '../helpers/orgs.js';
+import { untilWaitingOrSettled } from '../helpers/interleaving.js';
+import { addMember, createOrg, memberOf, roleIdOf, superadmin, switchOrg } from '../helpers/orgs.js';
 import { UserRepository } from '../../src/store/user-repository.js';
 import { InviteRepository, MembershipRepository, RoleRepository } from '../../src/store/organization-repository.js';
 
@@ -11,20 +12,6 @@ import { InviteRepository, MembershipRepository, RoleRepository } from '../../sr
 // between two reads, by wrapping a repository method. SQLite runs one write transaction at a time.
 // A second request that needs a row lock the first holds cannot finish inside the window: it is
 // started, seen waiting, and the first goes on, so the outcome is that of the two in series.
-
-/**
- * Lets `request` run until PostgreSQL shows it waiting on a lock, or until it has settled,
- * whichever comes first. Awaiting it there instead would wait on the caller's own transaction.
- */
-async function runUntilBlockedOrSettled(request: Promise<TestResponse>): Promise<void> {
-  let settled = false;
-  request.then(
-    () => (settled = true),
-    () => (settled = true),
-  );
-  const waitingOnALock = async () => Number((await h.knex.raw('select count(*)::int as n from pg_locks where not granted')).rows[0].n);
-  for (let attempt = 0; attempt < 2000 && !settled && (await waitingOnALock()) === 0; attempt += 1) await new Promise((resolve) => setImmediate(resolve));
-}
 
 /** A second session of the owner: a request under it does not wait for the first session's row lock. */
 async function secondSession(owner: { email: string; password: string }, organizationId: string): Promise<string> {
@@ -83,7 +70,7 @@ test('an accept arriving between invite creation\'s membership read and its writ
     if (armed && userId === invitee.userId) {
       armed = false;
       accepting = h.post('/auth/invites/accept', { token }, { token: invitee.accessToken });
-      await runUntilBlockedOrSettled(accepting);
+      await untilWaitingOrSettled(h, accepting);
     }
     return found;
   };
@@ -117,7 +104,7 @@ test('a revoke arriving between invite creation\'s membership read and its write
     if (armed && userId === invitee.userId) {
       armed = false;
       revoking = h.delete(`/orgs/${org.id}/invites/${first.body.data.id}`, { token: otherAdmin });
-      await runUntilBlockedOrSettled(revoking);
+      await untilWaitingOrSettled(h, revoking);
     }
     return found;
   };
@@ -152,7 +139,7 @@ test('a custom role deletion arriving between accept\'s role lookup and its gran
     if (armed && slugs.includes('auditor')) {
       armed = false;
       deleting = h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: org.owner.token });
-      await runUntilBlockedOrSettled(deleting);
+      await untilWaitingOrSettled(h, deleting);
     }
     return found;
   };
@@ -184,7 +171,7 @@ test('a custom role deletion arriving between invite creation\'s role lookup and
     if (armed && slugs.includes('auditor')) {
       armed = false;
       deleting = h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: otherAdmin });
-      await runUntilBlockedOrSettled(deleting);
+      await untilWaitingOrSettled(h, deleting);
     }
     return found;
   };
@@ -244,7 +231,7 @@ test('an organization deletion arriving between invite creation\'s checks and it
     if (armed && address === email) {
       armed = false;
       deleting = h.delete(`/orgs/${org.id}`, { token: org.owner.token });
-      await runUntilBlockedOrSettled(deleting);
+      await untilWaitingOrSettled(h, deleting);
     }
     return found;
   };
@@ -260,4 +247,33 @@ test('an organization deletion arriving between invite creation\'s checks and it
   assert.equal(deleted?.status, 200, deleted?.text);
   const pending = await countRows(h, 'invites', { organization_id: org.id, status: 'pending' });
   assert.equal(pending, 0, `pending invites in an organization deleted after the invite: ${pending}`);
+});
+
+test('an admin sends an invite while their account is being deleted: the two lock in opposite orders, and run one after the other', { skip: SKIP, timeout: 60_000 }, async () => {
+  // The deletion holds the account's row and then wants the organization's; the invite holds the
+  // organization's and then wants the account's. PostgreSQL rolls one back (40P01), which runs
+  // again (runUnitOfWork) instead of answering 500.
+  const org = await createOrg(h);
+  const admin = await addMember(h, org, org.owner.token, ['admin']);
+  const organizationsWhereLastActiveOwner = UserRepository.prototype.organizationsWhereLastActiveOwner;
+  let inviting: Promise<TestResponse> | undefined;
+  UserRepository.prototype.organizationsWhereLastActiveOwner = async function (this: UserRepository, userId: string) {
+    if (!inviting && userId === admin.userId) {
+      inviting = h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('sent-while-deleted'), role_slugs: ['member'] }, { token: admin.token });
+      await untilWaitingOrSettled(h, inviting);
+    }
+    return organizationsWhereLastActiveOwner.call(this, userId);
+  };
+  let deleted: TestResponse;
+  try {
+    deleted = await h.delete(`/users/${admin.userId}`, { token: admin.accessToken });
+  } finally {
+    UserRepository.prototype.organizationsWhereLastActiveOwner = organizationsWhereLastActiveOwner;
+  }
+  const invited = await inviting!;
+  assert.equal(deleted.status, 200, `${deleted.text} ${lastError()}`);
+  // Either order: the invite first (201; the deletion then revokes it with the rest the account
+  // sent), or the deletion first (the admin's membership and session have ended: 403 or 401).
+  assert.ok([201, 401, 403].includes(invited.status), `${invited.status} ${invited.text} ${lastError()}`);
+  assert.equal(await countRows(h, 'invites', { organization_id: org.id, invited_by: admin.userId, status: 'pending' }), 0);
 });
