@@ -851,10 +851,10 @@ describe(`a caller's authority revoked between admission and write, on ${TEST_DB
 describe(`a code's send and a revocation that locks the account first, on ${TEST_DB}`, () => {
   /*
    * A revocation locks the account's row, then its sessions (a reset, a disable). A send's
-   * challenge row takes a key lock on the account's row; had the send locked its session
-   * before that, each would wait for the other: PostgreSQL ends one of them (a 500, or a
-   * failed revocation). The send checks its session last, so it waits for the revocation and
-   * then finds its session ended.
+   * challenge row takes a key lock on the account's row (an enrollment locks the row itself,
+   * first); had the send locked its session before that, each would wait for the other. The
+   * send checks its session last, so it waits for the revocation and then finds its session
+   * ended.
    */
   const sends = [
     {
@@ -891,7 +891,7 @@ describe(`a code's send and a revocation that locks the account first, on ${TEST
         try {
           sent = send(user, factor.factorId);
           const sendWaits = async () =>
-            (await h.knex.raw("select query from pg_stat_activity where wait_event_type = 'Lock'")).rows.some((row: { query: string }) => /otp_challenges|mfa_factors/.test(row.query));
+            (await h.knex.raw("select query from pg_stat_activity where wait_event_type = 'Lock'")).rows.some((row: { query: string }) => /otp_challenges|mfa_factors|users/.test(row.query));
           for (let attempt = 0; attempt < 2000 && !(await sendWaits()); attempt += 1) await new Promise((resolve) => setImmediate(resolve));
           assert.ok(await sendWaits(), 'the send waits for the account’s row');
         } finally {

@@ -52,7 +52,8 @@ export class AccountService {
     await runUnitOfWork(this.context, meta, async (uow) => {
       const stored = await uow.repos.oneTimeTokens.findByHash(keyedHash(this.context.keys.tokenHash, token), 'verify_email');
       if (!stored || stored.expiresAt <= uow.now) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
-      const user = await uow.repos.users.findById(stored.userId);
+      // Locked, as the account's deletion locks it: an address is never proven for a tombstone.
+      const user = await uow.repos.users.findByIdForUpdate(stored.userId);
       if (!user || user.deletedAt !== null) throw errors.invalidToken(400, 'The verification link is invalid or has expired.');
       await uow.repos.oneTimeTokens.consume(stored.id, uow.now);
       await recordFirstEmailProof(uow, user, { method: 'link' });

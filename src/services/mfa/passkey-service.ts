@@ -211,14 +211,17 @@ export class PasskeyService {
       const opened = await runUnitOfWork(this.context, meta, async (uow) => {
         const user = await uow.repos.users.findByIdForUpdate(passkey.userId);
         const consumed = await consume(uow);
-        if (!consumed || !user || user.deletedAt !== null) return uow.failAfterCommit(errors.invalidCode());
+        // Read again under the account's lock, which every sign-in with it takes: the counter is
+        // the one the last of them left, and a passkey removed meanwhile signs no one in.
+        const current = await uow.repos.passkeys.findByCredentialId(input.response.id);
+        if (!consumed || !user || user.deletedAt !== null || current?.id !== passkey.id) return uow.failAfterCommit(errors.invalidCode());
         // Like a password login: a locked account is not even checked.
         if (!slot) {
           await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'locked' } });
           return uow.failAfterCommit(errors.invalidCredentials());
         }
         await this.codes.assertVerifyBudget(uow.repos, user.id, uow.now);
-        const check = await this.checkAssertion(uow, passkey, input.response, challenge, { requireUserVerification: true });
+        const check = await this.checkAssertion(uow, current, input.response, challenge, { requireUserVerification: true });
         if (check !== 'ok') {
           await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: check === 'counter_regressed' ? 'counter_regressed' : 'invalid_assertion', factor_id: passkey.id } });
           await this.codes.recordVerifyFailure(uow, user.id);

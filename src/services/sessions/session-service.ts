@@ -371,7 +371,9 @@ export class SessionService {
     const subject = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();
-      const organization = await uow.repos.organizations.findActive(organizationId);
+      // Locked, as a member's removal and the organization's deletion lock it before they revoke
+      // the sessions in it: one that comes meanwhile waits, and then revokes this one too.
+      const organization = await uow.repos.organizations.lockActive(organizationId);
       if (!organization) throw errors.notFound('Organization');
       // Membership and the organization's MFA policy, as admitted, once more in this transaction.
       await grant.recheck(uow.repos);
