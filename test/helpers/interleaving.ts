@@ -1,13 +1,11 @@
 import type { Harness } from './harness.js';
 
 /**
- * Interleavings on PostgreSQL: a test starts a second request inside the first one's window
- * (from a wrapped repository method) and must not simply await it there, since a second request
- * that needs a row lock the first holds would wait on the test itself. This resolves once
- * `request` has settled or PostgreSQL shows a transaction waiting on a lock, whichever comes
- * first; the first request then goes on, and the test awaits the second's answer after it.
+ * Resolves once `request` has settled or PostgreSQL shows a transaction waiting on a lock,
+ * whichever comes first. A second request started inside a first one's window must not simply
+ * be awaited there: if it needs a row lock the first holds, it would wait on the test itself.
  */
-export async function untilWaitingOrSettled(h: Harness, request: Promise<unknown>): Promise<void> {
+async function untilWaitingOrSettled(h: Harness, request: Promise<unknown>): Promise<void> {
   let settled = false;
   request.then(
     () => (settled = true),
@@ -17,9 +15,50 @@ export async function untilWaitingOrSettled(h: Harness, request: Promise<unknown
   for (let turn = 0; turn < 5000 && !settled && !(await waitingOnALock()); turn += 1) await new Promise((resolve) => setImmediate(resolve));
 }
 
-/** `untilWaitingOrSettled` for a request started here: its answer, to await after the first request's. */
-export async function startedInTheWindow<T>(h: Harness, request: () => Promise<T>): Promise<{ answer: Promise<T> }> {
-  const answer = request();
-  await untilWaitingOrSettled(h, answer);
-  return { answer };
+type MethodOf<P> = { [K in keyof P]: P[K] extends (...args: any[]) => unknown ? K : never }[keyof P];
+type ArgumentsOf<F> = F extends (...args: infer A) => unknown ? A : never;
+
+/**
+ * Runs `outer` with `prototype[method]` wrapped (several methods: one window shared by all): the
+ * first call whose arguments `when` accepts starts `inner` inside the window (before the real call
+ * with `at: 'before'`, after it by default), waiting only until `inner` settles or waits on a lock
+ * (`untilWaitingOrSettled`). The methods are restored whatever happens; `inner`'s answer is awaited
+ * after `outer`'s, and is undefined when the window was never reached.
+ */
+export async function withRequestInTheWindow<P extends object, K extends MethodOf<P>, O, I>(
+  h: Harness,
+  window: { prototype: P; method: K | readonly K[]; when?: (...args: ArgumentsOf<P[K]>) => boolean; at?: 'before' | 'after' },
+  inner: () => Promise<I>,
+  outer: () => Promise<O>,
+): Promise<{ outer: O; inner: I | undefined }> {
+  const { prototype, when = () => true, at = 'after' } = window;
+  const methods: readonly K[] = Array.isArray(window.method) ? window.method : [window.method as K];
+  const originals = methods.map((method) => prototype[method] as (...args: ArgumentsOf<P[K]>) => Promise<unknown>);
+  let armed = true;
+  let innerAnswer: Promise<I> | undefined;
+  const inTheWindow = async (args: ArgumentsOf<P[K]>) => {
+    if (armed && when(...args)) {
+      armed = false;
+      innerAnswer = inner();
+      await untilWaitingOrSettled(h, innerAnswer);
+    }
+  };
+  methods.forEach((method, index) => {
+    const original = originals[index]!;
+    prototype[method] = async function (this: P, ...args: ArgumentsOf<P[K]>) {
+      if (at === 'before') await inTheWindow(args);
+      const answer = await original.apply(this, args);
+      if (at === 'after') await inTheWindow(args);
+      return answer;
+    } as P[K];
+  });
+  let answer: O;
+  try {
+    answer = await outer();
+  } finally {
+    methods.forEach((method, index) => {
+      prototype[method] = originals[index] as P[K];
+    });
+  }
+  return { outer: answer, inner: await innerAnswer };
 }

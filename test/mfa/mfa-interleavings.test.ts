@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { Harness, TEST_DB, type TestResponse } from '../helpers/harness.js';
-import { startedInTheWindow } from '../helpers/interleaving.js';
+import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { enrollSms, enrollTotp, lastSmsCode, loginForTicket, uniquePhone } from '../helpers/mfa.js';
 import { addMember, createOrg } from '../helpers/orgs.js';
 import { MfaFactorRepository } from '../../src/store/mfa-repository.js';
@@ -25,27 +25,6 @@ after(async () => {
   await h.close();
 });
 
-/** Runs `inner` once, right after the first `findOwned` of `factorId` returns, and answers what it answered. */
-async function withRequestAfterFindOwned(factorId: string, inner: () => Promise<TestResponse>, outer: () => Promise<TestResponse>): Promise<{ inner: TestResponse | undefined; outer: TestResponse }> {
-  const findOwned = MfaFactorRepository.prototype.findOwned;
-  let armed = true;
-  let innerResponse: TestResponse | undefined;
-  MfaFactorRepository.prototype.findOwned = async function (this: MfaFactorRepository, id: string, userId: string) {
-    const found = await findOwned.call(this, id, userId);
-    if (armed && id === factorId) {
-      armed = false;
-      innerResponse = await inner();
-    }
-    return found;
-  };
-  try {
-    const outerResponse = await outer();
-    return { inner: innerResponse, outer: outerResponse };
-  } finally {
-    MfaFactorRepository.prototype.findOwned = findOwned;
-  }
-}
-
 describe(`MFA interleavings on ${TEST_DB}`, () => {
   test('an SMS factor removed between the login challenge\'s lookup and its send: 404, and no code goes out', PG_ONLY, async () => {
     const user = await h.signUp();
@@ -55,8 +34,9 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
     h.clock.advance(31);
     const { ticket } = await loginForTicket(h, user);
     const smsBefore = h.sms.filter((message) => message.to === phone).length;
-    const { inner: removed, outer: challenge } = await withRequestAfterFindOwned(
-      sms.factorId,
+    const { inner: removed, outer: challenge } = await withRequestInTheWindow(
+      h,
+      { prototype: MfaFactorRepository.prototype, method: 'findOwned', when: (id) => id === sms.factorId },
       () => h.delete(`/auth/mfa/factors/${sms.factorId}`, { token: user.accessToken }),
       () => h.post('/auth/mfa/challenge', { factor_id: sms.factorId }, { token: ticket }),
     );
@@ -72,8 +52,9 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
     const sms = await enrollSms(h, user.accessToken, phone);
     h.clock.advance(31);
     const smsBefore = h.sms.filter((message) => message.to === phone).length;
-    const { inner: removed, outer: challenge } = await withRequestAfterFindOwned(
-      sms.factorId,
+    const { inner: removed, outer: challenge } = await withRequestInTheWindow(
+      h,
+      { prototype: MfaFactorRepository.prototype, method: 'findOwned', when: (id) => id === sms.factorId },
       () => h.delete(`/auth/mfa/factors/${sms.factorId}`, { token: user.accessToken }),
       () => h.post('/auth/mfa/step-up/challenge', { factor_id: sms.factorId }, { token: user.accessToken }),
     );
@@ -85,24 +66,12 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
   test('two enrollments of one new SMS destination at once leave one pending factor', PG_ONLY, async () => {
     const user = await h.signUp();
     const phone = uniquePhone();
-    const findByDestination = MfaFactorRepository.prototype.findByDestination;
-    let armed = true;
-    let inner: { answer: Promise<TestResponse> } | undefined;
-    MfaFactorRepository.prototype.findByDestination = async function (this: MfaFactorRepository, userId: string, type, destination: string) {
-      const found = await findByDestination.call(this, userId, type, destination);
-      if (armed && destination === phone) {
-        armed = false;
-        inner = await startedInTheWindow(h, () => h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken }));
-      }
-      return found;
-    };
-    let second: TestResponse;
-    try {
-      second = await h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken });
-    } finally {
-      MfaFactorRepository.prototype.findByDestination = findByDestination;
-    }
-    const first = await inner?.answer;
+    const { outer: second, inner: first } = await withRequestInTheWindow(
+      h,
+      { prototype: MfaFactorRepository.prototype, method: 'findByDestination', when: (_userId, _type, destination) => destination === phone },
+      () => h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken }),
+      () => h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken }),
+    );
     // docs/mfa.md: enrolling the same destination again resends to the same pending factor,
     // under its cooldown: whichever comes second answers 429.
     assert.equal(await countRows(h, 'mfa_factors', { user_id: user.userId, destination: phone }), 1);
@@ -117,25 +86,13 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
     const factorId = enrolled.body.data.factor_id;
     const code = lastSmsCode(h, phone);
     h.clock.advance(31); // past the enrollment's resend cooldown, within the code's lifetime
-    const findByDestination = MfaFactorRepository.prototype.findByDestination;
-    let armed = true;
-    let inner: { answer: Promise<TestResponse> } | undefined;
-    MfaFactorRepository.prototype.findByDestination = async function (this: MfaFactorRepository, userId: string, type, destination: string) {
-      const found = await findByDestination.call(this, userId, type, destination);
-      if (armed && destination === phone) {
-        armed = false;
-        inner = await startedInTheWindow(h, () => h.post('/auth/mfa/sms/confirm', { factor_id: factorId, code }, { token: user.accessToken }));
-      }
-      return found;
-    };
     const smsBefore = h.sms.filter((message) => message.to === phone).length;
-    let again: TestResponse;
-    try {
-      again = await h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken });
-    } finally {
-      MfaFactorRepository.prototype.findByDestination = findByDestination;
-    }
-    const confirmed = await inner?.answer;
+    const { outer: again, inner: confirmed } = await withRequestInTheWindow(
+      h,
+      { prototype: MfaFactorRepository.prototype, method: 'findByDestination', when: (_userId, _type, destination) => destination === phone },
+      () => h.post('/auth/mfa/sms/confirm', { factor_id: factorId, code }, { token: user.accessToken }),
+      () => h.post('/auth/mfa/sms/enroll', { phone_e164: phone }, { token: user.accessToken }),
+    );
     // Either serial order: the enrollment first (its resend expires the code: the confirm fails),
     // or the confirmation first (the enrollment answers 409). Never both, never a code to a confirmed factor.
     if (confirmed?.status === 200) {
@@ -150,29 +107,17 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
   test('a member made the only owner while an account deletion runs: the organization keeps an owner', PG_ONLY, async () => {
     const org = await createOrg(h);
     const member = await addMember(h, org, org.owner.token, ['member']);
-    const anonymize = UserRepository.prototype.anonymize;
-    let armed = true;
     const inner: TestResponse[] = [];
-    let handover: { answer: Promise<TestResponse> } | undefined;
-    UserRepository.prototype.anonymize = async function (this: UserRepository, ...args: Parameters<UserRepository['anonymize']>) {
-      if (armed && args[0] === member.userId) {
-        armed = false;
-        // The owner hands the organization over: the member becomes an owner, then the owner steps down.
-        handover = await startedInTheWindow(h, async () => {
-          inner.push(await h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['owner'] }, { token: org.owner.token }));
-          inner.push(await h.patch(`/orgs/${org.id}/members/${org.owner.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token }));
-          return inner.at(-1)!;
-        });
-      }
-      return anonymize.apply(this, args);
-    };
-    let deleted: TestResponse;
-    try {
-      deleted = await h.delete(`/users/${member.userId}`, { token: member.accessToken });
-    } finally {
-      UserRepository.prototype.anonymize = anonymize;
-    }
-    await handover?.answer;
+    const { outer: deleted } = await withRequestInTheWindow(
+      h,
+      { prototype: UserRepository.prototype, method: 'anonymize', when: (id) => id === member.userId, at: 'before' },
+      // The owner hands the organization over: the member becomes an owner, then the owner steps down.
+      async () => {
+        inner.push(await h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['owner'] }, { token: org.owner.token }));
+        inner.push(await h.patch(`/orgs/${org.id}/members/${org.owner.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token }));
+      },
+      () => h.delete(`/users/${member.userId}`, { token: member.accessToken }),
+    );
     // Either serial order: the deletion first (the member is gone, and the owner may not step
     // down), or the handover first (the member is the last owner: the deletion answers 409).
     if (deleted.status === 200) assert.deepEqual(inner.map((response) => response.status), [404, 409], inner.map((response) => response.text).join(' | '));
@@ -190,23 +135,12 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
 
   test('an account deleted while grantSuperadmin runs: the tombstone holds no role', PG_ONLY, async () => {
     const user = await h.signUp();
-    const grant = RoleRepository.prototype.grantSuperadmin;
-    let armed = true;
-    let deletion: { answer: Promise<TestResponse> } | undefined;
-    RoleRepository.prototype.grantSuperadmin = async function (this: RoleRepository, userId: string, now: number) {
-      if (armed && userId === user.userId) {
-        armed = false;
-        deletion = await startedInTheWindow(h, () => h.delete(`/users/${user.userId}`, { token: user.accessToken }));
-      }
-      return grant.call(this, userId, now);
-    };
-    let outcome: unknown;
-    try {
-      outcome = await h.identity.service.grantSuperadmin(user.userId).then(() => 'granted', (error: any) => `${error?.status} ${error?.code}`);
-    } finally {
-      RoleRepository.prototype.grantSuperadmin = grant;
-    }
-    const deleted = await deletion?.answer;
+    const { outer: outcome, inner: deleted } = await withRequestInTheWindow(
+      h,
+      { prototype: RoleRepository.prototype, method: 'grantSuperadmin', when: (userId) => userId === user.userId, at: 'before' },
+      () => h.delete(`/users/${user.userId}`, { token: user.accessToken }),
+      () => h.identity.service.grantSuperadmin(user.userId).then(() => 'granted', (error: any) => `${error?.status} ${error?.code}`),
+    );
     assert.equal(deleted?.status, 200, deleted?.text);
     const grants = await countRows(h, 'global_role_grants', { user_id: user.userId });
     assert.equal(grants, 0, `a deleted account holds no global role (grantSuperadmin answered ${String(outcome)})`);

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
-import { Harness, TEST_DB, type TestResponse, uniqueEmail } from '../helpers/harness.js';
-import { untilWaitingOrSettled } from '../helpers/interleaving.js';
+import { Harness, TEST_DB, uniqueEmail } from '../helpers/harness.js';
+import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { addMember, createOrg, memberOf, roleIdOf, superadmin, switchOrg } from '../helpers/orgs.js';
 import { UserRepository } from '../../src/store/user-repository.js';
 import { InviteRepository, MembershipRepository, RoleRepository } from '../../src/store/organization-repository.js';
@@ -40,19 +40,12 @@ test('a re-invite committed between accept\'s token lookup and its consume: the 
   const invitee = await h.signUp(uniqueEmail('rotated'));
   assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token })).status, 201);
   const oldToken = h.tokenFromMail(invitee.email, 'invite');
-  const findByTokenHash = InviteRepository.prototype.findByTokenHash;
-  let reinvite: TestResponse | undefined;
-  InviteRepository.prototype.findByTokenHash = async function (this: InviteRepository, tokenHash: string) {
-    const found = await findByTokenHash.call(this, tokenHash);
-    if (!reinvite) reinvite = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token });
-    return found;
-  };
-  let accepted: TestResponse;
-  try {
-    accepted = await h.post('/auth/invites/accept', { token: oldToken }, { token: invitee.accessToken });
-  } finally {
-    InviteRepository.prototype.findByTokenHash = findByTokenHash;
-  }
+  const { outer: accepted, inner: reinvite } = await withRequestInTheWindow(
+    h,
+    { prototype: InviteRepository.prototype, method: 'findByTokenHash' },
+    () => h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token }),
+    () => h.post('/auth/invites/accept', { token: oldToken }, { token: invitee.accessToken }),
+  );
   assert.equal(reinvite?.status, 201, reinvite?.text);
   assert.equal(accepted.status, 400, `old token after rotation: ${accepted.status} ${accepted.text}; member now ${JSON.stringify(await memberOf(h, org.id, org.owner.token, invitee.userId))}`);
 });
@@ -62,25 +55,12 @@ test('an accept arriving between invite creation\'s membership read and its writ
   const invitee = await h.signUp(uniqueEmail('joined'));
   assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token })).status, 201);
   const token = h.tokenFromMail(invitee.email, 'invite');
-  const find = MembershipRepository.prototype.find;
-  let accepting: Promise<TestResponse> | undefined;
-  let armed = true;
-  MembershipRepository.prototype.find = async function (this: MembershipRepository, organizationId: string, userId: string) {
-    const found = await find.call(this, organizationId, userId);
-    if (armed && userId === invitee.userId) {
-      armed = false;
-      accepting = h.post('/auth/invites/accept', { token }, { token: invitee.accessToken });
-      await untilWaitingOrSettled(h, accepting);
-    }
-    return found;
-  };
-  let second: TestResponse;
-  try {
-    second = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token });
-  } finally {
-    MembershipRepository.prototype.find = find;
-  }
-  const accepted = await accepting;
+  const { outer: second, inner: accepted } = await withRequestInTheWindow(
+    h,
+    { prototype: MembershipRepository.prototype, method: 'find', when: (_organizationId, userId) => userId === invitee.userId },
+    () => h.post('/auth/invites/accept', { token }, { token: invitee.accessToken }),
+    () => h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token }),
+  );
   const member = await memberOf(h, org.id, org.owner.token, invitee.userId);
   const pending = await countRows(h, 'invites', { organization_id: org.id, pending_email: invitee.email });
   assert.equal(second.status, 201, `${second.text} ${lastError()}`);
@@ -96,25 +76,12 @@ test('a revoke arriving between invite creation\'s membership read and its write
   const first = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: org.owner.token });
   assert.equal(first.status, 201);
   const otherAdmin = await secondSession(org.owner, org.id);
-  const find = MembershipRepository.prototype.find;
-  let revoking: Promise<TestResponse> | undefined;
-  let armed = true;
-  MembershipRepository.prototype.find = async function (this: MembershipRepository, organizationId: string, userId: string) {
-    const found = await find.call(this, organizationId, userId);
-    if (armed && userId === invitee.userId) {
-      armed = false;
-      revoking = h.delete(`/orgs/${org.id}/invites/${first.body.data.id}`, { token: otherAdmin });
-      await untilWaitingOrSettled(h, revoking);
-    }
-    return found;
-  };
-  let second: TestResponse;
-  try {
-    second = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token });
-  } finally {
-    MembershipRepository.prototype.find = find;
-  }
-  const revoked = await revoking;
+  const { outer: second, inner: revoked } = await withRequestInTheWindow(
+    h,
+    { prototype: MembershipRepository.prototype, method: 'find', when: (_organizationId, userId) => userId === invitee.userId },
+    () => h.delete(`/orgs/${org.id}/invites/${first.body.data.id}`, { token: otherAdmin }),
+    () => h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['admin'] }, { token: org.owner.token }),
+  );
   assert.equal(second.status, 201, `${second.text} ${lastError()}`);
   // The re-invite rotated the same invite, so the revoke that waited for it ends it, with its invited entry.
   assert.equal(second.body.data.id, first.body.data.id);
@@ -131,26 +98,12 @@ test('a custom role deletion arriving between accept\'s role lookup and its gran
   assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member', 'auditor'] }, { token: org.owner.token })).status, 201);
   const token = h.tokenFromMail(invitee.email, 'invite');
   const roleId = await roleIdOf(h, org.id, org.owner.token, 'auditor');
-  const findBySlugs = RoleRepository.prototype.findBySlugs;
-  let deleting: Promise<TestResponse> | undefined;
-  let armed = false;
-  RoleRepository.prototype.findBySlugs = async function (this: RoleRepository, organizationId: string, slugs: string[]) {
-    const found = await findBySlugs.call(this, organizationId, slugs);
-    if (armed && slugs.includes('auditor')) {
-      armed = false;
-      deleting = h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: org.owner.token });
-      await untilWaitingOrSettled(h, deleting);
-    }
-    return found;
-  };
-  let accepted: TestResponse;
-  try {
-    armed = true;
-    accepted = await h.post('/auth/invites/accept', { token }, { token: invitee.accessToken });
-  } finally {
-    RoleRepository.prototype.findBySlugs = findBySlugs;
-  }
-  const deleted = await deleting;
+  const { outer: accepted, inner: deleted } = await withRequestInTheWindow(
+    h,
+    { prototype: RoleRepository.prototype, method: 'findBySlugs', when: (_organizationId, slugs) => slugs.includes('auditor') },
+    () => h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: org.owner.token }),
+    () => h.post('/auth/invites/accept', { token }, { token: invitee.accessToken }),
+  );
   assert.equal(deleted?.status, 200, deleted?.text);
   assert.equal(accepted.status, 200, `${accepted.text} ${lastError()}`);
   assert.deepEqual((await memberOf(h, org.id, org.owner.token, invitee.userId))?.roles, ['member']);
@@ -163,26 +116,12 @@ test('a custom role deletion arriving between invite creation\'s role lookup and
   const roleId = role.body.data.id as string;
   const invitee = await h.signUp(uniqueEmail('auditor2'));
   const otherAdmin = await secondSession(org.owner, org.id);
-  const findBySlugs = RoleRepository.prototype.findBySlugs;
-  let deleting: Promise<TestResponse> | undefined;
-  let armed = false;
-  RoleRepository.prototype.findBySlugs = async function (this: RoleRepository, organizationId: string, slugs: string[]) {
-    const found = await findBySlugs.call(this, organizationId, slugs);
-    if (armed && slugs.includes('auditor')) {
-      armed = false;
-      deleting = h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: otherAdmin });
-      await untilWaitingOrSettled(h, deleting);
-    }
-    return found;
-  };
-  let invited: TestResponse;
-  try {
-    armed = true;
-    invited = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member', 'auditor'] }, { token: org.owner.token });
-  } finally {
-    RoleRepository.prototype.findBySlugs = findBySlugs;
-  }
-  const deleted = await deleting;
+  const { outer: invited, inner: deleted } = await withRequestInTheWindow(
+    h,
+    { prototype: RoleRepository.prototype, method: 'findBySlugs', when: (_organizationId, slugs) => slugs.includes('auditor') },
+    () => h.delete(`/orgs/${org.id}/roles/${roleId}`, { token: otherAdmin }),
+    () => h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member', 'auditor'] }, { token: org.owner.token }),
+  );
   assert.equal(invited.status, 201, `${invited.text} ${lastError()}`);
   assert.equal(deleted?.status, 200, deleted?.text);
   assert.deepEqual((await memberOf(h, org.id, org.owner.token, invitee.userId))?.roles, ['member']);
@@ -198,19 +137,12 @@ test('a re-invite committed inside an accept of the expired invite: the new invi
   const ownerToken = await switchOrg(h, ownerLogin.body.data.access_token, org.id);
   const inviteeLogin = await h.post('/auth/login', { email: invitee.email, password: invitee.password });
   const inviteeToken = inviteeLogin.body.data.access_token as string;
-  const findByTokenHash = InviteRepository.prototype.findByTokenHash;
-  let reinvite: TestResponse | undefined;
-  InviteRepository.prototype.findByTokenHash = async function (this: InviteRepository, tokenHash: string) {
-    const found = await findByTokenHash.call(this, tokenHash);
-    if (!reinvite) reinvite = await h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: ownerToken });
-    return found;
-  };
-  let accepted: TestResponse;
-  try {
-    accepted = await h.post('/auth/invites/accept', { token: oldToken }, { token: inviteeToken });
-  } finally {
-    InviteRepository.prototype.findByTokenHash = findByTokenHash;
-  }
+  const { outer: accepted, inner: reinvite } = await withRequestInTheWindow(
+    h,
+    { prototype: InviteRepository.prototype, method: 'findByTokenHash' },
+    () => h.post(`/orgs/${org.id}/invites`, { email: invitee.email, role_slugs: ['member'] }, { token: ownerToken }),
+    () => h.post('/auth/invites/accept', { token: oldToken }, { token: inviteeToken }),
+  );
   assert.equal(reinvite?.status, 201, reinvite?.text);
   assert.equal(accepted.status, 400, accepted.text);
   assert.equal(await countRows(h, 'invites', { organization_id: org.id, pending_email: invitee.email, status: 'pending' }), 1);
@@ -223,26 +155,12 @@ test('an organization deletion arriving between invite creation\'s checks and it
   // A superadmin's session is not scoped to the organization, so the deletion does not wait for it.
   const root = await superadmin(h);
   const email = uniqueEmail('orphan');
-  const findByEmail = UserRepository.prototype.findByEmail;
-  let deleting: Promise<TestResponse> | undefined;
-  let armed = false;
-  UserRepository.prototype.findByEmail = async function (this: UserRepository, address: string) {
-    const found = await findByEmail.call(this, address);
-    if (armed && address === email) {
-      armed = false;
-      deleting = h.delete(`/orgs/${org.id}`, { token: org.owner.token });
-      await untilWaitingOrSettled(h, deleting);
-    }
-    return found;
-  };
-  let invited: TestResponse;
-  try {
-    armed = true;
-    invited = await h.post(`/orgs/${org.id}/invites`, { email, role_slugs: ['member'] }, { token: root.accessToken });
-  } finally {
-    UserRepository.prototype.findByEmail = findByEmail;
-  }
-  const deleted = await deleting;
+  const { outer: invited, inner: deleted } = await withRequestInTheWindow(
+    h,
+    { prototype: UserRepository.prototype, method: 'findByEmail', when: (address) => address === email },
+    () => h.delete(`/orgs/${org.id}`, { token: org.owner.token }),
+    () => h.post(`/orgs/${org.id}/invites`, { email, role_slugs: ['member'] }, { token: root.accessToken }),
+  );
   assert.equal(invited.status, 201, `${invited.text} ${lastError()}`);
   assert.equal(deleted?.status, 200, deleted?.text);
   const pending = await countRows(h, 'invites', { organization_id: org.id, status: 'pending' });
@@ -255,22 +173,13 @@ test('an admin sends an invite while their account is being deleted: the two loc
   // again (runUnitOfWork) instead of answering 500.
   const org = await createOrg(h);
   const admin = await addMember(h, org, org.owner.token, ['admin']);
-  const organizationsWhereLastActiveOwner = UserRepository.prototype.organizationsWhereLastActiveOwner;
-  let inviting: Promise<TestResponse> | undefined;
-  UserRepository.prototype.organizationsWhereLastActiveOwner = async function (this: UserRepository, userId: string) {
-    if (!inviting && userId === admin.userId) {
-      inviting = h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('sent-while-deleted'), role_slugs: ['member'] }, { token: admin.token });
-      await untilWaitingOrSettled(h, inviting);
-    }
-    return organizationsWhereLastActiveOwner.call(this, userId);
-  };
-  let deleted: TestResponse;
-  try {
-    deleted = await h.delete(`/users/${admin.userId}`, { token: admin.accessToken });
-  } finally {
-    UserRepository.prototype.organizationsWhereLastActiveOwner = organizationsWhereLastActiveOwner;
-  }
-  const invited = await inviting!;
+  const { outer: deleted, inner } = await withRequestInTheWindow(
+    h,
+    { prototype: UserRepository.prototype, method: 'organizationsWhereLastActiveOwner', when: (userId) => userId === admin.userId, at: 'before' },
+    () => h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('sent-while-deleted'), role_slugs: ['member'] }, { token: admin.token }),
+    () => h.delete(`/users/${admin.userId}`, { token: admin.accessToken }),
+  );
+  const invited = inner!;
   assert.equal(deleted.status, 200, `${deleted.text} ${lastError()}`);
   // Either order: the invite first (201; the deletion then revokes it with the rest the account
   // sent), or the deletion first (the admin's membership and session have ended: 403 or 401).

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { decodeJwt, Harness, TEST_DB, type TestResponse, uniqueEmail } from '../helpers/harness.js';
-import { startedInTheWindow } from '../helpers/interleaving.js';
+import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { addMember, createOrg } from '../helpers/orgs.js';
 import { fixtures, fixtureWebauthnConfig, loginChallengeFor, registerRecorded } from '../helpers/passkeys.js';
 import { SessionRepository } from '../../src/store/session-repository.js';
@@ -29,24 +29,13 @@ async function sessionRow(sessionId: string): Promise<{ revoked_at: unknown; org
 }
 
 /** Runs `inner` in the window of switch-org: after its reads and recheck, before the session is re-pointed. */
-async function switchWithRequestInTheWindow(token: string, organizationId: string, inner: () => Promise<TestResponse>): Promise<{ switched: TestResponse; inner: TestResponse | undefined }> {
-  const setOrganization = SessionRepository.prototype.setOrganization;
-  let armed = true;
-  let started: { answer: Promise<TestResponse> } | undefined;
-  SessionRepository.prototype.setOrganization = async function (this: SessionRepository, id: string, orgId: string | null) {
-    if (armed && orgId === organizationId) {
-      armed = false;
-      started = await startedInTheWindow(h, inner);
-    }
-    return setOrganization.call(this, id, orgId);
-  };
-  let switched: TestResponse;
-  try {
-    switched = await h.post('/auth/switch-org', { organization_id: organizationId }, { token });
-  } finally {
-    SessionRepository.prototype.setOrganization = setOrganization;
-  }
-  return { switched, inner: await started?.answer };
+function switchWithRequestInTheWindow(token: string, organizationId: string, inner: () => Promise<TestResponse>): Promise<{ outer: TestResponse; inner: TestResponse | undefined }> {
+  return withRequestInTheWindow(
+    h,
+    { prototype: SessionRepository.prototype, method: 'setOrganization', when: (_id, orgId) => orgId === organizationId, at: 'before' },
+    inner,
+    () => h.post('/auth/switch-org', { organization_id: organizationId }, { token }),
+  );
 }
 
 describe(`session interleavings on ${TEST_DB}`, () => {
@@ -56,7 +45,7 @@ describe(`session interleavings on ${TEST_DB}`, () => {
     const login = await h.post('/auth/login', { email: member.email, password: member.password });
     assert.equal(login.status, 200, login.text);
     const sessionId = decodeJwt(login.body.data.access_token).sid as string;
-    const { switched, inner: removed } = await switchWithRequestInTheWindow(login.body.data.access_token, org.id, () =>
+    const { outer: switched, inner: removed } = await switchWithRequestInTheWindow(login.body.data.access_token, org.id, () =>
       h.delete(`/orgs/${org.id}/members/${member.userId}`, { token: org.owner.token }),
     );
     assert.equal(removed?.status, 200, removed?.text);
@@ -76,7 +65,7 @@ describe(`session interleavings on ${TEST_DB}`, () => {
     const login = await h.post('/auth/login', { email: member.email, password: member.password });
     assert.equal(login.status, 200, login.text);
     const sessionId = decodeJwt(login.body.data.access_token).sid as string;
-    const { switched, inner: deleted } = await switchWithRequestInTheWindow(login.body.data.access_token, org.id, () => h.delete(`/orgs/${org.id}`, { token: org.owner.token }));
+    const { outer: switched, inner: deleted } = await switchWithRequestInTheWindow(login.body.data.access_token, org.id, () => h.delete(`/orgs/${org.id}`, { token: org.owner.token }));
     assert.equal(deleted?.status, 200, deleted?.text);
     const row = await sessionRow(sessionId);
     if (switched.status === 200) {
@@ -91,28 +80,12 @@ describe(`session interleavings on ${TEST_DB}`, () => {
     const user = await h.signUp(uniqueEmail('verify-deleted'), undefined, { verify: false });
     const verifyToken = h.tokenFromMail(user.email, 'verify_email');
     // The account's read, locked or not: the deletion starts right after it.
-    const { findById, findByIdForUpdate } = UserRepository.prototype;
-    let armed = true;
-    let started: { answer: Promise<TestResponse> } | undefined;
-    const afterRead = (read: typeof findById) =>
-      async function (this: UserRepository, id: string) {
-        const found = await read.call(this, id);
-        if (armed && id === user.userId) {
-          armed = false;
-          started = await startedInTheWindow(h, () => h.delete(`/users/${user.userId}`, { token: user.accessToken }));
-        }
-        return found;
-      };
-    UserRepository.prototype.findById = afterRead(findById);
-    UserRepository.prototype.findByIdForUpdate = afterRead(findByIdForUpdate);
-    let verified: TestResponse;
-    try {
-      verified = await h.post('/auth/email/verify', { token: verifyToken });
-    } finally {
-      UserRepository.prototype.findById = findById;
-      UserRepository.prototype.findByIdForUpdate = findByIdForUpdate;
-    }
-    const deleted = await started?.answer;
+    const { outer: verified, inner: deleted } = await withRequestInTheWindow(
+      h,
+      { prototype: UserRepository.prototype, method: ['findById', 'findByIdForUpdate'], when: (id) => id === user.userId },
+      () => h.delete(`/users/${user.userId}`, { token: user.accessToken }),
+      () => h.post('/auth/email/verify', { token: verifyToken }),
+    );
     assert.equal(deleted?.status, 200, deleted?.text);
     const order = h.events.filter((event) => event.user_id === user.userId).map((event) => event.type);
     if (verified.status === 200) {
@@ -129,24 +102,12 @@ describe(`passkey sign-in interleavings on ${TEST_DB}`, () => {
   async function loginWithLoginInTheWindow(outer: (typeof fixtures.primary.assertions)[0], inner: (typeof fixtures.primary.assertions)[0]): Promise<{ outer: TestResponse; inner: TestResponse | undefined }> {
     const outerChallenge = await loginChallengeFor(h, outer);
     const innerChallenge = await loginChallengeFor(h, inner);
-    const findByCredentialId = PasskeyRepository.prototype.findByCredentialId;
-    let armed = true;
-    let started: { answer: Promise<TestResponse> } | undefined;
-    PasskeyRepository.prototype.findByCredentialId = async function (this: PasskeyRepository, credentialId: string) {
-      const found = await findByCredentialId.call(this, credentialId);
-      if (armed) {
-        armed = false;
-        started = await startedInTheWindow(h, () => h.post('/auth/passkeys/login/verify', { challenge_id: innerChallenge, response: inner.response }));
-      }
-      return found;
-    };
-    let response: TestResponse;
-    try {
-      response = await h.post('/auth/passkeys/login/verify', { challenge_id: outerChallenge, response: outer.response });
-    } finally {
-      PasskeyRepository.prototype.findByCredentialId = findByCredentialId;
-    }
-    return { outer: response, inner: await started?.answer };
+    return withRequestInTheWindow(
+      h,
+      { prototype: PasskeyRepository.prototype, method: 'findByCredentialId' },
+      () => h.post('/auth/passkeys/login/verify', { challenge_id: innerChallenge, response: inner.response }),
+      () => h.post('/auth/passkeys/login/verify', { challenge_id: outerChallenge, response: outer.response }),
+    );
   }
 
   test('two sign-ins with one passkey, the lower counter committed first: both sign in', PG_ONLY, async () => {

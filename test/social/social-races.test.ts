@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
-import { type Harness, TEST_DB, type TestResponse, uniqueEmail } from '../helpers/harness.js';
+import { type Harness, TEST_DB, uniqueEmail } from '../helpers/harness.js';
 import { authorizeAtProvider, newSubject, socialLogin, startLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { totpCodeAt } from '../helpers/mfa.js';
 import { MfaFactorRepository } from '../../src/store/mfa-repository.js';
 import { SocialIdentityRepository } from '../../src/store/social-repository.js';
@@ -71,23 +72,12 @@ test(
       const location = (await h.get(await authorizeAtProvider(flow.authorizationUrl))).headers.get('location')!;
       codes.push(new URL(location).searchParams.get('social_code'));
     }
-    const findByProviderSubject = SocialIdentityRepository.prototype.findByProviderSubject;
-    let firstExchange: TestResponse | undefined;
-    let started = false;
-    SocialIdentityRepository.prototype.findByProviderSubject = async function (this: SocialIdentityRepository, provider: string, subject: string) {
-      const linked = await findByProviderSubject.call(this, provider, subject);
-      if (subject === sub && !started) {
-        started = true;
-        firstExchange = await h.post('/auth/social/exchange', { code: codes[0], handoff_verifier: flows[0]!.handoff.verifier });
-      }
-      return linked;
-    };
-    let second: TestResponse;
-    try {
-      second = await h.post('/auth/social/exchange', { code: codes[1], handoff_verifier: flows[1]!.handoff.verifier });
-    } finally {
-      SocialIdentityRepository.prototype.findByProviderSubject = findByProviderSubject;
-    }
+    const { outer: second, inner: firstExchange } = await withRequestInTheWindow(
+      h,
+      { prototype: SocialIdentityRepository.prototype, method: 'findByProviderSubject', when: (_provider, subject) => subject === sub },
+      () => h.post('/auth/social/exchange', { code: codes[0], handoff_verifier: flows[0]!.handoff.verifier }),
+      () => h.post('/auth/social/exchange', { code: codes[1], handoff_verifier: flows[1]!.handoff.verifier }),
+    );
     assert.equal(firstExchange?.status, 200, firstExchange?.text);
     assert.equal(firstExchange.body.data.is_new_user, true);
     assert.equal(second.status, 200, second.text);

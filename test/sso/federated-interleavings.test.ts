@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { Harness, TEST_DB, type TestResponse } from '../helpers/harness.js';
 import { CLIENT_ID, newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
+import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { createOrg, memberOf } from '../helpers/orgs.js';
 import { addressAt, connect, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
 import { MembershipRepository } from '../../src/store/organization-repository.js';
@@ -45,23 +46,12 @@ test('JIT: an invite accepted between the exchange\'s membership lookup and its 
 
   // The exchange reads the membership (step 4: invited, so JIT joins); the invitee accepts
   // before the exchange writes the membership.
-  const find = MembershipRepository.prototype.find;
-  let accepted: TestResponse | undefined;
-  let armed = true;
-  MembershipRepository.prototype.find = async function (this: MembershipRepository, organizationId: string, userId: string) {
-    const found = await find.call(this, organizationId, userId);
-    if (armed && organizationId === org.id && userId === user.userId) {
-      armed = false;
-      accepted = await h.post('/auth/invites/accept', { token: inviteToken }, { token: user.accessToken });
-    }
-    return found;
-  };
-  let exchanged: TestResponse;
-  try {
-    exchanged = await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier });
-  } finally {
-    MembershipRepository.prototype.find = find;
-  }
+  const { outer: exchanged, inner: accepted } = await withRequestInTheWindow(
+    h,
+    { prototype: MembershipRepository.prototype, method: 'find', when: (organizationId, userId) => organizationId === org.id && userId === user.userId },
+    () => h.post('/auth/invites/accept', { token: inviteToken }, { token: user.accessToken }),
+    () => h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }),
+  );
   assert.equal(accepted?.status, 200, accepted?.text);
   assert.equal(exchanged.status, 200, exchanged.text);
   // Serially, either order ends with the invited roles: SSO first, then the accept sets them;
@@ -99,25 +89,17 @@ test('JIT: an invite accepted and the member suspended between the exchange\'s m
   const trip = await ssoRoundTrip(h, op, { sub: newSubject(), email: user.email }, { email: user.email });
   assert.ok(trip.code, `callback: ${trip.location?.href}`);
 
-  const find = MembershipRepository.prototype.find;
   let accepted: TestResponse | undefined;
   let suspended: TestResponse | undefined;
-  let armed = true;
-  MembershipRepository.prototype.find = async function (this: MembershipRepository, organizationId: string, userId: string) {
-    const found = await find.call(this, organizationId, userId);
-    if (armed && organizationId === org.id && userId === user.userId) {
-      armed = false;
+  const { outer: exchanged } = await withRequestInTheWindow(
+    h,
+    { prototype: MembershipRepository.prototype, method: 'find', when: (organizationId, userId) => organizationId === org.id && userId === user.userId },
+    async () => {
       accepted = await h.post('/auth/invites/accept', { token: inviteToken }, { token: user.accessToken });
       suspended = await h.patch(`/orgs/${org.id}/members/${user.userId}`, { status: 'suspended' }, { token: org.owner.token });
-    }
-    return found;
-  };
-  let exchanged: TestResponse;
-  try {
-    exchanged = await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier });
-  } finally {
-    MembershipRepository.prototype.find = find;
-  }
+    },
+    () => h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }),
+  );
   assert.equal(accepted?.status, 200, accepted?.text);
   assert.equal(suspended?.status, 200, suspended?.text);
   // Serially: SSO, accept, suspend ends suspended; accept, suspend, SSO is refused (sso_member_suspended).
@@ -137,23 +119,12 @@ test('webhooks: a PATCH {status: active} whose webhook is disabled after its fir
     // The name now points at the router's own network: the guard refuses it.
     hookDns.answers.set('hooks.example.test', ['127.0.0.1']);
 
-    const findInOrganization = WebhookRepository.prototype.findInOrganization;
-    let disabled: TestResponse | undefined;
-    let armed = true;
-    WebhookRepository.prototype.findInOrganization = async function (this: WebhookRepository, organizationId: string, webhookId: string) {
-      const found = await findInOrganization.call(this, organizationId, webhookId);
-      if (armed && webhookId === id) {
-        armed = false;
-        disabled = await wh.patch(`/orgs/${org.id}/webhooks/${id}`, { status: 'disabled' }, { token: org.owner.token });
-      }
-      return found;
-    };
-    let enabled: TestResponse;
-    try {
-      enabled = await wh.patch(`/orgs/${org.id}/webhooks/${id}`, { status: 'active' }, { token: org.owner.token });
-    } finally {
-      WebhookRepository.prototype.findInOrganization = findInOrganization;
-    }
+    const { outer: enabled, inner: disabled } = await withRequestInTheWindow(
+      wh,
+      { prototype: WebhookRepository.prototype, method: 'findInOrganization', when: (_organizationId, webhookId) => webhookId === id },
+      () => wh.patch(`/orgs/${org.id}/webhooks/${id}`, { status: 'disabled' }, { token: org.owner.token }),
+      () => wh.patch(`/orgs/${org.id}/webhooks/${id}`, { status: 'active' }, { token: org.owner.token }),
+    );
     assert.equal(disabled?.status, 200, disabled?.text);
     assert.equal(disabled.body.data.status, 'disabled');
     // Serially: disable then enable is refused by the guard (422); enable (no change) then disable leaves it disabled.
