@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { isDeadlock } from '../database-errors.js';
 import { HotStatements } from './hot-statements.js';
 import { runTransaction, type Db } from './transaction.js';
 import { GroupCommit } from './group-commit.js';
@@ -21,6 +22,9 @@ import { UserRepository } from './user-repository.js';
 import { EventDeliveryRepository } from './event-delivery-repository.js';
 import { WebhookRepository } from './webhook-repository.js';
 import { OrgDomainRepository, SsoConnectionRepository, SsoIdentityRepository } from './sso-repository.js';
+
+/** How often a transaction runs when PostgreSQL keeps choosing it to break a deadlock. */
+const DEADLOCK_ATTEMPTS = 3;
 
 /** Every repository, bound to one connection: the pool, or one transaction. */
 export interface Repositories {
@@ -127,9 +131,20 @@ export class Store {
     return recordsInOneStatement(this.dialect);
   }
 
-  /** Runs `work` in one transaction with repositories bound to it. */
-  transaction<T>(work: (repos: Repositories, db: Db) => Promise<T>): Promise<T> {
-    return runTransaction(this.knex, this.dialect, (db) => work(this.bound(db), db));
+  /**
+   * Runs `work` in one transaction with repositories bound to it. One that PostgreSQL rolled back
+   * to break a deadlock (two transactions locking the same rows in opposite orders, such as an
+   * account's deletion and an invite its owner sends) wrote nothing and runs again, so the two
+   * end one after the other instead of in a 500.
+   */
+  async transaction<T>(work: (repos: Repositories, db: Db) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await runTransaction(this.knex, this.dialect, (db) => work(this.bound(db), db));
+      } catch (error) {
+        if (!isDeadlock(error) || attempt >= DEADLOCK_ATTEMPTS) throw error;
+      }
+    }
   }
 
   /**

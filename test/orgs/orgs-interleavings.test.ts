@@ -170,7 +170,7 @@ test('an organization deletion arriving between invite creation\'s checks and it
 test('an admin sends an invite while their account is being deleted: the two lock in opposite orders, and run one after the other', { skip: SKIP, timeout: 60_000 }, async () => {
   // The deletion holds the account's row and then wants the organization's; the invite holds the
   // organization's and then wants the account's. PostgreSQL rolls one back (40P01), which runs
-  // again (runUnitOfWork) instead of answering 500.
+  // again (Store.transaction) instead of answering 500.
   const org = await createOrg(h);
   const admin = await addMember(h, org, org.owner.token, ['admin']);
   const { outer: deleted, inner } = await withRequestInTheWindow(

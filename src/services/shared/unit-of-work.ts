@@ -1,16 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { EventInput, IdentityEvent, IdentityEventType } from '../../events.js';
 import type { AuditEventRecord } from '../../store/audit-repository.js';
-import { isDatabaseError, isDeadlock } from '../../database-errors.js';
+import { isDatabaseError } from '../../database-errors.js';
 import type { Recording } from '../../store/recorded-write.js';
 import type { Repositories } from '../../store/store.js';
 import type { AccessScope } from './access-cache.js';
 import type { RequestMeta, ServiceContext } from './service-context.js';
 import type { OutboxEntry, WrittenDeliveries } from './outbox.js';
 import { iso } from './iso-time.js';
-
-/** How often a unit of work runs when PostgreSQL keeps choosing it to break a deadlock. */
-const DEADLOCK_ATTEMPTS = 3;
 
 /**
  * One transaction plus what must happen once it commits. Events are written to the audit
@@ -128,24 +125,13 @@ async function unitOfWorkIn<T>(
   const now = context.clock.now();
   let unit: UnitOfWork | undefined;
   let deliveries: WrittenDeliveries | undefined;
-  let result: T;
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      result = await inTransaction(async (repos) => {
-        unit = new UnitOfWork(repos, now, meta);
-        const value = await work(unit);
-        // The outbox rows commit with the change and its audit rows, or not at all.
-        deliveries = await context.delivery.writeOutbox(repos, unit.outboxEntries, now);
-        return value;
-      });
-      break;
-    } catch (error) {
-      // Two units that lock the same rows in different orders (an account's deletion and its
-      // owner's invite, say): the one PostgreSQL rolled back runs again once the other has gone on.
-      if (!isDeadlock(error) || attempt >= DEADLOCK_ATTEMPTS) throw error;
-      unit = undefined;
-    }
-  }
+  const result = await inTransaction(async (repos) => {
+    unit = new UnitOfWork(repos, now, meta);
+    const value = await work(unit);
+    // The outbox rows commit with the change and its audit rows, or not at all.
+    deliveries = await context.delivery.writeOutbox(repos, unit.outboxEntries, now);
+    return value;
+  });
   if (unit) {
     dispatchAfterCommit(context, unit.drain(), deliveries);
     if (unit.pendingFailure) throw unit.pendingFailure;
