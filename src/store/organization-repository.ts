@@ -357,6 +357,11 @@ export class MembershipRepository extends Repository {
     await this.db(this.table.memberships).where({ id }).delete();
   }
 
+  /** An `invited` placeholder becomes active (a JIT join over a pending invite); false when it is no longer `invited`. */
+  async activateInvited(id: string, now: number): Promise<boolean> {
+    return (await this.db(this.table.memberships).where({ id, status: 'invited' }).update({ status: 'active', updated_at: now })) > 0;
+  }
+
   /** Removes an `invited` placeholder (its invite was revoked or superseded); active and suspended rows stay. */
   async deleteInvited(organizationId: string, userId: string): Promise<void> {
     await this.db(this.table.memberships).where({ organization_id: organizationId, user_id: userId, status: 'invited' }).delete();

@@ -274,11 +274,6 @@ export class SsoIdentityRepository extends Repository {
     return inserted.length === 1;
   }
 
-  /** A JIT join over a pending invite; false when the membership is no longer `invited` (accepted, suspended, removed). */
-  async activateInvitedMembership(id: string, now: number): Promise<boolean> {
-    return (await this.db(this.table.memberships).where({ id, status: 'invited' }).update({ status: 'active', updated_at: now })) > 0;
-  }
-
   async markSessionOpenedThrough(sessionId: string, connectionId: string): Promise<void> {
     await this.db(this.table.sessions).where({ id: sessionId }).update({ sso_connection_id: connectionId });
   }

@@ -544,7 +544,7 @@ export class SsoService {
       const pending = await uow.repos.memberships.find(connection.organizationId, userId);
       const membershipId = pending?.id ?? randomUUID();
       if (pending) {
-        if (!(await uow.repos.ssoIdentities.activateInvitedMembership(pending.id, uow.now))) throw new ResolutionConflict();
+        if (!(await uow.repos.memberships.activateInvited(pending.id, uow.now))) throw new ResolutionConflict();
       } else if (!(await uow.repos.ssoIdentities.insertMembershipIfAbsent({ id: membershipId, organizationId: connection.organizationId, userId, now: uow.now }))) throw new ResolutionConflict();
       const [role] = await uow.repos.roles.findBySlugs(connection.organizationId, [connection.defaultRole]);
       if (role) await uow.repos.memberships.replaceRoles(membershipId, [role.id]);
