@@ -78,6 +78,24 @@ describe(`MFA interleavings on ${TEST_DB}`, () => {
     assert.deepEqual([first?.status, second.status].sort(), [200, 429], `${first?.text} | ${second.text}`);
   });
 
+  test('two TOTP enrollments at once leave one pending TOTP factor: the one answered last', PG_ONLY, async () => {
+    const user = await h.signUp();
+    const { outer: first, inner: second } = await withRequestInTheWindow(
+      h,
+      { prototype: MfaFactorRepository.prototype, method: 'deleteUnconfirmed', when: (userId, type) => userId === user.userId && type === 'totp' },
+      () => h.post('/auth/mfa/totp/enroll', undefined, { token: user.accessToken }),
+      () => h.post('/auth/mfa/totp/enroll', undefined, { token: user.accessToken }),
+    );
+    assert.equal(first.status, 200, first.text);
+    assert.equal(second?.status, 200, second?.text);
+    // The second waited for the first's lock on the account, then replaced its pending factor.
+    const pending = await h.knex(`${h.tablePrefix}mfa_factors`).where({ user_id: user.userId, type: 'totp' }).whereNull('confirmed_at').select('id');
+    assert.deepEqual(
+      pending.map((row: { id: string }) => row.id),
+      [second?.body.data.factor_id],
+    );
+  });
+
   test('an enrollment of a destination whose pending factor is confirmed meanwhile: 409, or the confirm fails; no code to a confirmed factor', PG_ONLY, async () => {
     const user = await h.signUp();
     const phone = uniquePhone();

@@ -280,11 +280,14 @@ export class MfaService {
     const factorId = randomUUID();
     const secret = generateTotpSecret();
     await runUnitOfWork(this.context, meta, async (uow) => {
+      // One MFA change per user at a time, as in enrollCodeFactor: two enrollments at once
+      // leave one pending TOTP factor, the later one's.
+      await uow.repos.users.findByIdForUpdate(principal.userId);
       await this.prunePendingFactors(uow, principal.userId);
       // A new enrollment replaces the caller's pending one instead of piling up secrets.
       await uow.repos.mfaFactors.deleteUnconfirmed(principal.userId, 'totp');
       await uow.repos.mfaFactors.insert({ id: factorId, userId: principal.userId, type: 'totp', destination: null, secretSealed: this.codes.sealTotpSecret(factorId, secret), now: uow.now });
-      // The session's row last: the factor's insert took the account's key lock first, as revocations do.
+      // The session's row last, after the account's, as revocations lock them.
       await this.policy.assertSessionLive(uow.repos, principal);
     });
     const otpauthUri = totpProvisioningUri(this.context.config.otp.totp.issuer, principal.user.email, secret);
