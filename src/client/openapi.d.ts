@@ -1097,6 +1097,8 @@ export interface paths {
          * @description A new `url`, and `status: active` on a disabled webhook, pass the guard again (422
          *     `invalid_webhook_url`). `status: disabled` ends its pending deliveries (`endpoint_disabled`)
          *     and emits `webhook.disabled` (reason `manual`). Emits `webhook.updated` with `fields`.
+         *     A `status: active` sent while the webhook was still active leaves it disabled if it is
+         *     disabled meanwhile (200 with `status: disabled`): the guard did not check its URL.
          */
         patch: operations["updateWebhook"];
         trace?: never;
