@@ -1,8 +1,9 @@
 import { errors, IdentityError } from '../../errors.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { Repositories } from '../../store/store.js';
-import type { ServiceContext } from '../shared/service-context.js';
+import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
+import { runUnitOfWork } from '../shared/unit-of-work.js';
 
 /** An address whose organization requires single sign-on (docs/sso.md). */
 export interface SsoRequirement {
@@ -86,6 +87,24 @@ export class SignInRules {
    */
   async refusalOfRefusedWrite(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<AccountChangedDuringSignIn> {
     return (await this.refusalSinceRead(repos, userId, comparedPasswordHash)) ?? new AccountChangedDuringSignIn(errors.accountDisabled(), 'account_disabled');
+  }
+
+  /**
+   * `signIn`'s answer, its refusal by a change of its account while it was under way recorded
+   * first: a failed login like any other (`user.login_failed` with the change as `reason`,
+   * docs/events.md), though its credential was right when compared, so it counts toward no
+   * lockout. `failed` is what the event says of the sign-in beside its reason.
+   */
+  async recordingChangedAccount<T>(signIn: Promise<T>, meta: RequestMeta, failed: { userId: string; organizationId?: string | undefined; data: Record<string, unknown> }): Promise<T> {
+    try {
+      return await signIn;
+    } catch (error) {
+      if (error instanceof AccountChangedDuringSignIn) {
+        const { userId, organizationId, data } = failed;
+        await runUnitOfWork(this.context, meta, (uow) => uow.emit({ type: 'user.login_failed', userId, ...(organizationId ? { organizationId } : {}), data: { ...data, reason: error.reason } }));
+      }
+      throw error;
+    }
   }
 
   /** The enforcing connection of the address's verified domain, if any. */

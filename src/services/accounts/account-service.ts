@@ -6,7 +6,7 @@ import type { OneTimeTokenPurpose } from '../../store/session-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { MfaService } from '../mfa/mfa-service.js';
-import type { FirstFactor, LoginResult } from '../sessions/sign-in-result.js';
+import { type FirstFactor, type LoginResult, loginFailedMethod } from '../sessions/sign-in-result.js';
 import { assertPasswordAcceptable } from './password-policy.js';
 import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.js';
 import type { Principal } from '../access/principal.js';
@@ -16,7 +16,7 @@ import { type AccessPolicy, mayAuthenticate } from '../access/access-policy.js';
 import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
-import { AccountChangedDuringSignIn, accountRefusalError, type ChangedAccountReason, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
+import { accountRefusalError, type ChangedAccountReason, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
 
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
@@ -150,13 +150,11 @@ export class AccountService {
     const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method, comparedPasswordHash };
     const amr = [firstFactor.amr];
     const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
-    const passed = await this.mfa
-      .throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, comparedPasswordHash), noFactorWhenRead)
-      .catch(async (error: unknown) => {
-        // A failed login like any other, though its credential was right when compared; it counts toward no lockout.
-        if (error instanceof AccountChangedDuringSignIn) await this.recordLoginFailure(user, error.reason, meta, undefined, firstFactor);
-        throw error;
-      });
+    const passed = await this.signInRules.recordingChangedAccount(
+      this.mfa.throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, comparedPasswordHash), noFactorWhenRead),
+      meta,
+      { userId: user.id, data: loginFailedMethod(firstFactor) },
+    );
     if (passed.kind === 'mfa_required') return passed;
     slot?.completedSignIn();
     const tokens = await this.sessions.signOpened(passed.opened);
@@ -262,8 +260,7 @@ export class AccountService {
     slot?: FailedAttemptSlot,
     firstFactor?: FirstFactor,
   ): Promise<void> {
-    // A password login's failures carry no method (docs/events.md); a passwordless one's say which (docs/passwordless.md).
-    const data = firstFactor && firstFactor.method !== 'password' ? { method: firstFactor.method, reason } : { reason };
+    const data = { ...(firstFactor ? loginFailedMethod(firstFactor) : {}), reason };
     await runUnitOfWork(this.context, meta, async (uow) => {
       await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data });
       if (slot) await slot.fail(uow, 'password');

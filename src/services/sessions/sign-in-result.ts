@@ -28,3 +28,8 @@ export type FirstFactor = { amr: 'pwd'; method: 'password'; comparedPasswordHash
 
 /** A passwordless sign-in's proof of the address: its code or its link (docs/passwordless.md). */
 export type PasswordlessMethod = 'email_code' | 'email_link';
+
+/** What a failed sign-in's `user.login_failed` says of its first factor: nothing for a password (docs/events.md), the method for a passwordless one (docs/passwordless.md). */
+export function loginFailedMethod(firstFactor: FirstFactor): { method?: PasswordlessMethod } {
+  return firstFactor.method === 'password' ? {} : { method: firstFactor.method };
+}

@@ -1,5 +1,5 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
-import { AccountChangedDuringSignIn, accountRefusalError } from '../access/sign-in-rules.js';
+import { accountRefusalError, type SignInRules } from '../access/sign-in-rules.js';
 import type * as OpenIdClient from 'openid-client';
 import { matchesReturnUrl } from '../../config/social.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
@@ -108,6 +108,7 @@ export class FederatedFlows {
     private readonly context: ServiceContext,
     private readonly sessions: SessionService,
     private readonly mfa: MfaService,
+    private readonly signInRules: SignInRules,
   ) {}
 
   /** Authorize: one flow row, and the provider's authorization URL (docs/social-login.md). */
@@ -261,8 +262,9 @@ export class FederatedFlows {
   async openSession(user: UserRecord, meta: RequestMeta, signIn: FederatedSignIn): Promise<LoginResult> {
     const { method, organizationId, opened } = signIn;
     const ssoConnectionId = method.method === 'sso' ? method.connection_id : undefined;
-    const passed = await this.mfa
-      .throughLoginGate(user, meta, 'fed', { ssoConnectionId }, () =>
+    // Disabled or deleted after the provider's answer was checked: a failed sign-in like any other.
+    const passed = await this.signInRules.recordingChangedAccount(
+      this.mfa.throughLoginGate(user, meta, 'fed', { ssoConnectionId }, () =>
         runUnitOfWork(this.context, meta, async (uow) => {
           const started = await this.sessions.openPastGate(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
           if (!started) return undefined;
@@ -270,14 +272,10 @@ export class FederatedFlows {
           await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], ...method } });
           return started;
         }),
-      )
-      .catch(async (error: unknown) => {
-        // Disabled or deleted after the provider's answer was checked: a failed sign-in like any other.
-        if (error instanceof AccountChangedDuringSignIn) {
-          await runUnitOfWork(this.context, meta, (uow) => uow.emit({ type: 'user.login_failed', userId: user.id, ...(organizationId ? { organizationId } : {}), data: { ...method, reason: error.reason } }));
-        }
-        throw error;
-      });
+      ),
+      meta,
+      { userId: user.id, organizationId, data: method },
+    );
     if (passed.kind === 'mfa_required') return passed;
     // Tokens are signed only after commit (no token for a session that was never stored).
     const tokens = await this.sessions.signOpened(passed.opened);
