@@ -57,6 +57,15 @@ export class OrganizationRepository extends Repository {
     return row ? mapOrganization(row) : undefined;
   }
 
+  /**
+   * Locks the rows of several organizations (PostgreSQL), in id order: two transactions locking
+   * overlapping sets take them in the same order and never wait on each other in a cycle.
+   */
+  async lockAll(ids: readonly string[]): Promise<void> {
+    if (ids.length === 0) return;
+    await this.lockForUpdate(this.db(this.table.organizations).whereIn('id', ids).orderBy('id').select('id'));
+  }
+
   /** Slugs equal to `base` or of the form `base-<n>` (for deriving a free slug). */
   async slugsLike(base: string): Promise<string[]> {
     const rows = await this.db(this.table.organizations)

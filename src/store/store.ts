@@ -133,9 +133,9 @@ export class Store {
 
   /**
    * Runs `work` in one transaction with repositories bound to it. One that PostgreSQL rolled back
-   * to break a deadlock (two transactions locking the same rows in opposite orders, such as an
-   * account's deletion and an invite its owner sends) wrote nothing and runs again, so the two
-   * end one after the other instead of in a 500.
+   * to break a deadlock (two transactions locking the same rows in opposite orders, which the
+   * services' one order, organization then account then session, leaves to paths not yet in it)
+   * wrote nothing and runs again, so the two end one after the other instead of in a 500.
    */
   async transaction<T>(work: (repos: Repositories, db: Db) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt += 1) {

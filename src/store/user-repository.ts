@@ -278,19 +278,21 @@ export class UserRepository extends Repository {
     });
   }
 
+  /** The organizations `userId` has a membership row in, whatever its status, in id order. */
+  async memberOrganizationIds(userId: string): Promise<string[]> {
+    const rows = await this.db(this.table.memberships).where({ user_id: userId }).orderBy('organization_id').select('organization_id');
+    return rows.map((row: Record<string, unknown>) => String(row.organization_id));
+  }
+
   /**
    * Organizations in which `userId` is the only active owner (docs/organizations.md invariant 3: the
-   * account cannot go while an organization would be left without one). On PostgreSQL the
-   * rows of every organization the account belongs to are locked first, in id order, as every
-   * owner change locks its organization: two owners of one organization deleting their
+   * account cannot go while an organization would be left without one). Read once the caller
+   * holds the rows of every organization the account belongs to (`OrganizationRepository.lockAll`),
+   * as every owner change locks its organization: two owners of one organization deleting their
    * accounts at once are serialised, and a promotion to owner (after which the other owner
    * could step down) either comes before the ownerships are read or waits for the deletion.
    */
   async organizationsWhereLastActiveOwner(userId: string): Promise<string[]> {
-    const memberOf = await this.db(this.table.memberships).where({ user_id: userId }).distinct('organization_id');
-    if (memberOf.length === 0) return [];
-    const memberOfIds = memberOf.map((row: Record<string, unknown>) => String(row.organization_id)).sort();
-    await this.lockForUpdate(this.db(this.table.organizations).whereIn('id', memberOfIds).orderBy('id').select('id'));
     const owned = await this.activeOwnerships()
       .where({ 'm.user_id': userId })
       .distinct('m.organization_id as organization_id');

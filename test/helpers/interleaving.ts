@@ -1,3 +1,5 @@
+import { isDeadlock } from '../../src/database-errors.js';
+import { Store } from '../../src/store/store.js';
 import type { Harness } from './harness.js';
 
 /**
@@ -61,4 +63,31 @@ export async function withRequestInTheWindow<P extends object, K extends MethodO
     });
   }
   return { outer: answer, inner: await innerAnswer };
+}
+
+/**
+ * Runs `run` and answers how many transactions PostgreSQL rolled back meanwhile to break a
+ * deadlock (40P01). Store.transaction runs such a one again, so the answers alone look serial;
+ * the deadlock still cost PostgreSQL's deadlock_timeout. Every unit of work's 40P01 passes through
+ * the `work` Store.transaction is given, in this process: unlike pg_stat_database's counter, the
+ * count is neither delayed nor shared with the other test files using the database.
+ */
+export async function countingDeadlocks<T>(run: () => Promise<T>): Promise<{ answer: T; deadlocks: number }> {
+  const original = Store.prototype.transaction;
+  let deadlocks = 0;
+  Store.prototype.transaction = function (this: Store, work: Parameters<Store['transaction']>[0]) {
+    return original.call(this, async (repos, db) => {
+      try {
+        return await work(repos, db);
+      } catch (error) {
+        if (isDeadlock(error)) deadlocks += 1;
+        throw error;
+      }
+    });
+  } as Store['transaction'];
+  try {
+    return { answer: await run(), deadlocks };
+  } finally {
+    Store.prototype.transaction = original;
+  }
 }

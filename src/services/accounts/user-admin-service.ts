@@ -136,7 +136,7 @@ export class UserAdminService {
   async deleteAccount(grant: AccessGrant, userId: string, meta: RequestMeta): Promise<void> {
     const { principal } = grant;
     await runUnitOfWork(this.context, meta, async (uow) => {
-      const user = await this.lockUser(uow, userId, grant);
+      const user = await this.lockForDeletion(uow, userId, grant);
       // Already a tombstone: nothing is left to remove.
       if (user.deletedAt !== null) return;
       const ownerless = await uow.repos.users.organizationsWhereLastActiveOwner(user.id);
@@ -197,6 +197,34 @@ export class UserAdminService {
   private async lockUser(uow: UnitOfWork, userId: string, grant: AccessGrant): Promise<UserRecord> {
     const user = await uow.repos.users.findByIdForUpdate(userId);
     if (!user) throw errors.notFound('User');
+    await grant.recheck(uow.repos);
+    return user;
+  }
+
+  /**
+   * `lockUser` for a deletion, in every decision's order (docs/database.md): the organizations
+   * the account belongs to (their owners are counted under these locks), then the account, then
+   * the caller's session (`grant.recheck`). Taking the account first would wait, holding it, on
+   * an organization whose holder waits for the account or the session: a deadlock, paid with
+   * PostgreSQL's deadlock_timeout and a rerun.
+   *
+   * The memberships are read before the account is locked, so they are read again under that
+   * lock. A membership made in between (an invitation accepted, an organization created) took
+   * the account's key lock, so it committed before this lock was granted, and none can be made
+   * while it is held: the second read is final. Its organization is locked then, out of order,
+   * but before the owners are counted; that rare race is left to the deadlock retry.
+   */
+  private async lockForDeletion(uow: UnitOfWork, userId: string, grant: AccessGrant): Promise<UserRecord> {
+    const locked = new Set<string>();
+    const lockMemberOrganizations = async () => {
+      const unlocked = (await uow.repos.users.memberOrganizationIds(userId)).filter((id) => !locked.has(id));
+      await uow.repos.organizations.lockAll(unlocked);
+      for (const id of unlocked) locked.add(id);
+    };
+    await lockMemberOrganizations();
+    const user = await uow.repos.users.findByIdForUpdate(userId);
+    if (!user) throw errors.notFound('User');
+    await lockMemberOrganizations();
     await grant.recheck(uow.repos);
     return user;
   }

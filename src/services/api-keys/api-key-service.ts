@@ -78,6 +78,10 @@ export class ApiKeyService {
     }
     const ttlSeconds = input.expiresIn ?? API_KEY_DEFAULT_TTL_SECONDS;
     return runUnitOfWork(this.context, meta, async (uow) => {
+      // The organization before the account, as every write in it takes them (docs/database.md):
+      // the key's insert takes the organization's key lock, which a member's removal, holding the
+      // organization and then ending this caller's sessions, would otherwise meet in a deadlock.
+      if (!(await uow.repos.organizations.lockActive(organizationId))) throw errors.notFound('Organization');
       await uow.repos.users.findByIdForUpdate(principal.userId);
       // The re-check evaluates the route's credential gate too, under this lock (docs/security.md).
       const authority = await this.memberAuthority(uow, grant);
