@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { toBoolean, toNullableNumber, toNumber } from './database.js';
 import { Repository } from './repository.js';
 
@@ -129,18 +130,22 @@ export class ApiKeyRepository extends Repository {
 
   /** Revokes every live key of one member of one organization; answers the keys it revoked. */
   async revokeAllForMember(organizationId: string, userId: string, now: number, reason: string): Promise<ApiKeyRecord[]> {
-    const live = (await this.db(this.table.apiKeys).where({ organization_id: organizationId, user_id: userId }).whereNull('revoked_at').select(KEY_COLUMNS)).map(mapApiKey);
-    if (live.length === 0) return [];
-    await this.db(this.table.apiKeys).whereIn('id', live.map((key) => key.id)).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason });
-    return live;
+    return this.revokeLive(this.db(this.table.apiKeys).where({ organization_id: organizationId, user_id: userId }), now, reason);
   }
 
   /** Every live key of a user, in every organization (account recovery, the first proof of the address). */
   async revokeAllForUser(userId: string, now: number, reason: string): Promise<ApiKeyRecord[]> {
-    const live = (await this.db(this.table.apiKeys).where({ user_id: userId }).whereNull('revoked_at').select(KEY_COLUMNS)).map(mapApiKey);
-    if (live.length === 0) return [];
-    await this.db(this.table.apiKeys).whereIn('id', live.map((key) => key.id)).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason });
-    return live;
+    return this.revokeLive(this.db(this.table.apiKeys).where({ user_id: userId }), now, reason);
+  }
+
+  /**
+   * One conditional update that answers the rows it changed: a key revoked by another request
+   * between a read of the live keys and their update would otherwise be answered here too, and
+   * get a second `api_key.revoked` (PostgreSQL re-checks `revoked_at` after waiting on its row).
+   */
+  private async revokeLive(keys: Knex.QueryBuilder, now: number, reason: string): Promise<ApiKeyRecord[]> {
+    const revoked = (await keys.whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason }).returning([...KEY_COLUMNS])) as Array<Record<string, unknown>>;
+    return revoked.map(mapApiKey);
   }
 
   async revokeAllForOrganization(organizationId: string, now: number, reason: string): Promise<number> {

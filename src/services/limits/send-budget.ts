@@ -29,6 +29,15 @@ export async function spendSendBudget(uow: UnitOfWork, identifierKey: Buffer, bu
   for (const { bucket, budget } of hashed) await spend(uow, bucket, budget);
 }
 
+/**
+ * Locks the bucket for the rest of the transaction (PostgreSQL), as a send does: a check whose
+ * failure is recorded later in the same transaction then counts after every other one, when no
+ * account's row lock already orders them.
+ */
+export async function lockBudget(uow: UnitOfWork, identifierKey: Buffer, { name }: BudgetBucket): Promise<void> {
+  await uow.repos.rateEvents.lockBuckets([bucketKey(identifierKey, name)]);
+}
+
 /** Refuses (429) when the bucket is spent, without spending it: the verify budget is checked before a code is looked at. */
 export async function assertWithinBudget(repos: Repositories, identifierKey: Buffer, { name, budget }: BudgetBucket, now: number): Promise<void> {
   await assertWithin(repos, bucketKey(identifierKey, name), budget, now);

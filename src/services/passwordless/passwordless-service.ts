@@ -15,7 +15,7 @@ import { normaliseEmail } from '../shared/identity-rules.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import type { LoginResult, PasswordlessMethod } from '../sessions/sign-in-result.js';
 import { MfaCodes } from '../mfa/mfa-codes.js';
-import { assertWithinBudget, type BudgetBucket, recordInBudget, spendSendBudget } from '../limits/send-budget.js';
+import { assertWithinBudget, type BudgetBucket, lockBudget, recordInBudget, spendSendBudget } from '../limits/send-budget.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
 type PasswordlessSettings = NonNullable<ResolvedConfig['passwordless']>;
@@ -144,6 +144,9 @@ export class PasswordlessService {
       const proven = await runUnitOfWork(this.context, meta, async (uow) => {
         // One verify of an account at a time: its budget and its failures are counted in order.
         const locked = account ? await uow.repos.users.findByIdForUpdate(account.id) : undefined;
+        // Deleted since it was read: its tombstone has nothing to prove, count toward or sign in,
+        // and the verify answers as one that came after the deletion.
+        if (locked && locked.deletedAt !== null) throw errors.invalidCode();
         await this.assertVerifyBudget(uow, challenge, account);
         if (!(await this.spend(uow, challenge, proof))) {
           await this.recordFailure(uow, challenge, account, slot, method);
@@ -188,12 +191,8 @@ export class PasswordlessService {
       if (challenge.addressSealed === null || !this.settings.allowSignup) throw errors.invalidCode();
       const address = decrypt(this.context.keys.passwordlessAddressEncryption, challenge.addressSealed, sealedAddressContext(challenge.id)).toString('utf8');
       await this.signInRules.assertAllowed(address, { credentialRight: true, repos: uow.repos });
-      const id = randomUUID();
-      isNewUser = await uow.repos.users.insertIfEmailFree({ id, email: address, displayName: null, passwordHash: null, emailVerified: true, now: uow.now });
-      if (isNewUser) await uow.emit({ type: 'user.registered', actorId: id, userId: id, data: { method } });
-      // Registered meanwhile by someone else: this code proves the address for that account.
-      user = await uow.repos.users.findByEmail(address);
-      if (!user || !mayAuthenticate(user)) throw errors.invalidCode();
+      ({ user, isNewUser } = await this.signUpAt(uow, address, method));
+      if (!mayAuthenticate(user)) throw errors.invalidCode();
     } else {
       await this.signInRules.assertAllowed(user.email, { userId: user.id, credentialRight: true, repos: uow.repos });
     }
@@ -202,10 +201,38 @@ export class PasswordlessService {
     return { user: current, isNewUser };
   }
 
+  /**
+   * A sign-up's account: created here, or registered meanwhile by someone else, whose address
+   * this code proves; that one is read again under its row lock, so a deletion that committed
+   * after it was found (its tombstone has another address) is seen, and the address, freed, is
+   * signed up as if the deletion had come first.
+   */
+  private async signUpAt(uow: UnitOfWork, address: string, method: PasswordlessMethod): Promise<{ user: UserRecord; isNewUser: boolean }> {
+    for (let round = 0; round < 2; round += 1) {
+      const id = randomUUID();
+      if (await uow.repos.users.insertIfEmailFree({ id, email: address, displayName: null, passwordHash: null, emailVerified: true, now: uow.now })) {
+        await uow.emit({ type: 'user.registered', actorId: id, userId: id, data: { method } });
+        const created = await uow.repos.users.findById(id);
+        if (created) return { user: created, isNewUser: true };
+      }
+      const found = await uow.repos.users.findByEmail(address);
+      const locked = found && (await uow.repos.users.findByIdForUpdate(found.id));
+      if (locked?.email === address) return { user: locked, isNewUser: false };
+    }
+    throw errors.invalidCode();
+  }
+
   /** Over the verify budget no code is even looked at: 429 whatever the code (docs/passwordless.md). */
   private async assertVerifyBudget(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, account: UserRecord | undefined): Promise<void> {
-    if (account) await this.codes.assertVerifyBudget(uow.repos, account.id, uow.now);
-    else await assertWithinBudget(uow.repos, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash), uow.now);
+    if (account) {
+      await this.codes.assertVerifyBudget(uow.repos, account.id, uow.now);
+      return;
+    }
+    // No account's lock orders an address's verifies: its bucket's does, so a failure recorded
+    // below is counted before the next verify's check, not after its compare.
+    const bucket = this.addressVerifyBucket(challenge.addressHash);
+    await lockBudget(uow, this.context.keys.identifierHash, bucket);
+    await assertWithinBudget(uow.repos, this.context.keys.identifierHash, bucket, uow.now);
   }
 
   /**
