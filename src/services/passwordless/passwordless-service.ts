@@ -212,8 +212,7 @@ export class PasswordlessService {
       const id = randomUUID();
       if (await uow.repos.users.insertIfEmailFree({ id, email: address, displayName: null, passwordHash: null, emailVerified: true, now: uow.now })) {
         await uow.emit({ type: 'user.registered', actorId: id, userId: id, data: { method } });
-        const created = await uow.repos.users.findById(id);
-        if (created) return { user: created, isNewUser: true };
+        return { user: (await uow.repos.users.findById(id))!, isNewUser: true };
       }
       const found = await uow.repos.users.findByEmail(address);
       const locked = found && (await uow.repos.users.findByIdForUpdate(found.id));
