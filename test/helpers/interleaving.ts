@@ -13,8 +13,12 @@ async function untilWaitingOrSettled(h: Harness, request: Promise<unknown>): Pro
     () => (settled = true),
     () => (settled = true),
   );
-  const waitingOnALock = async () => Number((await h.knex.raw('select count(*)::int as n from pg_locks where not granted')).rows[0].n) > 0;
-  for (let turn = 0; turn < 5000 && !settled && !(await waitingOnALock()); turn += 1) await new Promise((resolve) => setImmediate(resolve));
+  for (let turn = 0; turn < 5000 && !settled && !(await waitingOnALock(h)); turn += 1) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Whether PostgreSQL shows a transaction waiting on a lock. */
+export async function waitingOnALock(h: Harness): Promise<boolean> {
+  return Number((await h.knex.raw('select count(*)::int as n from pg_locks where not granted')).rows[0].n) > 0;
 }
 
 type MethodOf<P> = { [K in keyof P]: P[K] extends (...args: any[]) => unknown ? K : never }[keyof P];

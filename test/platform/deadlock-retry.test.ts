@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Harness, TEST_DB } from '../helpers/harness.js';
-import { countingDeadlocks } from '../helpers/interleaving.js';
+import { countingDeadlocks, waitingOnALock } from '../helpers/interleaving.js';
 import { createOrg } from '../helpers/orgs.js';
 import { UserRepository } from '../../src/store/user-repository.js';
 
@@ -21,11 +21,9 @@ after(async () => {
   await h.close();
 });
 
-const waitingOnALock = async () => Number((await h.knex.raw('select count(*)::int as n from pg_locks where not granted')).rows[0].n) > 0;
-
 async function untilSomeoneWaits(): Promise<void> {
   for (let turn = 0; turn < 5000; turn += 1) {
-    if (await waitingOnALock()) return;
+    if (await waitingOnALock(h)) return;
     await new Promise((resolve) => setImmediate(resolve));
   }
   throw new Error('no transaction waited on a lock');
