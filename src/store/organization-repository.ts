@@ -58,6 +58,17 @@ export class OrganizationRepository extends Repository {
   }
 
   /**
+   * Whether the organization is active, its row held until the transaction ends against a
+   * change or deletion of it (PostgreSQL FOR KEY SHARE), not against other holders: a write
+   * that joins the organization takes it before the account, in the lock order
+   * (docs/database.md), without queueing behind other joins.
+   */
+  async holdActive(id: string): Promise<boolean> {
+    const active = this.db(this.table.organizations).where({ id, status: 'active' }).select('id');
+    return (await (this.dialect === 'pg' ? active.forKeyShare() : active).first()) !== undefined;
+  }
+
+  /**
    * Locks the rows of several organizations (PostgreSQL), in id order: two transactions locking
    * overlapping sets take them in the same order and never wait on each other in a cycle.
    */

@@ -3,10 +3,11 @@ import { after, before, test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { Harness, TEST_DB, type TestResponse } from '../helpers/harness.js';
 import { CLIENT_ID, newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
-import { withRequestInTheWindow } from '../helpers/interleaving.js';
+import { countingDeadlocks, withRequestInTheWindow } from '../helpers/interleaving.js';
 import { createOrg, memberOf } from '../helpers/orgs.js';
-import { addressAt, connect, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
 import { MembershipRepository } from '../../src/store/organization-repository.js';
+import { UserRepository } from '../../src/store/user-repository.js';
 import { WebhookRepository } from '../../src/store/webhook-repository.js';
 
 /*
@@ -28,7 +29,7 @@ after(async () => {
   await op.close();
 });
 
-test('JIT: an invite accepted between the exchange\'s membership lookup and its write keeps the invited roles', { skip }, async () => {
+test('JIT: an invite accepted while the exchange looks up the membership waits for the organization the exchange holds; the invited roles stand', { skip }, async () => {
   const { org, domain } = await ssoOrg(h, dns, op, { jit: true, default_role: 'member' });
   const roles = await h.get(`/orgs/${org.id}/roles`, { token: org.owner.token });
   const member = (roles.body.data as Array<{ slug: string; permission_keys: string[] }>).find((role) => role.slug === 'member')!;
@@ -54,14 +55,50 @@ test('JIT: an invite accepted between the exchange\'s membership lookup and its 
   );
   assert.equal(accepted?.status, 200, accepted?.text);
   assert.equal(exchanged.status, 200, exchanged.text);
-  // Serially, either order ends with the invited roles: SSO first, then the accept sets them;
-  // the accept first, then SSO finds an active member and joins no one.
+  // The exchange holds the organization from before its lookup, so the accept comes second, as
+  // in the serial order SSO then accept: the JIT join, then the accept sets the invited roles.
   const row = await memberOf(h, org.id, org.owner.token, user.userId);
   assert.equal(row.status, 'active');
   assert.deepEqual(row.roles, ['reviewer'], 'the invited roles, not the JIT default role');
   const joined = h.events.filter((event) => event.type === 'member.joined' && event.user_id === user.userId && event.organization_id === org.id);
-  assert.equal(joined.length, 1, `one member.joined, got ${JSON.stringify(joined.map((event) => event.data))}`);
+  assert.deepEqual(
+    joined.map((event) => (event.data.via === 'sso_jit' ? 'sso_jit' : 'invite')),
+    ['sso_jit', 'invite'],
+    JSON.stringify(joined.map((event) => event.data)),
+  );
   assert.equal(await countRows(h, 'memberships', { organization_id: org.id, user_id: user.userId }), 1);
+});
+
+test('JIT: a removed member signs in again while an owner invites them: the join holds the organization first, no deadlock, one membership', { skip, timeout: 60_000 }, async () => {
+  const { org, domain } = await ssoOrg(h, dns, op, { jit: true, default_role: 'member' });
+  const account = { sub: newSubject(), email: addressAt(domain, 'rejoining') };
+  const first = await ssoLogin(h, op, account, { email: account.email });
+  assert.equal(first.exchanged?.status, 200, first.exchanged?.text);
+  const userId: string = first.exchanged!.body.data.user.id;
+  const removed = await h.delete(`/orgs/${org.id}/members/${userId}`, { token: org.owner.token });
+  assert.equal(removed.status, 200, removed.text);
+  const trip = await ssoRoundTrip(h, op, account, { email: account.email });
+  assert.ok(trip.code, `callback: ${trip.location?.href}`);
+
+  // The exchange holds the linked account (decide); the invite holds the organization and then
+  // wants the account for its `invited` row, while the exchange's join wants the organization.
+  const { answer, deadlocks } = await countingDeadlocks(() =>
+    withRequestInTheWindow(
+      h,
+      { prototype: UserRepository.prototype, method: 'findByIdForUpdate', when: (id) => id === userId },
+      () => h.post(`/orgs/${org.id}/invites`, { email: account.email, role_slugs: ['admin'] }, { token: org.owner.token }),
+      () => h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }),
+    ),
+  );
+  const { outer: exchanged, inner: invited } = answer;
+  assert.equal(deadlocks, 0, `deadlocks broken by PostgreSQL: ${deadlocks}`);
+  assert.equal(exchanged.status, 200, exchanged.text);
+  // The exchange first (the invite waits for the organization): the invite then finds a member.
+  assert.equal(invited?.status, 409, invited?.text);
+  const row = await memberOf(h, org.id, org.owner.token, userId);
+  assert.equal(row.status, 'active');
+  assert.deepEqual(row.roles, ['member']);
+  assert.equal(await countRows(h, 'memberships', { organization_id: org.id, user_id: userId }), 1);
 });
 
 test('connection: a token_endpoint_auth_method changed while another update re-discovers is kept', { skip }, async () => {

@@ -513,6 +513,10 @@ export class SsoService {
   }
 
   private async resolveOnce(uow: UnitOfWork, connection: SsoConnectionRecord, claims: ProviderClaims): Promise<{ userId: string; isNewUser: boolean } | { refusal: FederatedRefusal }> {
+    // The organization before the account (decide locks a linked one): a JIT join's membership
+    // insert needs the organization's key lock, which an invite or a member write holding the
+    // organization and then wanting the account would otherwise meet in a deadlock.
+    if (!(await uow.repos.organizations.holdActive(connection.organizationId))) throw invalidExchangeCode();
     const decided = await this.decide(uow.repos, connection, claims, uow.now, true);
     if ('refusal' in decided) {
       await this.recordRefusal(uow, connection, decided);
