@@ -1,15 +1,17 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Harness, TEST_DB } from '../helpers/harness.js';
-import { withRequestInTheWindow } from '../helpers/interleaving.js';
+import { countingDeadlocks, withRequestInTheWindow } from '../helpers/interleaving.js';
 import { addMember, createOrg } from '../helpers/orgs.js';
 import { ApiKeyRepository } from '../../src/store/api-key-repository.js';
+import { OrganizationRepository } from '../../src/store/organization-repository.js';
 
 /*
  * Interleavings of the API-key write paths on PostgreSQL (READ COMMITTED): a second request
  * starts inside one request's window, by a wrapped repository method, and commits there unless a
- * lock makes it wait. Each test asks for an answer some serial order of the two would give.
- * (test/api-keys/api-key-interleavings.test.ts: a creation while its member is removed.)
+ * lock makes it wait. Each test asks for an answer some serial order of the two would give. A
+ * key's creation takes the organization's row before the account's and the session's, as a
+ * member write does (docs/database.md), so one waits for the other instead of deadlocking.
  */
 const PG_ONLY = { skip: TEST_DB !== 'pg' && "SQLite runs one write transaction at a time: no request can commit inside another's", timeout: 60_000 };
 
@@ -39,6 +41,28 @@ after(async () => {
 });
 
 describe(`API-key interleavings on ${TEST_DB}`, () => {
+  test('a member creates a key while being removed: the creation waits for the organization, no deadlock, no live key is left', PG_ONLY, async () => {
+    const org = await createOrg(h);
+    const member = await addMember(h, org, org.owner.token, ['admin']);
+    // The removal holds the organization, then revokes the member's sessions; a creation holding the
+    // member's session while its key's insert waits for the organization would close the cycle.
+    const { answer, deadlocks } = await countingDeadlocks(() =>
+      withRequestInTheWindow(
+        h,
+        { prototype: OrganizationRepository.prototype, method: 'lockActive', when: (id) => id === org.id },
+        () => h.post(`/orgs/${org.id}/api-keys`, { name: 'made while removed', permission_keys: ['org.read'] }, { token: member.token }),
+        () => h.delete(`/orgs/${org.id}/members/${member.userId}`, { token: org.owner.token }),
+      ),
+    );
+    const { outer: removed, inner: created } = answer;
+    assert.equal(deadlocks, 0, `deadlocks broken by PostgreSQL: ${deadlocks}`);
+    assert.equal(removed.status, 200, removed.text);
+    // The removal first: the creation then finds the session ended (401) or the membership gone (403).
+    assert.ok(created && [401, 403].includes(created.status), `${created?.status} ${created?.text}`);
+    const live = await h.knex(`${h.tablePrefix}api_keys`).where({ organization_id: org.id, user_id: member.userId }).whereNull('revoked_at').count({ count: '*' });
+    assert.equal(Number(live[0]?.count), 0);
+  });
+
   test('an admin revokes a key while its owner is removed from the organization: one api_key.revoked for the key', PG_ONLY, async () => {
     const org = await createOrg(h);
     const admin = await addMember(h, org, org.owner.token, ['admin']);
