@@ -38,13 +38,18 @@ function switchWithRequestInTheWindow(token: string, organizationId: string, inn
   );
 }
 
+/** An organization and a member of it signed in with a session of its own, not yet switched into it. */
+async function memberSignedIn() {
+  const org = await createOrg(h);
+  const member = await addMember(h, org, org.owner.token);
+  const login = await h.post('/auth/login', { email: member.email, password: member.password });
+  assert.equal(login.status, 200, login.text);
+  return { org, member, login, sessionId: decodeJwt(login.body.data.access_token).sid as string };
+}
+
 describe(`session interleavings on ${TEST_DB}`, () => {
   test('a member removed while switch-org runs: 403, or the switched session is revoked with the membership', PG_ONLY, async () => {
-    const org = await createOrg(h);
-    const member = await addMember(h, org, org.owner.token);
-    const login = await h.post('/auth/login', { email: member.email, password: member.password });
-    assert.equal(login.status, 200, login.text);
-    const sessionId = decodeJwt(login.body.data.access_token).sid as string;
+    const { org, member, login, sessionId } = await memberSignedIn();
     const { outer: switched, inner: removed } = await switchWithRequestInTheWindow(login.body.data.access_token, org.id, () =>
       h.delete(`/orgs/${org.id}/members/${member.userId}`, { token: org.owner.token }),
     );
@@ -60,11 +65,7 @@ describe(`session interleavings on ${TEST_DB}`, () => {
   });
 
   test('an organization deleted while switch-org runs: 404, or the switched session is revoked with it', PG_ONLY, async () => {
-    const org = await createOrg(h);
-    const member = await addMember(h, org, org.owner.token);
-    const login = await h.post('/auth/login', { email: member.email, password: member.password });
-    assert.equal(login.status, 200, login.text);
-    const sessionId = decodeJwt(login.body.data.access_token).sid as string;
+    const { org, login, sessionId } = await memberSignedIn();
     const { outer: switched, inner: deleted } = await switchWithRequestInTheWindow(login.body.data.access_token, org.id, () => h.delete(`/orgs/${org.id}`, { token: org.owner.token }));
     assert.equal(deleted?.status, 200, deleted?.text);
     const row = await sessionRow(sessionId);
