@@ -377,6 +377,16 @@ export class MembershipRepository extends Repository {
     await this.db(this.table.memberships).where({ id }).delete();
   }
 
+  /** An active membership unless the user already has one here (a JIT join, when two first sign-ins race); false when one was there. */
+  async insertActiveIfAbsent(membership: { id: string; organizationId: string; userId: string; now: number }): Promise<boolean> {
+    const inserted = await this.db(this.table.memberships)
+      .insert({ id: membership.id, organization_id: membership.organizationId, user_id: membership.userId, status: 'active', created_at: membership.now, updated_at: membership.now })
+      .onConflict()
+      .ignore()
+      .returning('id');
+    return inserted.length === 1;
+  }
+
   /** An `invited` placeholder becomes active (a JIT join over a pending invite); false when it is no longer `invited`. */
   async activateInvited(id: string, now: number): Promise<boolean> {
     return (await this.db(this.table.memberships).where({ id, status: 'invited' }).update({ status: 'active', updated_at: now })) > 0;

@@ -264,16 +264,6 @@ export class SsoIdentityRepository extends Repository {
     await this.db(this.table.ssoIdentities).where({ id }).update({ email, last_login_at: now });
   }
 
-  /** A JIT join: one membership even when two first sign-ins race (unique organization and user). */
-  async insertMembershipIfAbsent(membership: { id: string; organizationId: string; userId: string; now: number }): Promise<boolean> {
-    const inserted = await this.db(this.table.memberships)
-      .insert({ id: membership.id, organization_id: membership.organizationId, user_id: membership.userId, status: 'active', created_at: membership.now, updated_at: membership.now })
-      .onConflict()
-      .ignore()
-      .returning('id');
-    return inserted.length === 1;
-  }
-
   async markSessionOpenedThrough(sessionId: string, connectionId: string): Promise<void> {
     await this.db(this.table.sessions).where({ id: sessionId }).update({ sso_connection_id: connectionId });
   }

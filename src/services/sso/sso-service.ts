@@ -549,7 +549,7 @@ export class SsoService {
       const membershipId = pending?.id ?? randomUUID();
       if (pending) {
         if (!(await uow.repos.memberships.activateInvited(pending.id, uow.now))) throw new ResolutionConflict();
-      } else if (!(await uow.repos.ssoIdentities.insertMembershipIfAbsent({ id: membershipId, organizationId: connection.organizationId, userId, now: uow.now }))) throw new ResolutionConflict();
+      } else if (!(await uow.repos.memberships.insertActiveIfAbsent({ id: membershipId, organizationId: connection.organizationId, userId, now: uow.now }))) throw new ResolutionConflict();
       const [role] = await uow.repos.roles.findBySlugs(connection.organizationId, [connection.defaultRole]);
       if (role) await uow.repos.memberships.replaceRoles(membershipId, [role.id]);
       await uow.emit({ type: 'member.joined', actorId: userId, userId, organizationId: connection.organizationId, data: { via: 'sso_jit', role_slugs: role ? [role.slug] : [] } });
