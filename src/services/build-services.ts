@@ -148,7 +148,7 @@ export class IdentityServices {
     this.users = new UserAdminService(context, this.catalog);
     this.apiKeys = new ApiKeyService(context, this.catalog);
     this.webhooks = new WebhookService(context);
-    this.flows = new FederatedFlows(context, this.sessions, this.mfa, this.signInRules);
+    this.flows = new FederatedFlows(context, this.sessions, this.mfa, this.signInRules, this.policy);
     this.social = context.config.social ? new SocialService(context, context.config.social, this.sessions, this.flows, this.policy, this.signInRules) : undefined;
     this.sso = context.config.sso ? new SsoService(context, context.config.sso, this.flows, this.signInRules, dns) : undefined;
     this.passwordless = context.config.passwordless ? new PasswordlessService(context, context.config.passwordless, this.accounts, this.signInRules) : undefined;

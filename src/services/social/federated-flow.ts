@@ -12,6 +12,7 @@ import { normaliseEmail } from '../shared/identity-rules.js';
 import type { LoginResult } from '../sessions/sign-in-result.js';
 import type { MfaService } from '../mfa/mfa-service.js';
 import type { Principal } from '../access/principal.js';
+import type { AccessPolicy } from '../access/access-policy.js';
 import type { SessionService } from '../sessions/session-service.js';
 import { isUnreachable, type ProviderConfiguration } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
@@ -109,6 +110,7 @@ export class FederatedFlows {
     private readonly sessions: SessionService,
     private readonly mfa: MfaService,
     private readonly signInRules: SignInRules,
+    private readonly policy: AccessPolicy,
   ) {}
 
   /** Authorize: one flow row, and the provider's authorization URL (docs/social-login.md). */
@@ -130,6 +132,8 @@ export class FederatedFlows {
     const codeChallenge = await client.calculatePKCECodeChallenge(codeVerifier);
     const flowId = randomUUID();
     await runUnitOfWork(this.context, meta, async (uow) => {
+      // A link's flow is a write of its session, as every other: not once the owner has ended it.
+      if (principal) await this.policy.assertSessionLive(uow.repos, principal);
       // Pruned on the way, so no scheduler is needed (docs/social-login.md: rows older than one day).
       await uow.repos.socialFlows.pruneCreatedBefore(uow.now - FLOW_RETENTION_MS);
       await uow.repos.socialFlows.insert({
