@@ -123,6 +123,11 @@ export class EventDeliveryRepository extends Repository {
     return updated > 0;
   }
 
+  /** Extends a lease `owner` still holds on a pending row; false if another instance has taken the row or it is finished. */
+  async renewLease(id: string, owner: string, leaseUntil: number): Promise<boolean> {
+    return (await this.db(this.table.eventDeliveries).where({ id, lease_owner: owner, status: 'pending' }).update({ locked_until: leaseUntil })) > 0;
+  }
+
   /** Several attempts of one lease that all succeeded, in one statement (the common case after a change). */
   async recordDelivered(ids: string[], owner: string, now: number): Promise<void> {
     if (ids.length === 0) return;

@@ -77,10 +77,16 @@ export class WebhookRepository extends Repository {
     return toNumber(row?.count ?? 0);
   }
 
-  /** Active webhooks of these organizations, for the outbox writer. */
+  /**
+   * Active webhooks of these organizations, for the outbox writer. On PostgreSQL they are held
+   * (FOR KEY SHARE) until the change commits: a webhook deleted after this read would otherwise
+   * fail the delivery rows' foreign key, and with it an unrelated change (a token refresh). A
+   * deletion now waits for the change and then removes its rows; a disable or edit does not wait.
+   */
   async activeSubscriptions(organizationIds: string[]): Promise<WebhookSubscription[]> {
     if (organizationIds.length === 0) return [];
-    const rows = await this.db(this.table.webhooks).whereIn('organization_id', organizationIds).andWhere({ status: 'active' }).select('id', 'organization_id', 'events');
+    const query = this.db(this.table.webhooks).whereIn('organization_id', organizationIds).andWhere({ status: 'active' }).select('id', 'organization_id', 'events');
+    const rows = await (this.dialect === 'pg' ? query.forKeyShare() : query);
     return rows.map((row: Record<string, unknown>) => ({ id: String(row.id), organizationId: String(row.organization_id), events: JSON.parse(String(row.events)) as string[] }));
   }
 

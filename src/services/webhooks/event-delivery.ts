@@ -193,11 +193,11 @@ export class EventDelivery implements EventOutbox {
     );
     await eachWithConcurrency(rows, ATTEMPT_CONCURRENCY, async (row) => {
       const event = events.get(row.eventId);
-      const attempt = event
-        ? row.target === 'listener'
-          ? this.callListener(event).then((result) => this.record(row, owner, result))
-          : this.attemptWebhookRow(row, owner, event)
-        : this.record(row, owner, { kind: 'dead', lastStatus: null, lastError: null });
+      const attempt = this.holdLease(row, owner).then((held) => {
+        if (!held) return undefined;
+        if (!event) return this.record(row, owner, { kind: 'dead', lastStatus: null, lastError: null });
+        return row.target === 'listener' ? this.callListener(event).then((result) => this.record(row, owner, result)) : this.attemptWebhookRow(row, owner, event);
+      });
       const result = await this.track(attempt);
       if (result === undefined) return;
       totals.attempted += 1;
@@ -205,6 +205,20 @@ export class EventDelivery implements EventOutbox {
       else totals.failed += 1;
     });
     return rows.map((row) => row.id);
+  }
+
+  /**
+   * Whether `owner` may still attempt a claimed row. A row can wait behind slower attempts of its
+   * claim (ATTEMPT_CONCURRENCY at once, each up to `webhooks.timeoutMs`) until its lease has run
+   * out, and another instance may have taken it by then: two instances would make the same
+   * attempt. With less than half a lease left (half a lease is at least `timeoutMs`, a config
+   * rule) the lease is renewed first, only if this claim still holds it; otherwise the row is left.
+   */
+  private async holdLease(row: DeliveryRecord, owner: string): Promise<boolean> {
+    const now = this.context.clock.now();
+    const leaseMs = this.settings.leaseSec * 1000;
+    if (row.lockedUntil !== null && row.lockedUntil - now >= leaseMs / 2) return true;
+    return this.context.store.repos.eventDeliveries.renewLease(row.id, owner, now + leaseMs);
   }
 
   /** Starts the poller (after `ready`); nothing with `worker: false`. */
