@@ -147,7 +147,7 @@ export class PasskeyService {
         credentialId: credential.id,
         publicKey: Buffer.from(credential.publicKey).toString('base64url'),
         signCount: credential.counter,
-        transports: credential.transports ?? [],
+        transports: knownTransports(credential.transports),
         userHandle: consumed.userHandle,
         now: uow.now,
       });
@@ -357,6 +357,18 @@ export class PasskeyService {
     return 'ok';
   }
 
+}
+
+/** The transports of the WebAuthn registry (Level 3, "AuthenticatorTransport"). */
+const KNOWN_TRANSPORTS: ReadonlySet<string> = new Set(['usb', 'nfc', 'ble', 'smart-card', 'hybrid', 'internal']);
+
+/**
+ * A new passkey's transports, each known one once. They come from the client beside the
+ * attestation, unsigned, and are only a hint for later `allowCredentials`: anything else is
+ * dropped rather than stored (unbounded, it overflowed the column: a 500 on PostgreSQL).
+ */
+function knownTransports(transports: readonly string[] | undefined): string[] {
+  return [...new Set((transports ?? []).filter((transport) => KNOWN_TRANSPORTS.has(transport)))];
 }
 
 /** The challenge the browser signed, from the response's clientDataJSON; undefined when unreadable. */

@@ -137,7 +137,15 @@ export class PasswordlessService {
     // The slot is taken before anything is compared, as for a password (lockout.ts).
     const slot = account ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, account.id, this.context.clock.now()) : undefined;
     if (account && !slot) {
-      await runUnitOfWork(this.context, meta, (uow) => emitRefusal(uow, account.id, method));
+      // A live lockout compares nothing, but its refusal still counts toward the address's
+      // verify budget (429 past it), as a refusal of an address with no account does: otherwise
+      // an account would be told apart by its lock swallowing the budget (never a 429). Not the
+      // account's own budget, which its factor enrollments and MFA gate also spend.
+      await runUnitOfWork(this.context, meta, async (uow) => {
+        await this.assertAddressVerifyBudget(uow, challenge);
+        await recordInBudget(uow, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash));
+        await emitRefusal(uow, account.id, method);
+      });
       throw errors.invalidCode();
     }
     try {
@@ -192,7 +200,9 @@ export class PasswordlessService {
       const address = decrypt(this.context.keys.passwordlessAddressEncryption, challenge.addressSealed, sealedAddressContext(challenge.id)).toString('utf8');
       await this.signInRules.assertAllowed(address, { credentialRight: true, repos: uow.repos });
       ({ user, isNewUser } = await this.signUpAt(uow, address, method));
-      if (!mayAuthenticate(user)) throw errors.invalidCode();
+      // An account registered at the address meanwhile is refused as on the account path, where
+      // its lockout took no slot: a live lockout is 422 invalid_code, and proves nothing.
+      if (!mayAuthenticate(user) || isLocked(user, uow.now)) throw errors.invalidCode();
     } else {
       await this.signInRules.assertAllowed(user.email, { userId: user.id, credentialRight: true, repos: uow.repos });
     }
@@ -222,11 +232,16 @@ export class PasswordlessService {
   }
 
   /** Over the verify budget no code is even looked at: 429 whatever the code (docs/passwordless.md). */
+  /**
+   * Every verify spends the address's budget, with or without an account, so the two answer
+   * alike (429 past `otp.verifyBudget`); an account's verifies spend its own budget too.
+   */
   private async assertVerifyBudget(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, account: UserRecord | undefined): Promise<void> {
-    if (account) {
-      await this.codes.assertVerifyBudget(uow.repos, account.id, uow.now);
-      return;
-    }
+    if (account) await this.codes.assertVerifyBudget(uow.repos, account.id, uow.now);
+    await this.assertAddressVerifyBudget(uow, challenge);
+  }
+
+  private async assertAddressVerifyBudget(uow: UnitOfWork, challenge: PasswordlessChallengeRecord): Promise<void> {
     // No account's lock orders an address's verifies: its bucket's does, so a failure recorded
     // below is counted before the next verify's check, not after its compare.
     const bucket = this.addressVerifyBucket(challenge.addressHash);
@@ -236,13 +251,11 @@ export class PasswordlessService {
 
   /**
    * One failure, counted once: toward the challenge (its attempt, taken before comparing),
-   * the verify budget of the account (or the address) and the lockout like a wrong password.
+   * the verify budget of the address (and of the account) and the lockout like a wrong password.
    */
   private async recordFailure(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, account: UserRecord | undefined, slot: FailedAttemptSlot | undefined, method: PasswordlessMethod): Promise<void> {
-    if (!account || !slot) {
-      await recordInBudget(uow, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash));
-      return;
-    }
+    await recordInBudget(uow, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash));
+    if (!account || !slot) return;
     await this.codes.recordVerifyFailure(uow, account.id);
     await emitRefusal(uow, account.id, method);
     await slot.fail(uow, 'email_code');
