@@ -2,6 +2,7 @@ import type { Request, RequestHandler, Router } from 'express';
 import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
+import { assertAdapterShapes } from './adapters/adapter-shapes.js';
 import { assertProductionAdapters } from './adapters/production-guard.js';
 import type { Clock, DnsResolver, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
@@ -81,6 +82,7 @@ export interface IdentityRouter extends Router {
 
 export function createIdentityRouter(config: IdentityConfig, adapters: IdentityAdapters = {}): IdentityRouter {
   const resolved = resolveConfig(config);
+  assertAdapterShapes(adapters);
   assertProductionAdapters(adapters);
   const logger = adapters.logger ?? consoleLogger;
   const clock = adapters.clock ?? systemClock;

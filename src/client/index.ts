@@ -445,13 +445,24 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     throw error ?? refusal;
   }
 
+  /** Sends a host request: any status is its answer, and no answer at all is `network_error`, as for the router's routes. */
+  async function sendToHost(request: Request): Promise<Response> {
+    try {
+      return await send(request);
+    } catch (cause) {
+      // The caller's own abort (its signal) is not a failure of the network: it stays an AbortError.
+      if (cause instanceof DOMException && cause.name === 'AbortError') throw cause;
+      throw new IdentityClientError(0, 'network_error', { message: 'The request could not be sent.', cause });
+    }
+  }
+
   async function hostFetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
     const original = new Request(input, init);
-    if (original.headers.has('authorization') || !tokenOrigins.has(new URL(original.url).origin)) return send(original);
+    if (original.headers.has('authorization') || !tokenOrigins.has(new URL(original.url).origin)) return sendToHost(original);
     return authorized((token) => {
       const attempt = original.clone();
       if (token) attempt.headers.set('authorization', `Bearer ${token}`);
-      return send(attempt);
+      return sendToHost(attempt);
     });
   }
 

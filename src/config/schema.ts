@@ -9,10 +9,26 @@ const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(
 const rateLimitRule = Joi.alternatives(Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required(), passOnStoreError: Joi.boolean() }), Joi.valid(false));
 const urlTemplate = Joi.string().pattern(/\{token\}/, 'a {token} placeholder');
 
+const tablePrefixSchema = Joi.string().pattern(/^[a-z][a-z0-9_]{0,30}$/, 'lower-case letters, digits and _');
+
+/**
+ * A Knex config object is checked before Knex sees it: Knex names no option when a connection
+ * is missing (start-up then fails with "Unable to acquire a connection" or a TypeError, and every
+ * request answers 503), and for a client the router cannot run on it asks for that driver.
+ */
+const databaseConfig = Joi.object({
+  client: Joi.valid('better-sqlite3', 'pg', 'postgres', 'postgresql').required()
+    .messages({ 'any.only': '"database.client" must be "better-sqlite3" (SQLite) or "pg" (PostgreSQL), the two drivers identity-router runs on, or pass a Knex instance' }),
+  connection: Joi.any().required()
+    .messages({ 'any.required': '"database.connection" is required: an object with filename for better-sqlite3, a URL or connection object for pg (is the environment variable it is read from set?)' }),
+  tablePrefix: tablePrefixSchema,
+}).unknown(true).messages({ 'object.base': '"database" must be a Knex instance or a Knex config object with client and connection' });
+
 const configSchema = Joi.object<IdentityConfig>({
-  database: Joi.alternatives(Joi.function(), Joi.object({ client: Joi.any().required() }).unknown(true)).required()
-    .messages({ 'alternatives.match': '"database" must be a Knex instance or a Knex config object with a client' }),
-  tablePrefix: Joi.string().pattern(/^[a-z][a-z0-9_]{0,30}$/, 'lower-case letters, digits and _'),
+  // A Knex instance is a function; anything else is checked as a config object, every problem reported.
+  // biome-ignore lint/suspicious/noThenProperty: Joi's conditional schema names its branches then and otherwise.
+  database: Joi.alternatives().conditional(Joi.function(), { then: Joi.function(), otherwise: databaseConfig }).required(),
+  tablePrefix: tablePrefixSchema,
   migrate: Joi.boolean(),
   secret: Joi.string().min(32).required(),
   issuer: Joi.string().min(1).required(),

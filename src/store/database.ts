@@ -1,5 +1,6 @@
 import knexFactory, { type Knex } from 'knex';
 import type { Logger } from '../adapters/types.js';
+import { IdentityConfigError } from '../config/schema.js';
 import type { DatabaseConfig } from '../config/types.js';
 
 export type Dialect = 'sqlite' | 'pg';
@@ -90,13 +91,18 @@ export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDa
   const { tablePrefix: _ignored, ...knexConfig } = database;
   const client = String(knexConfig.client);
   const isSqlite = /sqlite/i.test(client);
-  const knex = knexFactory({
+  // Knex loads the driver here; when it is not installed Knex logs the load error with its stack
+  // and throws. The host gets a config error naming the package to install instead.
+  let loadingDriver = true;
+  const knex = openKnex(client, () => knexFactory({
     // A database that cannot be reached answers 503 within 5 s instead of hanging (docs/getting-started.md).
     acquireConnectionTimeout: 5000,
     // Knex's own warnings go through the host's logger, not straight to the console.
     log: {
       warn: (message: unknown) => logger.warn(`knex: ${String(message)}`),
-      error: (message: unknown) => logger.error(`knex: ${String(message)}`),
+      error: (message: unknown) => {
+        if (!loadingDriver) logger.error(`knex: ${String(message)}`);
+      },
       deprecate: (method: string, alternative: string) => logger.warn(`knex: ${method} is deprecated; use ${alternative}`),
       debug: (message: unknown) => logger.debug?.(`knex: ${String(message)}`),
     },
@@ -120,8 +126,23 @@ export function openDatabase(database: DatabaseConfig, logger: Logger): OpenedDa
         : {}),
       ...knexConfig.pool,
     },
-  });
+  }));
+  loadingDriver = false;
   return { knex, dialect: dialectOf(knex), owned: true };
+}
+
+/** Runs Knex's constructor; a driver it cannot load is a config error (docs/configuration.md). */
+function openKnex(client: string, open: () => Knex): Knex {
+  try {
+    return open();
+  } catch (error) {
+    if (error instanceof Error && error.message.startsWith('Knex: run')) {
+      // Knex's message: "Knex: run", "$ npm install <driver> --save", then the load error's message.
+      const cause = error.message.split('\n')[2] ?? '';
+      throw new IdentityConfigError([`"database.client" is "${client}", but its driver could not be loaded (${cause}): install it in the host app, npm install ${/sqlite/i.test(client) ? 'better-sqlite3' : 'pg'}`]);
+    }
+    throw error;
+  }
 }
 
 /** pg returns bigint columns as strings and SQLite returns booleans as 0/1; rows are mapped through these. */

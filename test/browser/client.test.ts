@@ -514,7 +514,7 @@ BroadcastChannel.prototype.postMessage = function (message) {
     await context.close();
   });
 
-  test('logoutAll() ends the session in every tab once and every other device is revoked; logout() ends it even when the router cannot be reached', async () => {
+  test('logoutAll() ends the session in every tab once and every other device is revoked; logout() ends it even when the router cannot be reached; fetch() offline is network_error', async () => {
     const email = await verifiedAccount('everywhere');
     const here = await newContext();
     const tabs = [await openTab(here), await openTab(here)];
@@ -544,6 +544,14 @@ BroadcastChannel.prototype.postMessage = function (message) {
     assert.deepEqual(offline.error, { name: 'IdentityClientError', code: 'network_error', status: 0 });
     assert.deepEqual(await device.evaluate('globalThis.ended'), ['revoked', 'logout']);
     assert.equal(await inPage(device, 'async (client) => client.getSession()'), null);
+    // fetch() too: no HTTP answer is network_error (it was the browser's bare TypeError), to the
+    // page's origin and to any other; the caller's own abort stays an AbortError.
+    for (const url of ['/invoices', 'http://elsewhere.test/data']) {
+      const unreachable = await inPage(device, `async (client, arg) => client.fetch(arg)`, url);
+      assert.deepEqual(unreachable.error, { name: 'IdentityClientError', code: 'network_error', status: 0 }, url);
+    }
+    const aborted = await inPage(device, `async (client) => client.fetch('/invoices', { signal: AbortSignal.abort() })`);
+    assert.equal(aborted.error?.name, 'AbortError');
     await here.close();
     await elsewhere.close();
   });

@@ -388,7 +388,7 @@ describe(`concurrency on ${TEST_DB}`, () => {
 });
 
 describe('webauthn config is validated at construction', () => {
-  const base = { database: { client: 'better-sqlite3' }, secret: 'x'.repeat(32), issuer: 'https://id.example.com' } as unknown as IdentityConfig;
+  const base = { database: { client: 'better-sqlite3', connection: { filename: ':memory:' } }, secret: 'x'.repeat(32), issuer: 'https://id.example.com' } as unknown as IdentityConfig;
   const problemsOf = (webauthn: unknown): string[] => {
     try {
       resolveConfig({ ...base, webauthn } as IdentityConfig);

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
 import { test } from 'node:test';
 import { createIdentityRouter, IdentityConfigError, type IdentityConfig } from '../../src/index.js';
 import { resolveConfig } from '../../src/config/schema.js';
@@ -47,6 +48,70 @@ test('each rule of the config schema is enforced', () => {
     const problems = problemsOf({ ...valid, ...override });
     assert.ok(problems.some((problem) => expected.test(problem)), `${JSON.stringify(override)} → ${problems.join('; ')}`);
   }
+});
+
+test('a database config object is checked too: its client, its connection and its table prefix', () => {
+  // Before, each passed: Knex asked to install sqlite3 (which the router cannot run on), a missing
+  // connection (an unset DATABASE_URL) failed start-up with "Unable to acquire a connection" or a
+  // TypeError, and a bad database.tablePrefix failed the migrations; each then answered 503.
+  const cases: Array<[Record<string, unknown>, RegExp]> = [
+    [{ client: 'sqlite3', connection: { filename: ':memory:' } }, /"database.client" must be "better-sqlite3" \(SQLite\) or "pg"/],
+    [{ client: 'mysql2', connection: 'mysql://localhost/app' }, /"database.client"/],
+    [{ client: 'pg', connection: undefined }, /"database.connection" is required/],
+    [{ client: 'better-sqlite3', useNullAsDefault: true }, /"database.connection" is required/],
+    [{ ...database, tablePrefix: 'Bad-Prefix; --' }, /"database.tablePrefix"/],
+  ];
+  for (const [databaseConfig, expected] of cases) {
+    const problems = problemsOf({ ...valid, database: databaseConfig });
+    assert.ok(problems.some((problem) => expected.test(problem)), `${JSON.stringify(databaseConfig)} → ${problems.join('; ')}`);
+  }
+  assert.equal(problemsOf({ ...valid, database: { client: 'oracledb', tablePrefix: 'X' } }).length, 3, 'every problem of the object at once');
+});
+
+test('a database driver that is not installed is a config error naming the package, and no stack reaches the log', () => {
+  // A host on PostgreSQL that did `npm install identity-router express` only: Knex logged the
+  // require error with its stack through the host's logger, then threw a plain Error.
+  const moduleLoader = createRequire(import.meta.url)('node:module') as { _load: (request: string, ...rest: unknown[]) => unknown };
+  const load = moduleLoader._load;
+  moduleLoader._load = function (this: unknown, request: string, ...rest: unknown[]) {
+    if (request === 'pg') throw Object.assign(new Error("Cannot find module 'pg'"), { code: 'MODULE_NOT_FOUND' });
+    return load.call(this, request, ...rest);
+  };
+  const logged: string[] = [];
+  const logger = { info() {}, warn() {}, error: (message: string, meta?: object) => void logged.push(`${message} ${JSON.stringify(meta ?? {})}`) };
+  try {
+    createIdentityRouter({ ...valid, database: { client: 'pg', connection: 'postgres://localhost/app' } }, { logger });
+    assert.fail('createIdentityRouter accepted a client whose driver is missing');
+  } catch (error) {
+    assert.ok(error instanceof IdentityConfigError, String(error));
+    assert.match(error.problems.join('\n'), /"database.client" is "pg", but its driver could not be loaded \(Cannot find module 'pg'\): install it in the host app, npm install pg/);
+  } finally {
+    moduleLoader._load = load;
+  }
+  assert.deepEqual(logged.filter((line) => /\n\s+at /.test(line)), [], 'no stack trace in the log');
+});
+
+test('an adapter of the wrong shape is a config error at construction, not a failure at every delivery', async () => {
+  // Before: a nodemailer transporter passed as the mailer started, answered every registration 202
+  // and logged "this.context.mailer.send is not a function" for each mail, which never left.
+  async function problemsOfAdapters(adapters: unknown): Promise<string[]> {
+    let router: ReturnType<typeof createIdentityRouter> | undefined;
+    try {
+      router = createIdentityRouter({ ...valid, password: { bcryptCost: 4, workers: 1 } }, adapters as never);
+    } catch (error) {
+      assert.ok(error instanceof IdentityConfigError, String(error));
+      return error.problems;
+    }
+    await router.ready.catch(() => undefined);
+    await router.close();
+    return assert.fail(`createIdentityRouter accepted the adapters ${JSON.stringify(adapters)}`);
+  }
+  const transporter = { sendMail: async () => ({}) };
+  assert.match((await problemsOfAdapters({ ...quiet, mailer: transporter })).join('\n'), /"mailer" is a nodemailer transporter.*createNodemailerMailer\(transporter, \{ from \}\)/);
+  const all = await problemsOfAdapters({ mailer: {}, sms: { sendSms() {} }, onEvent: 'audit', clock: () => Date.now(), logger: { log() {} }, dns: { lookup: 'yes' } });
+  assert.equal(all.length, 6, all.join('\n'));
+  for (const name of ['mailer', 'sms', 'onEvent', 'clock', 'logger', 'dns']) assert.ok(all.some((problem) => problem.startsWith(`"${name}"`)), `${name}: ${all.join('; ')}`);
+  assert.match((await problemsOfAdapters(null)).join(''), /the adapters, the second argument of createIdentityRouter, must be an object/);
 });
 
 test('a missing config object is a config error, not a TypeError', () => {

@@ -15,13 +15,56 @@ import { promisify } from 'node:util';
 // how it runs; the runnable ones run unchanged in a new host project that installs the packed
 // tarball, and the documented requests are made against it and compared with the documented
 // answers. The only substitutions: `npm install identity-router` installs the tarball (and
-// better-sqlite3 links this repository's compiled copy), and the servers get PORT.
+// better-sqlite3 links this repository's compiled copy), and the servers get PORT. Fragments
+// marked `typecheck`, and the TypeScript of the reference pages (TYPED_DOCS), compile under
+// strict in that project against the package's own types, with the names they leave to the
+// code around them declared (SURROUNDINGS).
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const run = promisify(execFile);
 const SKIP = process.env.IDENTITY_TEST_DB === 'pg' ? 'the docs do not depend on the database: they run in the SQLite phase only' : false;
 const DOCS = ['README.md', 'docs/getting-started.md'];
-const MARKER = /^<!-- docs-test: (shell|start|requests|file \S+|skip \(.+\)) -->$/;
+const MARKER = /^<!-- docs-test: (shell|start|requests|file \S+|typecheck \(.+\)|skip \(.+\)) -->$/;
+/** Reference pages whose TypeScript compiles as it stands: every ```ts block unless marked `skip (why)`. */
+const TYPED_DOCS = ['docs/configuration.md', 'docs/adapters.md', 'docs/database.md', 'docs/multiple-instances.md', 'docs/organizations.md', 'docs/api-keys.md'];
+
+/**
+ * The names the guides' TypeScript leaves to the code around it ("your config", the app of
+ * server.js, your own services), declared with the package's own types, and the two packages a
+ * snippet imports that no guide installs.
+ */
+const SURROUNDINGS = `import type { Express } from 'express';
+import type { Knex } from 'knex';
+import type { IdentityConfig, IdentityEvent, IdentityRouter, Logger, SmsSender } from 'identity-router';
+declare global {
+  const app: Express;
+  const identity: IdentityRouter;
+  const config: IdentityConfig;
+  const database: IdentityConfig['database'];
+  const secret: string;
+  const issuer: string;
+  const knex: Knex;
+  const twilioSender: SmsSender;
+  const pinoLogger: Logger;
+  const auditStream: { write(event: IdentityEvent): void };
+  const redis: { sendCommand(args: string[]): Promise<number> };
+  const invoices: { list(organizationId: string): Promise<unknown[]> };
+  const pager: { notify(message: string): Promise<void> };
+  const analytics: { track(type: string, data: object): Promise<void> };
+  function alreadyHandled(eventId: string): Promise<boolean>;
+  function markHandled(eventId: string): Promise<void>;
+}
+export {};
+`;
+/** Ambient, so in a file of its own without imports. */
+const UNINSTALLED_MODULES = `declare module 'cors' {
+  export default function cors(options: { origin: string[]; allowedHeaders: string[]; exposedHeaders: string[]; maxAge: number; credentials?: boolean }): import('express').RequestHandler;
+}
+declare module 'pino' {
+  type Log = (meta: object, message: string) => void;
+  export default function pino(): { debug: Log; info: Log; warn: Log; error: Log };
+}
+`;
 
 interface CodeBlock {
   doc: string;
@@ -30,21 +73,24 @@ interface CodeBlock {
   code: string;
 }
 
-/** Fenced blocks with the marker on the line before each (a block without one is reported). */
-function codeBlocks(doc: string): { blocks: CodeBlock[]; unmarked: string[] } {
+/** Fenced blocks with the marker on the line before each (a block without one is reported); `language` is the fence's. */
+function codeBlocks(doc: string): { blocks: Array<CodeBlock & { language: string }>; unmarked: string[] } {
   const lines = readFileSync(join(ROOT, doc), 'utf8').split('\n');
-  const blocks: CodeBlock[] = [];
+  const blocks: Array<CodeBlock & { language: string }> = [];
   const unmarked: string[] = [];
   for (let index = 0; index < lines.length; index += 1) {
-    if (!lines[index]!.startsWith('```')) continue;
-    const end = lines.findIndex((line, at) => at > index && line.startsWith('```'));
+    // A block inside a list item is indented; its lines lose that indent.
+    const indent = /^( *)```/.exec(lines[index]!)?.[1]?.length;
+    if (indent === undefined) continue;
+    const end = lines.findIndex((line, at) => at > index && line.trimStart().startsWith('```'));
     assert.ok(end > index, `${doc}:${index + 1}: unclosed code block`);
-    const marker = MARKER.exec(lines[index - 1] ?? '')?.[1];
+    const marker = MARKER.exec(lines[index - 1]?.trim() ?? '')?.[1];
+    const code = `${lines.slice(index + 1, end).map((line) => line.slice(indent)).join('\n')}\n`;
     if (marker === undefined) unmarked.push(`${doc}:${index + 1}`);
-    else blocks.push({ doc, line: index + 1, marker, code: `${lines.slice(index + 1, end).join('\n')}\n` });
+    blocks.push({ doc, line: index + 1, marker: marker ?? '', code, language: lines[index]!.trim().slice(3) });
     index = end;
   }
-  return { blocks, unmarked };
+  return { blocks: blocks.filter((block) => block.marker !== '' || TYPED_DOCS.includes(doc)), unmarked };
 }
 
 const allBlocks = () => DOCS.flatMap((doc) => codeBlocks(doc).blocks);
@@ -283,6 +329,37 @@ process.exit(result.status ?? 1);
     await cjs.stop();
   });
 
+  test('the TypeScript of the guides compiles under strict against the installed package', async () => {
+    // What a TypeScript project adds, as getting-started says (@types/express and @types/node), and
+    // the Redis store multiple-instances.md installs; tsc is this repository's.
+    await bash('npm install -D @types/express @types/node redis rate-limit-redis', project, shellEnv({ PATH: shellPath }));
+    const dir = join(project, 'typecheck');
+    mkdirSync(dir, { recursive: true });
+    const typed = [
+      ...DOCS.flatMap((doc) => codeBlocks(doc).blocks.filter((block) => block.marker.startsWith('typecheck'))),
+      ...TYPED_DOCS.flatMap((doc) => codeBlocks(doc).blocks.filter((block) => block.language === 'ts' && !block.marker.startsWith('skip'))),
+    ];
+    assert.ok(typed.length >= 15, `${typed.length} blocks`);
+    const files = typed.map((block) => {
+      const file = `${block.doc.split('/').pop()}-${block.line}.ts`; // README.md-6.ts: the page and the block's line
+      // A fragment that calls createIdentityRouter without its import gets it; each block is a module of its own.
+      const imports = /createIdentityRouter\(/.test(block.code) && !/import \{[^}]*createIdentityRouter/.test(block.code) ? "import { createIdentityRouter } from 'identity-router';\n" : '';
+      writeFileSync(join(dir, file), `${imports}${block.code}export {};\n`);
+      return file;
+    });
+    writeFileSync(join(dir, 'surroundings.d.ts'), SURROUNDINGS);
+    writeFileSync(join(dir, 'uninstalled-modules.d.ts'), UNINSTALLED_MODULES);
+    writeFileSync(
+      join(dir, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ES2022', 'DOM'], types: ['node'], strict: true, noEmit: true, skipLibCheck: true },
+        files: ['surroundings.d.ts', 'uninstalled-modules.d.ts', ...files],
+      }),
+    );
+    const tsc = await run(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', dir]).catch((error: { stdout?: string }) => ({ stdout: error.stdout ?? String(error) }));
+    assert.equal(tsc.stdout.trim(), '', 'tsc finds no error in the guides');
+  });
+
   test("README's opening example serves, and its guarded route asks for a token", async () => {
     const [readme] = blocksOf('README.md', 'file server.js');
     assert.ok(readme, 'README.md has a runnable server.js');
@@ -305,5 +382,78 @@ process.exit(result.status ?? 1);
     assert.equal(register.status, 202);
     await server.stop();
     assert.match(server.output(), /identity event user\.registered/, 'onEvent logged the registration');
+  });
+});
+
+// The reference pages a newcomer configures from. What this guards against: an option whose
+// documented default is not the one the router applies, a documented option the router refuses
+// as unknown, or a mail template a host's own mailer never hears of.
+describe('the reference docs match the code', { skip: SKIP }, () => {
+  const valid = { database: { client: 'better-sqlite3', connection: { filename: ':memory:' } }, secret: 's'.repeat(32), issuer: 'https://id.example.test' };
+
+  /** `a.b.c` set to `value` in a copy of `config`. */
+  function withOption(config: Record<string, any>, path: string, value: unknown): Record<string, any> {
+    const [head, ...rest] = path.split('.');
+    return { ...config, [head!]: rest.length === 0 ? value : withOption(config[head!] ?? {}, rest.join('.'), value) };
+  }
+
+  /** configuration.md's option table: each option path with the literal of its documented default (`undefined` for "none"). */
+  function documentedOptions(): Array<{ path: string; literal: string | undefined; cell: string }> {
+    const text = readFileSync(join(ROOT, 'docs/configuration.md'), 'utf8');
+    const table = text.slice(text.indexOf('## Everything else'), text.indexOf('### Rate-limit groups'));
+    const options: Array<{ path: string; literal: string | undefined; cell: string }> = [];
+    for (const row of table.split('\n').filter((line) => line.startsWith('| `'))) {
+      const [names = '', defaults = ''] = row.split(' | ').map((cell) => cell.replace(/^\| /, ''));
+      const paths = names.replace(/\(.*?\)/g, '').split(' / ').map((name) => name.trim().replace(/`/g, ''));
+      const pieces = defaults.split(' / ');
+      paths.forEach((name, index) => {
+        const path = name.includes('.') || index === 0 ? name : `${paths[0]!.slice(0, paths[0]!.lastIndexOf('.') + 1)}${name}`;
+        const cell = (pieces.length === paths.length ? pieces[index] : pieces[0])!.trim();
+        options.push({ path, literal: /^`([^`]+)`/.exec(cell)?.[1], cell });
+      });
+    }
+    return options;
+  }
+
+  test('configuration.md: every option it lists is one the router takes, with the default it applies', async () => {
+    const { resolveConfig, IdentityConfigError } = await import('../../src/config/schema.js');
+    const resolved = resolveConfig(valid as never) as unknown as Record<string, any>;
+    const options = documentedOptions();
+    assert.ok(options.length >= 50, `${options.length} options read from the table`);
+    const checked: string[] = [];
+    for (const { path, literal, cell } of options) {
+      // Known: a value no option takes (a negative fraction) is refused for its type or range, never as an unknown option.
+      try {
+        resolveConfig(withOption(valid, path, -1.5) as never);
+        assert.fail(`${path}: -1.5 was accepted`);
+      } catch (error) {
+        assert.ok(error instanceof IdentityConfigError, `${path}: ${String(error)}`);
+        assert.ok(!error.problems.some((problem) => problem.includes('is not allowed')), `${path} is documented but unknown: ${error.problems.join('; ')}`);
+      }
+      const actual = path.split('.').reduce<any>((value, key) => value?.[key], resolved);
+      if (cell === 'none') {
+        assert.equal(actual, undefined, `${path}: documented as none`);
+        continue;
+      }
+      let documented: unknown;
+      try {
+        documented = literal === undefined ? undefined : new Function(`return (${literal});`)();
+      } catch {
+        continue; // a default described in words (`issuer`, `appName`, else ...), checked by config.test.ts
+      }
+      if (documented === undefined) continue;
+      assert.deepEqual(actual, documented, `${path}: configuration.md says ${cell}`);
+      checked.push(path);
+    }
+    assert.ok(checked.length >= 40, `${checked.length} defaults compared`);
+  });
+
+  test('adapters.md: the mail template table names every template the router sends', () => {
+    const source = readFileSync(join(ROOT, 'src/adapters/types.ts'), 'utf8');
+    const templates = [...(/export type TemplateName = ([^;]+);/.exec(source)?.[1] ?? '').matchAll(/'([a-z_]+)'/g)].map((match) => match[1]);
+    assert.ok(templates.length >= 5, templates.join(', '));
+    const adapters = readFileSync(join(ROOT, 'docs/adapters.md'), 'utf8');
+    const documented = [...adapters.matchAll(/^\| `([a-z_]+)` \|/gm)].map((match) => match[1]);
+    for (const template of templates) assert.ok(documented.includes(template), `docs/adapters.md has no row for the template ${template}`);
   });
 });
