@@ -2917,7 +2917,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["InvalidJson"];
-            /** @description `unauthorized`, or `session_ended` when the session was revoked. */
+            /** @description `unauthorized`, or `session_ended` when the session was revoked; `sso_required` (with `organization_slug`): the session was not opened through the single sign-on its address now requires, and ends at its next refresh (CONTRACT 12.6). */
             401: {
                 headers: {
                     "WWW-Authenticate": components["headers"]["WWW-Authenticate"];

@@ -411,3 +411,28 @@ describe('sign-up policy and login rules', () => {
     assert.equal(await countRows(h, 'social_identities', { id: identity.id }), 1);
   });
 });
+
+// Threat: a provider's answer as input: a subject past the identity column, or a NUL that
+// PostgreSQL refuses, answered 500 and wrote what it could on SQLite.
+describe("what a provider asserts is checked like any input (the same rule as single sign-on's)", () => {
+  test('a subject longer than 255 characters, or a control character in the subject or the address, is provider_response_invalid at the callback; nothing created', async () => {
+    const email = uniqueEmail('social-malformed');
+    for (const account of [
+      verifiedAccount({ sub: `s${'x'.repeat(300)}`, email }),
+      verifiedAccount({ sub: `s\u0000${newSubject()}`, email }),
+      verifiedAccount({ email: email.replace('@', '\u0000x@') }),
+    ]) {
+      const trip = await socialRoundTrip(h, op, account);
+      assert.equal(trip.error, 'provider_response_invalid', `${JSON.stringify(account.sub.slice(0, 12))} ${JSON.stringify(account.email)}`);
+      assert.equal(trip.code, null);
+    }
+    assert.equal(await countRows(h, 'users', { email }), 0);
+  });
+
+  test("control characters in the asserted name are dropped from a new account's display name", async () => {
+    const signedIn = await socialLogin(h, op, verifiedAccount({ name: 'Ada\u0000 Love\u001blace\u007f' }));
+    assert.equal(signedIn.status, 200, signedIn.text);
+    const me = await h.get('/auth/me', { token: signedIn.body.data.access_token });
+    assert.equal(me.body.data.display_name, 'Ada Lovelace');
+  });
+});

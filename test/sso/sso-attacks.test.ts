@@ -151,6 +151,15 @@ describe('SSRF with exempt origins (the test and private-deployment allowance)',
     assert.equal(target.connections, 0, 'the redirect target was never contacted');
   });
 
+  test('a discovery answer over 1 MB fails discovery (discovery_failed); nothing stored', async () => {
+    const org = await createOrg(h);
+    idp.discovery = (origin) => ({ status: 200, body: { ...discoveryDocument(origin), padding: 'x'.repeat(1024 * 1024) } });
+    const response = await h.post(`/orgs/${org.id}/sso`, { issuer: idp.origin, client_id: 'c', client_secret: 's' }, { token: org.owner.token });
+    assertError(response, 422, 'invalid_issuer');
+    assert.equal(response.body.reason, 'discovery_failed');
+    assert.equal(await countRows(h, 'sso_connections', { organization_id: org.id }), 0);
+  });
+
   test('a discovery document naming another issuer is issuer_mismatch', async () => {
     const org = await createOrg(h);
     idp.discovery = () => ({ status: 200, body: discoveryDocument('https://accounts.example.com') });

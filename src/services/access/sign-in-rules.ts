@@ -2,7 +2,7 @@ import { errors, IdentityError } from '../../errors.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
-import { normaliseEmail } from '../shared/identity-rules.js';
+import { addressDomain, normaliseEmail } from '../shared/identity-rules.js';
 import { runUnitOfWork } from '../shared/unit-of-work.js';
 
 /** An address whose organization requires single sign-on (docs/sso.md). */
@@ -110,8 +110,9 @@ export class SignInRules {
   /** The enforcing connection of the address's verified domain, if any. */
   async ssoRequirement(email: string, repos: Repositories = this.context.store.repos): Promise<SsoRequirement | undefined> {
     if (!this.context.config.sso) return undefined;
-    const address = normaliseEmail(email);
-    const domain = address.slice(address.lastIndexOf('@') + 1);
+    // The domain as verification stores it (the A-label): an address typed with the domain's
+    // Unicode or full-width form is at that domain too, as identifier-first routing sees it.
+    const domain = addressDomain(normaliseEmail(email));
     if (!domain) return undefined;
     return repos.ssoConnections.findEnforcingForDomain(domain);
   }

@@ -226,6 +226,9 @@ export class MfaService {
    * checked on step-up).
    */
   async stepUp(principal: Principal, input: SecondFactorProof & { factorId?: string }, meta: RequestMeta): Promise<Omit<AccessTokenResponse, 'expires_in'>> {
+    // Require SSO (docs/sso.md): a session from before enforcement ends at its next refresh. A
+    // step-up signs a fresh access token too, so it is no way to keep such a session alive.
+    await this.signInRules.assertSessionAllowed(principal.user, principal.sessionId, 401);
     const subject = await this.withSecondFactorAttempt(principal.userId, meta, () => errors.invalidCode(), async (uow, slot) => {
       const { accepted, method, factor } = await this.checkSecondFactor(uow, principal.userId, input.factorId, input, 'step_up', principal.sessionId);
       if (!accepted) {

@@ -368,6 +368,9 @@ export class SessionService {
   async switchOrganization(grant: AccessGrant, meta: RequestMeta): Promise<AccessTokenResponse> {
     const { principal } = grant;
     const organizationId = organizationOf(grant);
+    // Require SSO (docs/sso.md): a session from before enforcement ends at its next refresh. A
+    // switch signs a fresh access token too, so it is no way to keep such a session alive.
+    await this.signInRules.assertSessionAllowed(principal.user, principal.sessionId, 401);
     const subject = await runUnitOfWork(this.context, meta, async (uow) => {
       const session = await uow.repos.sessions.findLive(principal.sessionId, uow.now);
       if (!session) throw errors.sessionEnded();

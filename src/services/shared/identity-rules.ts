@@ -1,3 +1,4 @@
+import { domainToASCII } from 'node:url';
 import { errors } from '../../errors.js';
 
 /*
@@ -10,8 +11,26 @@ export function normaliseEmail(email: string): string {
   return email.trim().normalize('NFC').toLowerCase();
 }
 
+/**
+ * The domain of an address in the form verified domains are stored in (CONTRACT 12.4): what
+ * follows the last `@`, one trailing dot dropped, as its IDNA A-label. `ada@Bücher.example`,
+ * `ada@xn--bcher-kva.example` and the same host in full-width letters are one domain, so
+ * identifier-first routing, the callback's domain rule and enforcement (`SignInRules`) all
+ * see the one domain an organization verified. Undefined when no host name follows the `@`.
+ */
+export function addressDomain(email: string): string | undefined {
+  const at = email.lastIndexOf('@');
+  if (at < 1) return undefined;
+  try {
+    return domainToASCII(email.slice(at + 1).replace(/\.$/, '')) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export const DISPLAY_NAME_MAX_LENGTH = 120;
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
+/** C0 and C1 controls and DEL: no place in a name, an address or a provider's subject. */
+export const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
 
 /**
  * The display-name rule (docs/database.md): trimmed, at most 120 characters, no control
@@ -25,4 +44,13 @@ export function normaliseDisplayName(value: string | null | undefined): string |
   if (CONTROL_CHARACTER.test(trimmed)) problems.push('"display_name" must not contain control characters');
   if (problems.length > 0) throw errors.validation(problems);
   return trimmed;
+}
+
+/**
+ * The display-name rule for a name a provider asserts (a social or single sign-on sign-up),
+ * without its refusal: control characters dropped, trimmed, cut at 120 characters.
+ */
+export function providerDisplayName(name: string | null): string | null {
+  if (!name) return null;
+  return [...name.replace(new RegExp(CONTROL_CHARACTER, 'g'), '').trim()].slice(0, DISPLAY_NAME_MAX_LENGTH).join('') || null;
 }

@@ -8,7 +8,7 @@ import { errors, IdentityError, type SocialErrorCode, type SsoErrorCode } from '
 import type { SocialFlowPurpose, SocialFlowRecord } from '../../store/social-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
-import { normaliseEmail } from '../shared/identity-rules.js';
+import { CONTROL_CHARACTER, normaliseEmail } from '../shared/identity-rules.js';
 import type { LoginResult } from '../sessions/sign-in-result.js';
 import type { MfaService } from '../mfa/mfa-service.js';
 import type { Principal } from '../access/principal.js';
@@ -102,6 +102,8 @@ export const RESOLUTION_ATTEMPTS = 3;
 const FORWARDED_PROVIDER_ERRORS = new Set(['access_denied', 'server_error', 'temporarily_unavailable', 'invalid_scope', 'login_required', 'consent_required', 'interaction_required']);
 const FLOW_RETENTION_MS = 24 * 60 * 60 * 1000;
 const EMAIL_MAX_OCTETS = 320;
+/** OpenID Connect Core 2: `sub` is at most 255 ASCII characters; the identity tables hold exactly that. */
+const SUBJECT_MAX = 255;
 const REDIRECT_HEADERS = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
 
 export class FederatedFlows {
@@ -233,6 +235,10 @@ export class FederatedFlows {
       let source: Record<string, unknown> = idToken;
       // docs/social-login.md: e-mail from the ID token, else from UserInfo (which checks the subject).
       if (typeof idToken.email !== 'string') source = await client.fetchUserInfo(configuration, tokens.access_token, idToken.sub);
+      // What a provider asserts is input like any other: a subject past 255 characters, or a
+      // control character in the subject or the address, is a malformed answer, refused before
+      // it reaches a query or a column (PostgreSQL refuses a NUL outright: a 500).
+      if (!isUsableSubject(idToken.sub) || (typeof source.email === 'string' && CONTROL_CHARACTER.test(source.email))) throw new FederatedRefusal('provider_response_invalid');
       return {
         subject: idToken.sub,
         email: normaliseProviderEmail(source.email),
@@ -306,6 +312,10 @@ export function withQuery(base: string, parameters: Record<string, string>): str
   const url = new URL(base);
   for (const [name, value] of Object.entries(parameters)) url.searchParams.set(name, value);
   return url.href;
+}
+
+function isUsableSubject(subject: string): boolean {
+  return subject.length <= SUBJECT_MAX && !CONTROL_CHARACTER.test(subject);
 }
 
 /** A provider address we can store: a string that looks like an address and fits the column. */

@@ -10,6 +10,7 @@ import type { SessionService } from '../sessions/session-service.js';
 import { recordFirstEmailProof } from '../accounts/credential-lifecycle.js';
 import { SocialProviderClients } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { providerDisplayName } from '../shared/identity-rules.js';
 import {
   type AuthorizationStart,
   type CallbackParameters,
@@ -48,7 +49,6 @@ interface SocialFlowOutcome {
   is_new_user: boolean;
 }
 
-const DISPLAY_NAME_MAX = 120;
 
 /**
  * Social login through OpenID Connect providers (docs/social-login.md): the authorization round trip,
@@ -180,7 +180,7 @@ export class SocialService {
     // Rule 4: sign-up.
     if (!provider.allowSignup) return refuse('signup_disabled', null);
     const userId = randomUUID();
-    const displayName = claims.name ? [...claims.name.trim()].slice(0, DISPLAY_NAME_MAX).join('') || null : null;
+    const displayName = providerDisplayName(claims.name);
     if (!(await repos.users.insertIfEmailFree({ id: userId, email: claims.email, emailVerified: claims.emailVerified, displayName, passwordHash: null, now: uow.now }))) {
       throw new ResolutionConflict();
     }

@@ -11,7 +11,7 @@ import { decrypt, encrypt } from '../../crypto/aead.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import { errors, type IdentityError } from '../../errors.js';
 import { guardedFetch } from '../../outbound/guarded-fetch.js';
-import { OutboundGuard, OutboundRefusal } from '../../outbound/outbound-guard.js';
+import { OutboundFailure, OutboundGuard, OutboundRefusal } from '../../outbound/outbound-guard.js';
 import type { SocialFlowRecord } from '../../store/social-repository.js';
 import type { OrgDomainRecord, SsoConnectionRecord, TokenEndpointAuthMethod } from '../../store/sso-repository.js';
 import type { Repositories } from '../../store/store.js';
@@ -31,7 +31,7 @@ import {
   RESOLUTION_ATTEMPTS,
   ResolutionConflict,
 } from '../social/federated-flow.js';
-import { normaliseEmail } from '../shared/identity-rules.js';
+import { addressDomain, normaliseEmail, providerDisplayName } from '../shared/identity-rules.js';
 import { iso } from '../shared/iso-time.js';
 import type { LoginResult } from '../sessions/sign-in-result.js';
 import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from '../social/social-provider-client.js';
@@ -43,7 +43,6 @@ export const SSO_FLOW_KEY = '@sso';
 const HTTP_TIMEOUT_MS = 10_000;
 const CLOCK_TOLERANCE_SECONDS = 30;
 const DISCOVERY_CACHE_MS = 60 * 60 * 1000;
-const DISPLAY_NAME_MAX = 120;
 const DEFAULT_SCOPES = ['openid', 'email', 'profile'];
 
 /** Bundled consumer-mail domains (docs/sso.md): no organization owns its users' addresses there. */
@@ -124,6 +123,8 @@ export class SsoService {
   private readonly guard: OutboundGuard;
   private readonly resolveTxt: (name: string) => Promise<string[][]>;
   private readonly configurations = new Map<string, { version: number; configuration: ProviderConfiguration; expiresAt: number }>();
+  /** `blockedDomains` as domains are compared: an entry written in Unicode, or with a trailing dot, still blocks. */
+  private readonly blockedDomains: ReadonlySet<string>;
 
   constructor(
     private readonly context: ServiceContext,
@@ -134,6 +135,7 @@ export class SsoService {
   ) {
     this.guard = new OutboundGuard({ allowHttp: false, allowPrivateNetworks: sso.allowPrivateNetworks }, dns);
     this.resolveTxt = dns?.resolveTxt ? (name) => dns.resolveTxt!(name) : systemResolveTxt;
+    this.blockedDomains = new Set(sso.blockedDomains.map((entry) => domainToASCII(entry.replace(/\.$/, '')) || entry));
   }
 
   // ---------------------------------------------------------------- domains
@@ -219,13 +221,16 @@ export class SsoService {
     let raw = input.trim().toLowerCase();
     if (raw.endsWith('.')) raw = raw.slice(0, -1);
     if (raw.startsWith('[') || isIP(raw) !== 0 || /^[0-9.]+$/.test(raw) || /^0x/i.test(raw)) throw invalidDomain('An IP address is not a domain.');
+    // domainToASCII parses a URL's host: it would cut `acme.com/x`, `acme.com?x` or `acme.com#x`
+    // at the delimiter and decode `%6d`, turning what is no host name into one.
+    if (/[\s/\\?#@:%]/.test(raw)) throw invalidDomain('The domain is not a valid host name.');
     const domain = domainToASCII(raw);
     if (!domain || isIP(domain) !== 0) throw invalidDomain('The domain is not a valid host name.');
     const labels = domain.split('.');
     if (domain.length > 253 || labels.some((label) => !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(label))) throw invalidDomain('The domain is not a valid host name.');
     if (labels.length < 2) throw invalidDomain('A single-label name is not a domain an organization can own.');
     if (getPublicSuffix(domain, { allowPrivateDomains: true }) === domain) throw invalidDomain('A public suffix is not a domain an organization can own.');
-    if (CONSUMER_MAIL_DOMAINS.has(domain) || this.sso.blockedDomains.includes(domain) || domain === TOMBSTONE_EMAIL_DOMAIN) {
+    if (CONSUMER_MAIL_DOMAINS.has(domain) || this.blockedDomains.has(domain) || domain === TOMBSTONE_EMAIL_DOMAIN) {
       throw invalidDomain('Consumer e-mail domains cannot be claimed by an organization.');
     }
     return domain;
@@ -397,7 +402,7 @@ export class SsoService {
   /** openid-client with the guard as its fetch: discovery, token, JWKS and UserInfo all go through it. */
   private async discover(issuer: string, clientId: string, clientSecret: string, method: TokenEndpointAuthMethod): Promise<ProviderConfiguration> {
     const client = await loadOpenIdClient();
-    const fetch = guardedFetch(this.guard, HTTP_TIMEOUT_MS) as unknown as NonNullable<OpenIdClient.DiscoveryRequestOptions[typeof client.customFetch]>;
+    const fetch = providerFetch(this.guard) as unknown as NonNullable<OpenIdClient.DiscoveryRequestOptions[typeof client.customFetch]>;
     const authentication = method === 'client_secret_post' ? client.ClientSecretPost(clientSecret) : client.ClientSecretBasic(clientSecret);
     const insecure = new URL(issuer).protocol === 'http:';
     const configuration = await client.discovery(new URL(issuer), clientId, { [client.clockTolerance]: CLOCK_TOLERANCE_SECONDS }, authentication, {
@@ -449,7 +454,7 @@ export class SsoService {
     let loginHint: string | undefined;
     if (input.email !== undefined) {
       const email = normaliseEmail(input.email);
-      const domain = this.domainOfAddress(email);
+      const domain = addressDomain(email);
       organizationId = domain ? (await repos.orgDomains.findVerified(domain))?.organizationId : undefined;
       loginHint = email;
     } else if (input.organizationSlug !== undefined) {
@@ -528,7 +533,7 @@ export class SsoService {
     let isNewUser = false;
     if (!userId) {
       userId = randomUUID();
-      const displayName = claims.name ? [...claims.name.trim()].slice(0, DISPLAY_NAME_MAX).join('') || null : null;
+      const displayName = providerDisplayName(claims.name);
       if (!(await uow.repos.users.insertIfEmailFree({ id: userId, email, emailVerified: true, displayName, passwordHash: null, now: uow.now }))) throw new ResolutionConflict();
       isNewUser = true;
       await uow.emit({ type: 'user.registered', actorId: userId, userId, data: { method: 'sso', connection_id: connection.id } });
@@ -583,7 +588,7 @@ export class SsoService {
     const refuse = (code: FederatedRefusal['code'], userId?: string) => ({ refusal: new FederatedRefusal(code), ...(userId ? { userId } : {}) });
     // 1. The verified domain makes the connection authoritative there, and only there.
     if (!claims.email) return refuse('social_email_required');
-    const domain = this.domainOfAddress(claims.email);
+    const domain = addressDomain(claims.email);
     const verified = await repos.orgDomains.listVerifiedDomains(connection.organizationId);
     // 2. Looked up by (connection, sub) only, under the issuer it was made with.
     const linked = await repos.ssoIdentities.findByConnectionSubject(connection.id, claims.subject);
@@ -624,6 +629,10 @@ export class SsoService {
       // 5. Who may sign in at all: the rule every sign-in path asks.
       const refusal = this.signInRules.accountRefusal(user, now);
       if (refusal) return refuse(refusal, user.id);
+      // Require SSO: an account at another organization's enforcing domain (one this
+      // organization verified once, linked then, and gave up) signs in through that
+      // organization's connection only. The IdP's assertion is this sign-in's credential.
+      if (await this.signInRules.refusal(user.email, { userId: user.id, credentialRight: true, viaConnectionId: connection.id, repos })) return refuse('sso_required', user.id);
     } else {
       join = true;
     }
@@ -638,16 +647,6 @@ export class SsoService {
     if (!(await repos.organizations.findActive(connection.organizationId))) return undefined;
     if (!(await repos.orgDomains.hasVerified(connection.organizationId))) return undefined;
     return connection;
-  }
-
-  private domainOfAddress(email: string): string | undefined {
-    const at = email.lastIndexOf('@');
-    if (at < 1) return undefined;
-    try {
-      return domainToASCII(email.slice(at + 1).replace(/\.$/, '')) || undefined;
-    } catch {
-      return undefined;
-    }
   }
 
   private target(connection: SsoConnectionRecord): FlowTarget {
@@ -671,11 +670,43 @@ export class SsoService {
       this.configurations.set(connection.id, { version: connection.updatedAt, configuration, expiresAt: this.context.clock.now() + DISCOVERY_CACHE_MS });
       return configuration;
     } catch (error) {
-      this.context.logger.warn('sso discovery failed', { connection_id: connection.id, reason: error instanceof OutboundRefusal ? error.reason : 'discovery_failed' });
+      this.context.logger.warn('sso discovery failed', { connection_id: connection.id, reason: outboundRefusalIn(error)?.reason ?? 'discovery_failed' });
       // 502 at authorize; the callback turns it into social_error=provider_unavailable.
       throw providerUnavailable();
     }
   }
+}
+
+/**
+ * The guard as openid-client's fetch, for discovery, token, JWKS and UserInfo alike. A redirect
+ * (which the guard never follows), a refusal and a connection that failed or timed out are no
+ * usable answer: each is thrown as the platform's fetch reports a network failure, a
+ * `TypeError('fetch failed')` with the guard's error as its cause. At sign-in that is
+ * `provider_unavailable` (CONTRACT 12.2), not `provider_response_invalid`; at create and
+ * update `issuerFailure` still finds the refusal's reason in the cause.
+ */
+function providerFetch(guard: OutboundGuard) {
+  const guarded = guardedFetch(guard, HTTP_TIMEOUT_MS);
+  return async (url: string, options: Parameters<typeof guarded>[1]): Promise<Response> => {
+    let response: Response;
+    try {
+      response = await guarded(url, options);
+    } catch (error) {
+      if (error instanceof OutboundRefusal || error instanceof OutboundFailure) throw new TypeError('fetch failed', { cause: error });
+      throw error;
+    }
+    if (response.status >= 300 && response.status < 400) throw new TypeError('fetch failed', { cause: new Error(`The provider answered ${response.status}; redirects are not followed.`) });
+    return response;
+  };
+}
+
+/** The guard's refusal somewhere in an error's cause chain, if any. */
+function outboundRefusalIn(error: unknown): OutboundRefusal | undefined {
+  for (let current: unknown = error, depth = 0; current && depth < 6; depth += 1) {
+    if (current instanceof OutboundRefusal) return current;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
 }
 
 /** The conditional update of a verify changed nothing: a concurrent verify got there first. */
