@@ -440,7 +440,7 @@ describe('a key stops at once', () => {
 });
 
 describe('several instances and races', () => {
-  test('a key revoked on one instance is refused by another at once (nothing about a key is cached)', async () => {
+  test('a key revoked on one instance is refused by another at once (the revocation clears the cache on every instance)', async () => {
     const second = await Harness.start({ shareDatabaseWith: h, config: { permissions: HOST_PERMISSIONS } });
     const secondApp = await startHostApp(second);
     try {

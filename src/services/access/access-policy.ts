@@ -320,7 +320,8 @@ export class AccessPolicy {
    * A presented API key → its actor, or 401 once it has stopped working: revoked, expired by
    * the injected clock, owner no longer allowed to authenticate (disabled, deleted), or
    * organization deleted. Membership and permissions are `authorize`'s. One indexed query on
-   * the key's hash; nothing about a key is cached, so every instance sees a change at once.
+   * the key's hash, through the access cache, which the key's revocation and every change to its
+   * owner or organization clear on every instance (CONTRACT 7); the expiry is read from the clock.
    */
   private *authenticateApiKey(presented: string, requirement: AccessRequirement): Steps<ApiKeyPrincipal> {
     if (!requirement.acceptsApiKeys) throw apiKeyNotAccepted();
@@ -374,12 +375,12 @@ export class AccessPolicy {
     }
     if (requirement.permission !== undefined || requirement.member) {
       if (organizationId === undefined) throw errors.noActiveOrganization();
-      authority = yield* this.authorizeInOrganization(repos, principal, organizationId, requirement);
+      authority = yield* this.authorizeInOrganization(repos, principal, organizationId, requirement, target.organizationFromCaller === true);
     } else if (requirement.actsInActiveOrganization && principal.organizationId !== null) {
       authority = yield* read(repos.authority(this.catalog, principal.userId, principal.organizationId));
       // docs/getting-started.md: a host that scopes data by the caller's organization never serves one the
       // user has left, though the session lives on until its token expires.
-      if (!authority.member && !authority.superadmin) throw errors.forbidden('You are no longer a member of the organization this token was issued for.');
+      if (!authority.member && !authority.superadmin) throw leftTokenOrganization();
       // Every request scoped to an organization meets its MFA policy, host middleware included.
       yield* this.assertOrganizationMfa(repos, principal, principal.organizationId);
     }
@@ -678,7 +679,7 @@ export class AccessPolicy {
     throw mfaEnrollmentRequired();
   }
 
-  private *authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, requirement: AccessRequirement): Steps<ResolvedAuthority> {
+  private *authorizeInOrganization(reads: GateReads, principal: Principal, organizationId: string, requirement: AccessRequirement, fromToken = false): Steps<ResolvedAuthority> {
     // The token's own organization needs neither the superadmin flag nor a shape check here:
     // the authority read below carries the flag, and the id is one the router issued.
     let superadmin: boolean | undefined;
@@ -691,7 +692,8 @@ export class AccessPolicy {
     // One after the other: on the hot path both are cache hits, to which Promise.all only adds promises.
     const organization = yield* read(reads.activeOrganization(organizationId));
     const authority = yield* read(reads.authority(this.catalog, principal.userId, organizationId, superadmin));
-    if (!organization) throw errors.notFound('Organization');
+    // Host middleware (CONTRACT 6): the token's organization deleted since is one the user has left, 403 as `authenticate()` answers it.
+    if (!organization) throw fromToken ? leftTokenOrganization() : errors.notFound('Organization');
     if (organization.requireMfa) yield* this.assertSessionMeetsOrganizationMfa(reads, principal);
     if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
     if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
@@ -721,6 +723,9 @@ export function organizationOf(grant: AccessGrant): string {
 }
 
 const notMemberOf = () => errors.forbidden('You are not an active member of this organization.');
+
+/** docs/getting-started.md: a host never serves an organization the token's user has left (or that is gone). */
+const leftTokenOrganization = () => errors.forbidden('You are no longer a member of the organization this token was issued for.');
 
 function bodyHas(body: unknown, field: string): boolean {
   return typeof body === 'object' && body !== null && (body as Record<string, unknown>)[field] !== undefined;
