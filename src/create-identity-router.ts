@@ -181,8 +181,14 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const host = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
   router.ready = ready;
   internals.set(router, services);
-  router.authenticate = (options) => hostMiddleware(host, undefined, options);
-  router.requirePermission = (permission, options) => hostMiddleware(host, permission, options);
+  router.authenticate = (options, ...misuse: unknown[]) => {
+    assertNotCalledAsMiddleware('authenticate()', misuse);
+    return hostMiddleware(host, undefined, options);
+  };
+  router.requirePermission = (permission, options, ...misuse: unknown[]) => {
+    assertNotCalledAsMiddleware("requirePermission('…')", misuse);
+    return hostMiddleware(host, permission, options);
+  };
   // `caller` is a restricted property of functions (Function.prototype.caller throws on
   // assignment), so the accessor is defined as an own property instead.
   Object.defineProperty(router, 'caller', { value: callerOf, enumerable: true, configurable: true, writable: false });
@@ -224,4 +230,13 @@ function accessCachePeers(knex: object, tablePrefix: string): Set<AccessCache> {
     byPrefix.set(tablePrefix, peers);
   }
   return peers;
+}
+
+/**
+ * `app.get('/x', identity.authenticate, handler)` (without the call) makes Express call the
+ * factory with `(req, res, next)`: it would answer with a new middleware and never call `next`,
+ * so every such request hangs. Plain JavaScript allows the slip; it is refused with the fix.
+ */
+function assertNotCalledAsMiddleware(factory: string, misuse: unknown[]): void {
+  if (typeof misuse.at(-1) === 'function') throw new TypeError(`identity.${factory.replace(/\(.*$/, '')} is a factory: mount identity.${factory}, not the function itself`);
 }

@@ -140,3 +140,28 @@ test('privilege changes leave a trace: superadmin grant and revoke, and MFA enfo
     await h.close();
   }
 });
+
+// A plain-JavaScript host mounting the factory itself (`identity.authenticate`, no call): Express
+// calls it as a handler, and every such request used to hang, never reaching `next`.
+test('authenticate and requirePermission mounted without their call answer at once with an error naming the fix', async () => {
+  const h = await Harness.start();
+  const app = express();
+  const asHandler = (factory: unknown) => factory as express.RequestHandler;
+  app.get('/authenticate', asHandler(h.identity.authenticate), (_req, res) => void res.json({ reached: true }));
+  app.get('/permission', asHandler(h.identity.requirePermission), (_req, res) => void res.json({ reached: true }));
+  app.use((error: Error, _req: express.Request, res: express.Response, _next: express.NextFunction) => void res.status(500).json({ message: error.message }));
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  try {
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const user = await h.signUp();
+    for (const [path, fix] of [['/authenticate', 'identity.authenticate()'], ['/permission', "identity.requirePermission('…')"]] as const) {
+      const answer = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${user.accessToken}` }, signal: AbortSignal.timeout(5000) });
+      assert.equal(answer.status, 500, path);
+      assert.match(((await answer.json()) as { message: string }).message, new RegExp(`is a factory: mount ${fix.replace(/[()'.…]/g, '\\$&')}`), path);
+    }
+  } finally {
+    server.close();
+    await h.close();
+  }
+});
