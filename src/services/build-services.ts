@@ -135,7 +135,7 @@ export class IdentityServices {
     this.catalog = buildPermissionCatalog(context.config.permissions, { sso: context.config.sso !== undefined });
     this.signInRules = new SignInRules(context);
     this.keyRing = context.keyRing;
-    this.policy = new AccessPolicy(context, this.catalog, accessReads);
+    this.policy = new AccessPolicy(context, this.catalog, accessReads, this.signInRules);
     this.sessions = new SessionService(context, this.catalog, this.policy, this.signInRules);
     this.passkeys = new PasskeyService(context, this.sessions, this.policy, this.signInRules);
     this.mfa = new MfaService(context, this.sessions, this.policy, this.passkeys, this.signInRules);

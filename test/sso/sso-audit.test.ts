@@ -112,6 +112,24 @@ describe('enforcement has no side door through a session or another connection',
     assert.equal(stepped.body.data, undefined, 'no token');
   });
 
+  test('nor by adding a way to sign in: an API key from such a session is 403 sso_required; the same session may still mend the connection', async () => {
+    const { org, domain } = await ssoOrg(h, dns, op, { jit: true });
+    // A second owner, at the domain, signed in with a password before enforcement.
+    const employee = await addMember(h, org, org.owner.token, ['owner'], await h.signUp(addressAt(domain, 'minter')));
+    const enforced = await h.patch(`/orgs/${org.id}/sso`, { enforce: true }, { token: employee.token });
+    assert.equal(enforced.status, 200, enforced.text);
+    // A key outlives the session that enforcement ends at its next refresh.
+    const minted = await h.post(`/orgs/${org.id}/api-keys`, { name: 'outlives the session', permission_keys: [] }, { token: employee.token });
+    assertError(minted, 403, 'sso_required');
+    assert.equal(await countRows(h, 'api_keys', { user_id: employee.userId }), 0);
+    // The connection is the organization's, not a way into the caller's own account: an
+    // administrator's session from before enforcement may still turn enforcement off.
+    const relaxed = await h.patch(`/orgs/${org.id}/sso`, { enforce: false }, { token: employee.token });
+    assert.equal(relaxed.status, 200, relaxed.text);
+    const later = await h.post(`/orgs/${org.id}/api-keys`, { name: 'after enforcement', permission_keys: [] }, { token: employee.token });
+    assert.equal(later.status, 201, later.text);
+  });
+
   test("a domain given up and verified by an enforcing organization: the old organization's IdP no longer signs its accounts in", async () => {
     // The old owner of the domain links an account there, then keeps a second domain and its connection.
     const previous = await createOrg(h);

@@ -36,7 +36,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
   };
   // "Fresh authentication" (docs/api-keys.md): step-up with a factor, else a recent sign-in; the
   // credential gate declares exactly that, with a verified e-mail (a connection signs people in).
-  const fresh = { addsCredential: 'sign_in_method' } as const;
+  const fresh = { addsCredential: 'sign_in_connection' } as const;
   const routes: RouteDefinition[] = [
     {
       method: 'post',

@@ -11,6 +11,7 @@ import type { ServiceContext } from '../shared/service-context.js';
 import { isWellFormedId } from '../shared/ids.js';
 import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
 import type { Principal } from './principal.js';
+import type { SignInRules } from './sign-in-rules.js';
 
 /**
  * The one access policy. Every operation declares what it needs in an
@@ -48,7 +49,9 @@ export interface AccessRequirement {
    * Adds a credential to the account: the one gate of the credential lifecycle
    * (docs/security.md, "One credential lifecycle"). A verified e-mail always (403
    * `email_unverified`); for a `sign_in_method` (passkey, provider link, API key), a fresh
-   * authentication; for a `second_factor` (TOTP, SMS, e-mail), step-up once a factor exists.
+   * authentication from a session single sign-on allows; for a `sign_in_connection` (a verified
+   * domain, an SSO connection), a fresh authentication; for a `second_factor` (TOTP, SMS,
+   * e-mail), step-up once a factor exists.
    * It is evaluated again inside the write's transaction: by `grant.recheck`, which reads the
    * user's row there, or by `assertMayAddCredential` under the user's row lock.
    */
@@ -150,10 +153,14 @@ class AdmittedGrant implements AccessGrant {
 /**
  * What a new credential does for whoever holds it. A `sign_in_method` opens or acts as the
  * account on its own, so a stale, stolen access token must never mint one (docs/mfa.md and docs/social-login.md,
- * 10): it needs a fresh authentication. A `second_factor` only completes a sign-in; docs/mfa.md
- * lets a bearer enroll the first one, and step-up guards every later one (docs/security.md).
+ * 10): it needs a fresh authentication, from a session single sign-on still allows (docs/sso.md:
+ * one from before enforcement ends at its next refresh, and what it added would not). A
+ * `sign_in_connection` (an organization's verified domain or IdP) signs other people in: a fresh
+ * authentication too, but an administrator's session from before enforcement may still mend it.
+ * A `second_factor` only completes a sign-in; docs/mfa.md lets a bearer enroll the first one, and
+ * step-up guards every later one (docs/security.md).
  */
-export type CredentialKind = 'sign_in_method' | 'second_factor';
+export type CredentialKind = 'sign_in_method' | 'sign_in_connection' | 'second_factor';
 
 /**
  * The actor behind an API key (docs/api-keys.md): one member of one organization, with no
@@ -298,6 +305,7 @@ export class AccessPolicy {
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
     private readonly reads: AccessReads,
+    private readonly signInRules: SignInRules,
   ) {}
 
   /** A verified access token whose session is live and whose user may authenticate; otherwise 401. */
@@ -469,7 +477,7 @@ export class AccessPolicy {
   private *credentialGate(repos: Repositories, principal: Principal, kind: CredentialKind): Steps<void> {
     yield* this.sessionStillLive(repos, principal);
     const user = yield* read(repos.users.findById(principal.userId));
-    yield* this.assertMayAddCredentialWith(uncachedReads(repos), principal, user?.emailVerified === true, kind);
+    yield* this.assertMayAddCredentialWith(uncachedReads(repos), principal, user?.emailVerified === true, kind, repos);
   }
 
   /**
@@ -488,11 +496,15 @@ export class AccessPolicy {
     if ((yield* read(repos.sessions.lockLive(principal.sessionId, this.context.clock.now()))) === undefined) throw errors.unauthorized('The session behind this token has ended.');
   }
 
-  private *assertMayAddCredentialWith(reads: GateReads, principal: Principal, emailVerified: boolean, kind: CredentialKind): Steps<void> {
+  private *assertMayAddCredentialWith(reads: GateReads, principal: Principal, emailVerified: boolean, kind: CredentialKind, repos?: Repositories): Steps<void> {
     // First, because signing in again would not help: only the owner's proof of the address does.
     if (!emailVerified) throw errors.emailUnverified('Verify your e-mail address before adding a way to sign in or a second factor.');
-    if (kind === 'sign_in_method') yield* this.assertFreshAuthenticationWith(reads, principal);
-    else yield* this.assertStepUpWith(reads, principal);
+    if (kind === 'second_factor') {
+      yield* this.assertStepUpWith(reads, principal);
+      return;
+    }
+    if (kind === 'sign_in_method') yield* read(this.signInRules.assertSessionAllowed(principal.user, principal.sessionId, 403, repos));
+    yield* this.assertFreshAuthenticationWith(reads, principal);
   }
 
   /** docs/getting-started.md: the host middleware refuses a locked account while the lockout lasts (router routes show it as `status: locked`). */

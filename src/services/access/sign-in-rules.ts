@@ -144,14 +144,14 @@ export class SignInRules {
   }
 
   /**
-   * A session's later uses (refresh 401, invite acceptance 403): allowed when the address is
+   * A session's later uses (refresh, switch-org and step-up 401; invite acceptance and a new way
+   * to sign in, at the credential gate, 403): allowed when the address is
    * under no enforcement, the session was opened through the enforcing connection, or the
    * account is a superadmin (its session was opened with a right credential).
    */
-  async assertSessionAllowed(user: { id: string; email: string }, sessionId: string, status: 401 | 403): Promise<void> {
-    const requirement = await this.ssoRequirement(user.email);
+  async assertSessionAllowed(user: { id: string; email: string }, sessionId: string, status: 401 | 403, repos: Repositories = this.context.store.repos): Promise<void> {
+    const requirement = await this.ssoRequirement(user.email, repos);
     if (!requirement) return;
-    const repos = this.context.store.repos;
     if ((await repos.ssoIdentities.sessionConnection(sessionId)) === requirement.connectionId) return;
     if (await repos.roles.isSuperadmin(user.id)) return;
     throw ssoRequired(requirement, status);
