@@ -6,6 +6,7 @@ import express from 'express';
 import { assertError, assertValidationErrors } from '../helpers/account.js';
 import { Harness } from '../helpers/harness.js';
 import { addMember, createOrg, switchOrg } from '../helpers/orgs.js';
+import { type RawResponse, rawRequest } from '../helpers/raw-request.js';
 
 /*
  * Audit of API keys (CONTRACT 10, docs/api-keys.md) and the host middleware (CONTRACT 6).
@@ -23,25 +24,8 @@ const DAY = 24 * 3600;
 let h: Harness;
 let host: { base: string; close(): Promise<void> };
 
-function hostRequest(path: string, headers: Record<string, string | string[]>): Promise<{ status: number; body: any; text: string; headers: http.IncomingHttpHeaders }> {
-  return new Promise((resolve, reject) => {
-    const request = http.request(`${host.base}${path}`, { headers }, (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (text += chunk));
-      response.on('end', () => {
-        let body: unknown;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          body = undefined;
-        }
-        resolve({ status: response.statusCode ?? 0, body, text, headers: response.headers });
-      });
-    });
-    request.on('error', reject);
-    request.end();
-  });
+function hostRequest(path: string, headers: Record<string, string | string[]>): Promise<RawResponse> {
+  return rawRequest(`${host.base}${path}`, headers);
 }
 
 async function createKey(orgId: string, token: string, body: Record<string, unknown>): Promise<{ id: string; key: string; body: any }> {

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
@@ -11,6 +10,7 @@ import { Harness } from '../helpers/harness.js';
 import { nextTotpCode, signUpWithTotp } from '../helpers/mfa.js';
 import { addMember, createOrg, superadmin, switchOrg, type CreatedOrg, type OrgMember } from '../helpers/orgs.js';
 import { servicesOf } from '../../src/create-identity-router.js';
+import { type RawResponse, rawRequest } from '../helpers/raw-request.js';
 
 /*
  * docs/api-keys.md, API keys. Threats: a key that outlives the authority that granted it (revoked,
@@ -58,33 +58,9 @@ async function startHostApp(h: Harness): Promise<HostApp> {
   };
 }
 
-interface HostResponse {
-  status: number;
-  body: any;
-  text: string;
-  headers: Record<string, string | string[] | undefined>;
-}
-
 /** A raw request, so a test can send a header line twice (fetch would join them into one). */
-function hostRequest(app: HostApp, path: string, headers: Record<string, string | string[]>): Promise<HostResponse> {
-  return new Promise((resolve, reject) => {
-    const request = http.request(`${app.base}${path}`, { headers }, (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (text += chunk));
-      response.on('end', () => {
-        let body: unknown;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          body = undefined;
-        }
-        resolve({ status: response.statusCode ?? 0, body, text, headers: response.headers });
-      });
-    });
-    request.on('error', reject);
-    request.end();
-  });
+function hostRequest(app: HostApp, path: string, headers: Record<string, string | string[]>): Promise<RawResponse> {
+  return rawRequest(`${app.base}${path}`, headers);
 }
 
 const withKey = (key: string) => ({ authorization: `Bearer ${key}` });
@@ -106,7 +82,7 @@ async function freshOwnerToken(): Promise<string> {
   return switchOrg(h, login.body.data.access_token, org.id);
 }
 
-function assertHostUnauthorized(response: HostResponse, context: string): void {
+function assertHostUnauthorized(response: RawResponse, context: string): void {
   assert.equal(response.status, 401, `${context}: ${response.text}`);
   assert.equal(response.body?.error, 'unauthorized', context);
   assert.match(String(response.headers['www-authenticate'] ?? ''), /^Bearer/, context);

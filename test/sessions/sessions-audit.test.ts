@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { createSign } from 'node:crypto';
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
@@ -9,6 +8,7 @@ import { servicesOf } from '../../src/create-identity-router.js';
 import { assertError, assertNoInternals, assertUnauthorized } from '../helpers/account.js';
 import { Harness, decodeJwt } from '../helpers/harness.js';
 import { addMember, createOrg, switchOrg } from '../helpers/orgs.js';
+import { type RawResponse, rawRequest } from '../helpers/raw-request.js';
 
 /*
  * Audit of access tokens and refresh tokens (SPEC 2.1, 5, 7; docs/security.md "Refresh tokens and
@@ -31,25 +31,8 @@ async function signWithRouterKey(header: Record<string, unknown>, claims: Record
   return `${input}.${signature}`;
 }
 
-function hostRequest(path: string, headers: Record<string, string | string[]>): Promise<{ status: number; body: any; text: string; headers: http.IncomingHttpHeaders }> {
-  return new Promise((resolve, reject) => {
-    const request = http.request(`${host.base}${path}`, { headers }, (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (text += chunk));
-      response.on('end', () => {
-        let body: unknown;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          body = undefined;
-        }
-        resolve({ status: response.statusCode ?? 0, body, text, headers: response.headers });
-      });
-    });
-    request.on('error', reject);
-    request.end();
-  });
+function hostRequest(path: string, headers: Record<string, string | string[]>): Promise<RawResponse> {
+  return rawRequest(`${host.base}${path}`, headers);
 }
 
 before(async () => {
