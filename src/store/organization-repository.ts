@@ -608,6 +608,24 @@ export class InviteRepository extends Repository {
     await this.db(this.table.invites).where({ organization_id: organizationId, pending_email: email, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now });
   }
 
+  /**
+   * A deleted role leaves the pending invites that name it: an invite keeps slugs, and a later
+   * role under the same slug must not be granted by an invite made before it existed.
+   */
+  async removeRoleSlugFromPending(organizationId: string, slug: string, now: number): Promise<number> {
+    const rows = await this.db(this.table.invites).where({ organization_id: organizationId, status: 'pending' }).select('id', 'role_slugs');
+    let changed = 0;
+    for (const row of rows) {
+      const slugs = JSON.parse(String(row.role_slugs)) as string[];
+      if (!slugs.includes(slug)) continue;
+      await this.db(this.table.invites)
+        .where({ id: row.id, status: 'pending' })
+        .update({ role_slugs: JSON.stringify(slugs.filter((held) => held !== slug)), updated_at: now });
+      changed += 1;
+    }
+    return changed;
+  }
+
   async revokeAllPending(organizationId: string, now: number): Promise<number> {
     return this.db(this.table.invites).where({ organization_id: organizationId, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now });
   }

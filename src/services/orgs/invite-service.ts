@@ -3,8 +3,9 @@ import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import { errors } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { InviteRecord } from '../../store/organization-repository.js';
-import { type AccessGrant, isOwnerEquivalent, organizationOf, type AccessPolicy } from '../access/access-policy.js';
+import { type AccessGrant, isOwnerEquivalent, isOwnerRole, organizationOf, type AccessPolicy } from '../access/access-policy.js';
 import { assertHoldsEveryKey } from '../access/authority.js';
+import { assertNotLastOwner } from './member-service.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
@@ -211,6 +212,12 @@ export class InviteService {
       }
       // Exactly the invited roles (a role deleted since the invitation is simply gone).
       const roles = await uow.repos.roles.findBySlugs(invite.organizationId, invite.roleSlugs);
+      // Joined another way since the invite (single sign-on JIT) and made an owner meanwhile: the
+      // invited roles replace theirs, but never those of the last active owner (invariant 3).
+      if (membership?.status === 'active' && !roles.some(isOwnerRole)) {
+        const held = await uow.repos.memberships.rolesOf(membership.id);
+        await assertNotLastOwner(uow, invite.organizationId, membership, held, 'You are the last active owner; the invited roles would leave the organization without one.');
+      }
       await uow.repos.memberships.replaceRoles(membershipId, roles.map((role) => role.id));
       // The session's row last: the membership's insert took its keys' locks (organization, account) first, as revocations do.
       await this.policy.assertSessionLive(uow.repos, principal);

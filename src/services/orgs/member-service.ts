@@ -74,7 +74,7 @@ export class MemberService {
       const added = wanted.filter((role) => !currentIds.has(role.id));
       for (const role of added) assertHoldsEveryKey(target.actor, role.permissionKeys);
       if (added.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
-      if (target.isOwner && !wanted.some(isOwnerRole)) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
+      if (target.isOwner && !wanted.some(isOwnerRole)) await assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.replaceRoles(target.membership.id, wanted.map((role) => role.id));
       await uow.emit({
         type: 'member.roles_changed',
@@ -97,7 +97,7 @@ export class MemberService {
       if (from === 'invited') throw errors.conflict('An invited member cannot be suspended or activated; revoke the invitation instead.');
       if (from !== status) {
         if (status === 'suspended') {
-          if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
+          if (target.isOwner) await assertNotLastOwner(uow, organizationId, target.membership, target.roles);
           await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_suspended', userId);
         }
         await uow.repos.memberships.setStatus(target.membership.id, status, uow.now);
@@ -113,7 +113,7 @@ export class MemberService {
     const organizationId = organizationOf(grant);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const target = await this.lockTarget(uow, grant, userId);
-      if (target.isOwner) await this.assertNotLastOwner(uow, organizationId, target.membership, target.roles);
+      if (target.isOwner) await assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.delete(target.membership.id);
       const user = await uow.repos.users.findById(userId);
       if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
@@ -141,17 +141,27 @@ export class MemberService {
     return { actor, membership, roles, isOwner };
   }
 
-  /** Last-owner protection (docs/organizations.md invariant 3), even for a superadmin. `roles` are the member's, the owner role among them. */
-  private async assertNotLastOwner(uow: UnitOfWork, organizationId: string, membership: MembershipRecord, roles: RoleRecord[]): Promise<void> {
-    if (membership.status !== 'active') return;
-    const ownerRole = roles.find(isOwnerRole);
-    if (!ownerRole) return;
-    if ((await uow.repos.memberships.countActiveHolders(organizationId, ownerRole.id)) <= 1) throw errors.conflict('The last active owner cannot be demoted, suspended or removed.');
-  }
-
   private async view(uow: UnitOfWork, organizationId: string, userId: string, viewer: ResolvedAuthority): Promise<MemberView> {
     const member = await uow.repos.memberships.findMember(organizationId, userId);
     if (!member) throw errors.notFound('Member');
     return memberView(member, viewer);
   }
+}
+
+/**
+ * Last-owner protection (docs/organizations.md invariant 3), even for a superadmin: an active
+ * member loses the owner role only while another active owner stays. `roles` are the member's
+ * now. The caller holds the organization's row, as every owner change does before counting.
+ */
+export async function assertNotLastOwner(
+  uow: UnitOfWork,
+  organizationId: string,
+  membership: Pick<MembershipRecord, 'status'>,
+  roles: RoleRecord[],
+  refusal = 'The last active owner cannot be demoted, suspended or removed.',
+): Promise<void> {
+  if (membership.status !== 'active') return;
+  const ownerRole = roles.find(isOwnerRole);
+  if (!ownerRole) return;
+  if ((await uow.repos.memberships.countActiveHolders(organizationId, ownerRole.id)) <= 1) throw errors.conflict(refusal);
 }

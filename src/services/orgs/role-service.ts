@@ -52,6 +52,7 @@ export class RoleService {
         // A role holding org.delete or roles.manage is owner-equivalent (docs/organizations.md): step-up.
         if (isOwnerEquivalent({ slug: input.slug, isSystem: false, permissionKeys })) await this.policy.assertStepUp(uow.repos, principal);
         if ((await uow.repos.roles.findBySlugs(organizationId, [input.slug])).length > 0) throw errors.conflict('A role with that slug already exists in this organization.');
+        await this.assertFitsSsoDefaultRole(uow, organizationId, { slug: input.slug, isSystem: false, permissionKeys });
         const role: RoleRecord = {
           id: randomUUID(),
           organizationId,
@@ -86,6 +87,7 @@ export class RoleService {
       if (permissionKeys) assertHoldsEveryKey(actor, permissionKeys.filter((key) => !role.permissionKeys.includes(key)));
       // Editing a role that is, or becomes, owner-equivalent (docs/organizations.md): step-up.
       if (isOwnerEquivalent(role) || (permissionKeys && isOwnerEquivalent({ ...role, permissionKeys }))) await this.policy.assertStepUp(uow.repos, principal);
+      if (permissionKeys) await this.assertFitsSsoDefaultRole(uow, organizationId, { ...role, permissionKeys });
       const update = {
         ...(changes.name !== undefined ? { name: changes.name } : {}),
         ...(changes.description !== undefined ? { description: changes.description } : {}),
@@ -113,8 +115,23 @@ export class RoleService {
       if (!role) throw errors.notFound('Role');
       if (role.isSystem) throw errors.conflict('System roles (owner, admin, member) cannot be deleted.');
       const detached = await uow.repos.roles.deleteDetaching(role.id);
+      // Invites name roles by slug: a role made later under this slug is not theirs to grant.
+      await uow.repos.invites.removeRoleSlugFromPending(organizationId, role.slug, uow.now);
       await uow.emit({ type: 'role.deleted', actorId: principal.userId, organizationId, data: { role_id: role.id, slug: role.slug, members_detached: detached } });
     });
+  }
+
+  /**
+   * docs/sso.md: the connection's `default_role` must not be owner-equivalent (whoever controls
+   * the IdP would mint members who can take the organization over). The connection names it by
+   * slug, so the rule holds for an edit of that role and for a new role made under its slug.
+   */
+  private async assertFitsSsoDefaultRole(uow: UnitOfWork, organizationId: string, role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): Promise<void> {
+    if (!isOwnerEquivalent(role)) return;
+    const connection = await uow.repos.ssoConnections.findForOrganization(organizationId);
+    if (connection?.defaultRole === role.slug) {
+      throw errors.validation([`"${role.slug}" is the single sign-on default_role, which must not hold org.delete, roles.manage or sso.manage`]);
+    }
   }
 
   /** The organization row locked, then the route's requirement re-checked under that lock. */
