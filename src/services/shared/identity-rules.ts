@@ -20,9 +20,13 @@ export function normaliseEmail(email: string): string {
  */
 export function addressDomain(email: string): string | undefined {
   const at = email.lastIndexOf('@');
-  if (at < 1) return undefined;
+  return at < 1 ? undefined : domainForm(email.slice(at + 1));
+}
+
+/** A host name as verified domains are stored: one trailing dot dropped, its IDNA A-label. */
+export function domainForm(host: string): string | undefined {
   try {
-    return domainToASCII(email.slice(at + 1).replace(/\.$/, '')) || undefined;
+    return domainToASCII(host.replace(/\.$/, '')) || undefined;
   } catch {
     return undefined;
   }

@@ -31,7 +31,7 @@ import {
   RESOLUTION_ATTEMPTS,
   ResolutionConflict,
 } from '../social/federated-flow.js';
-import { addressDomain, normaliseEmail, providerDisplayName } from '../shared/identity-rules.js';
+import { addressDomain, domainForm, normaliseEmail, providerDisplayName } from '../shared/identity-rules.js';
 import { iso } from '../shared/iso-time.js';
 import type { LoginResult } from '../sessions/sign-in-result.js';
 import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from '../social/social-provider-client.js';
@@ -135,7 +135,7 @@ export class SsoService {
   ) {
     this.guard = new OutboundGuard({ allowHttp: false, allowPrivateNetworks: sso.allowPrivateNetworks }, dns);
     this.resolveTxt = dns?.resolveTxt ? (name) => dns.resolveTxt!(name) : systemResolveTxt;
-    this.blockedDomains = new Set(sso.blockedDomains.map((entry) => domainToASCII(entry.replace(/\.$/, '')) || entry));
+    this.blockedDomains = new Set(sso.blockedDomains.map((entry) => domainForm(entry) ?? entry));
   }
 
   // ---------------------------------------------------------------- domains
