@@ -3780,7 +3780,15 @@ export interface operations {
             };
             400: components["responses"]["InvalidJson"];
             401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
-            403: components["responses"]["EmailUnverified"];
+            /** @description `email_unverified` (with `resend`): nothing that signs in can be added before the e-mail is verified (CONTRACT 5); `sso_required` (with `organization_slug`): the session was not opened through the single sign-on its address now requires, and a way to sign in would outlive it (CONTRACT 12.6). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3819,7 +3827,15 @@ export interface operations {
             };
             400: components["responses"]["InvalidJson"];
             401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
-            403: components["responses"]["EmailUnverified"];
+            /** @description `email_unverified` (with `resend`): nothing that signs in can be added before the e-mail is verified (CONTRACT 5); `sso_required` (with `organization_slug`): the session was not opened through the single sign-on its address now requires, and a way to sign in would outlive it (CONTRACT 12.6). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
@@ -4645,7 +4661,7 @@ export interface operations {
             };
             400: components["responses"]["InvalidJson"];
             401: components["responses"]["UnauthorizedStepUpOrReauthentication"];
-            /** @description `forbidden` (not an active member, wrong active organization, a permission key the caller does not hold or may not delegate), `mfa_enrollment_required`, or `email_unverified` (with `resend`). */
+            /** @description `forbidden` (not an active member, wrong active organization, a permission key the caller does not hold or may not delegate), `mfa_enrollment_required`, or `email_unverified` (with `resend`); `sso_required` (with `organization_slug`): the session was not opened through the single sign-on its address now requires, and a way to sign in would outlive it (CONTRACT 12.6). */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5410,7 +5426,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description `email_unverified` (with `resend`), or `mfa_enrollment_required`. */
+            /** @description `email_unverified` (with `resend`), or `mfa_enrollment_required`; `sso_required` (with `organization_slug`): the session was not opened through the single sign-on its address now requires, and a way to sign in would outlive it (CONTRACT 12.6). */
             403: {
                 headers: {
                     [name: string]: unknown;
