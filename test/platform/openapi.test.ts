@@ -136,8 +136,10 @@ describe('the document and the router agree', () => {
       if (route.addsCredential) {
         const unauthorized = resolveRef(operation.responses['401'] ?? {}).description ?? '';
         expect(/step_up_required/.test(unauthorized), `${key}: 401 does not mention step_up_required`);
-        if (route.addsCredential === 'sign_in_method') expect(/reauthentication_required/.test(unauthorized), `${key}: 401 does not mention reauthentication_required`);
-        expect(/email_unverified/.test(resolveRef(operation.responses['403'] ?? {}).description ?? ''), `${key}: 403 does not mention email_unverified`);
+        if (route.addsCredential !== 'second_factor') expect(/reauthentication_required/.test(unauthorized), `${key}: 401 does not mention reauthentication_required`);
+        const forbidden = resolveRef(operation.responses['403'] ?? {}).description ?? '';
+        expect(/email_unverified/.test(forbidden), `${key}: 403 does not mention email_unverified`);
+        if (route.addsCredential === 'sign_in_method') expect(/sso_required/.test(forbidden), `${key}: 403 does not mention sso_required`);
       }
       if (route.rateLimit || route.auth !== 'public') expect(Boolean(operation.responses['429']), `${key}: documents no 429`);
       if (route.auth === 'bearer' && !route.allowedDuringEnrollment) expect(Boolean(operation.responses['403']), `${key}: documents no 403 (mfa_enrollment_required)`);
