@@ -226,6 +226,15 @@ export function isOwnerEquivalent(role: { slug: string; isSystem: boolean; permi
   return (role.isSystem && role.slug === OWNER_ROLE_SLUG) || role.permissionKeys.includes('org.delete') || role.permissionKeys.includes('roles.manage') || role.permissionKeys.includes('sso.manage');
 }
 
+/**
+ * docs/sso.md: a connection's JIT default role is granted to everyone its IdP vouches for, so it
+ * may not be owner-equivalent (the IdP would mint owners): 422, when the connection names it and
+ * whenever the role it names is made or edited later.
+ */
+export function assertFitsSsoDefaultRole(role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): void {
+  if (isOwnerEquivalent(role)) throw errors.validation([`default_role "${role.slug}" must not hold org.delete, roles.manage or sso.manage`]);
+}
+
 /** Whether an actor manages the organization's members, and so their API keys too (docs/api-keys.md). */
 export function managesMembers(authority: ResolvedAuthority): boolean {
   return authority.permissions.has('members.update');

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { errors } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { RoleRecord } from '../../store/organization-repository.js';
-import { type AccessGrant, isOwnerEquivalent, isOwnerRole, organizationOf, type AccessPolicy } from '../access/access-policy.js';
+import { type AccessGrant, assertFitsSsoDefaultRole, isOwnerEquivalent, isOwnerRole, organizationOf, type AccessPolicy } from '../access/access-policy.js';
 import { assertHoldsEveryKey } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { GLOBAL_ONLY_PERMISSIONS, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from '../access/permission-catalog.js';
@@ -52,7 +52,7 @@ export class RoleService {
         // A role holding org.delete or roles.manage is owner-equivalent (docs/organizations.md): step-up.
         if (isOwnerEquivalent({ slug: input.slug, isSystem: false, permissionKeys })) await this.policy.assertStepUp(uow.repos, principal);
         if ((await uow.repos.roles.findBySlugs(organizationId, [input.slug])).length > 0) throw errors.conflict('A role with that slug already exists in this organization.');
-        await this.assertFitsSsoDefaultRole(uow, organizationId, { slug: input.slug, isSystem: false, permissionKeys });
+        await this.checkSsoDefaultRole(uow, organizationId, { slug: input.slug, isSystem: false, permissionKeys });
         const role: RoleRecord = {
           id: randomUUID(),
           organizationId,
@@ -87,7 +87,7 @@ export class RoleService {
       if (permissionKeys) assertHoldsEveryKey(actor, permissionKeys.filter((key) => !role.permissionKeys.includes(key)));
       // Editing a role that is, or becomes, owner-equivalent (docs/organizations.md): step-up.
       if (isOwnerEquivalent(role) || (permissionKeys && isOwnerEquivalent({ ...role, permissionKeys }))) await this.policy.assertStepUp(uow.repos, principal);
-      if (permissionKeys) await this.assertFitsSsoDefaultRole(uow, organizationId, { ...role, permissionKeys });
+      if (permissionKeys) await this.checkSsoDefaultRole(uow, organizationId, { ...role, permissionKeys });
       const update = {
         ...(changes.name !== undefined ? { name: changes.name } : {}),
         ...(changes.description !== undefined ? { description: changes.description } : {}),
@@ -121,17 +121,12 @@ export class RoleService {
     });
   }
 
-  /**
-   * docs/sso.md: the connection's `default_role` must not be owner-equivalent (whoever controls
-   * the IdP would mint members who can take the organization over). The connection names it by
-   * slug, so the rule holds for an edit of that role and for a new role made under its slug.
-   */
-  private async assertFitsSsoDefaultRole(uow: UnitOfWork, organizationId: string, role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): Promise<void> {
+  /** The connection names its `default_role` by slug: the rule holds for an edit of that role and for a new role made under its slug. */
+  private async checkSsoDefaultRole(uow: UnitOfWork, organizationId: string, role: { slug: string; isSystem: boolean; permissionKeys: readonly string[] }): Promise<void> {
+    // Only an owner-equivalent role can be refused: no read for any other.
     if (!isOwnerEquivalent(role)) return;
     const connection = await uow.repos.ssoConnections.findForOrganization(organizationId);
-    if (connection?.defaultRole === role.slug) {
-      throw errors.validation([`"${role.slug}" is the single sign-on default_role, which must not hold org.delete, roles.manage or sso.manage`]);
-    }
+    if (connection?.defaultRole === role.slug) assertFitsSsoDefaultRole(role);
   }
 
   /** The organization row locked, then the route's requirement re-checked under that lock. */

@@ -17,7 +17,7 @@ import type { OrgDomainRecord, SsoConnectionRecord, TokenEndpointAuthMethod } fr
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
-import { type AccessGrant, isOwnerEquivalent, organizationOf } from '../access/access-policy.js';
+import { type AccessGrant, assertFitsSsoDefaultRole, organizationOf } from '../access/access-policy.js';
 import { assertHoldsEveryKey, type ResolvedAuthority } from '../access/authority.js';
 import {
   type AuthorizationStart,
@@ -352,7 +352,7 @@ export class SsoService {
   private async checkDefaultRole(repos: Repositories, organizationId: string, slug: string, actor: ResolvedAuthority): Promise<string> {
     const [role] = await repos.roles.findBySlugs(organizationId, [slug]);
     if (!role) throw errors.validation([`default_role "${slug}" is not a role of this organization`]);
-    if (isOwnerEquivalent(role)) throw errors.validation(['default_role must not hold org.delete, roles.manage or sso.manage']);
+    assertFitsSsoDefaultRole(role);
     assertHoldsEveryKey(actor, role.permissionKeys);
     return role.slug;
   }
