@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
 import { type Harness, STRONG_PASSWORD, type SignedUpUser, type TestResponse } from '../helpers/harness.js';
-import { newSubject, socialConfig, socialLogin, socialRoundTrip, TestOpenIdProvider } from '../helpers/oidc.js';
+import { newSubject, PROVIDER_ID, socialConfig, socialLogin, socialRoundTrip, TestOpenIdProvider } from '../helpers/oidc.js';
 import { createOrg, switchOrg } from '../helpers/orgs.js';
 import { fixtures, fixtureWebauthnConfig, passwordlessLogin, registerRecorded } from '../helpers/passkeys.js';
 import { addressAt, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
@@ -102,6 +102,20 @@ describe('every path refused for an address at an enforcing domain', () => {
     const verified = await h.post('/auth/passwordless/verify', { challenge_id: started.body.data.challenge_id, code: String(mail.context.code) });
     assertSsoRequired(verified, 403, 'passwordless verify');
     assert.equal(verified.body.data, undefined, 'no tokens');
+  });
+
+  test('a session from before enforcement adds no way to sign in: a passkey or a provider link is 403 sso_required, nothing written', async () => {
+    // Either would outlive the session that enforcement ends at its next refresh.
+    const passkeys = await countRows(h, 'webauthn_challenges', {});
+    assertSsoRequired(await h.post('/auth/passkeys/register/options', {}, { token: colleague.accessToken }), 403, 'passkey options');
+    assertSsoRequired(await h.post('/auth/passkeys/register/verify', { response: fixtures.second.registration.response }, { token: colleague.accessToken }), 403, 'passkey verify');
+    assert.equal(await countRows(h, 'webauthn_challenges', {}), passkeys, 'no registration challenge');
+    assert.equal(await countRows(h, 'mfa_factors', { user_id: colleague.userId }), 0, 'no passkey');
+
+    const flows = await countRows(h, 'social_flows', {});
+    const handoff = { handoff_challenge: 'A'.repeat(43), handoff_challenge_method: 'S256' };
+    assertSsoRequired(await h.post(`/auth/social/${PROVIDER_ID}/link`, handoff, { token: colleague.accessToken }), 403, 'provider link');
+    assert.equal(await countRows(h, 'social_flows', {}), flows, 'no link flow');
   });
 
   test('refresh of a session opened before enforcement: 401 sso_required', async () => {
