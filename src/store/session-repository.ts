@@ -256,11 +256,21 @@ export class SessionRepository extends Repository {
     );
   }
 
-  /** Revokes every live session of a user, optionally sparing one; answers how many were revoked. */
+  /**
+   * Revokes every session of a user not yet revoked, optionally sparing one; answers how many
+   * live ones it revoked. Those past their idle end are revoked too: a refresh that found one
+   * live a moment before its end may still be on its way to the update that moves it on
+   * (`rotate`, which asks only that it is not revoked), and must not bring it back.
+   */
   async revokeAllForUser(userId: string, now: number, reason: SessionRevocationReason, exceptSessionId?: string): Promise<number> {
-    const query = whereLive(this.db(this.table.sessions).where({ user_id: userId }), now);
-    if (exceptSessionId) query.whereNot({ id: exceptSessionId });
-    return query.update({ revoked_at: now, revoked_reason: reason });
+    const unrevoked = () => {
+      const query = this.db(this.table.sessions).where({ user_id: userId }).whereNull('revoked_at');
+      if (exceptSessionId) query.whereNot({ id: exceptSessionId });
+      return query;
+    };
+    const live = await whereLive(unrevoked(), now).update({ revoked_at: now, revoked_reason: reason });
+    await unrevoked().update({ revoked_at: now, revoked_reason: reason });
+    return live;
   }
 
   /** A deleted account's sessions keep their ids and times but no longer say where from. */
