@@ -63,7 +63,7 @@ export class AccountService {
   async resendVerification(emailInput: string, meta: RequestMeta): Promise<void> {
     const email = normaliseEmail(emailInput);
     await runUnitOfWork(this.context, meta, async (uow) => {
-      const user = await uow.repos.users.findByEmail(email);
+      const user = await this.lockAccountAt(uow, email);
       if (!user || user.emailVerified || !mayAuthenticate(user)) return;
       await this.sendOneTimeToken(uow, user, 'verify_email');
     });
@@ -90,7 +90,10 @@ export class AccountService {
       // Unknown, deleted and locked accounts cost the same bcrypt time as a real one.
       await this.context.hasher.burnVerification(input.password, abandoned);
       await this.recordLoginFailure(user, user && hasPasswordToCompare(user) ? 'locked' : 'unknown_account', meta);
-      throw errors.invalidCredentials();
+      // At an enforcing domain a superadmin without a right credential (locked, or with no
+      // password) answers what everyone there gets: a 401 would single the address out as a
+      // superadmin's (CONTRACT 12.6).
+      throw ssoRequirement ? ssoRequired(ssoRequirement) : errors.invalidCredentials();
     }
 
     // Only a wrong password keeps the slot (`fail` settles it); every other way out of this
@@ -176,11 +179,14 @@ export class AccountService {
 
   async forgotPassword(emailInput: string, meta: RequestMeta): Promise<void> {
     const email = normaliseEmail(emailInput);
-    // Require SSO: no reset link is sent to an address at an enforcing domain (superadmins excepted).
-    const exempt = await this.context.store.repos.users.findByEmail(email).then((user) => (user ? this.context.store.repos.roles.isSuperadmin(user.id) : false));
-    if (!exempt) await this.signInRules.assertAllowed(email);
+    // Require SSO: no reset link is sent to an address at an enforcing domain, a superadmin's
+    // included. A request carries no credential, so the answer comes from the domain alone
+    // (CONTRACT 12.6): a superadmin exempted here would answer 202 where everyone else gets 403,
+    // telling whoever asks which address holds superadmin. A reset link issued before
+    // enforcement still serves a superadmin (`resetPassword`).
+    await this.signInRules.assertAllowed(email);
     await runUnitOfWork(this.context, meta, async (uow) => {
-      const user = await uow.repos.users.findByEmail(email);
+      const user = await this.lockAccountAt(uow, email);
       if (!user || !mayAuthenticate(user)) return;
       await uow.emit({ type: 'user.password_reset_requested', userId: user.id });
       await this.sendOneTimeToken(uow, user, 'password_reset');
@@ -200,6 +206,11 @@ export class AccountService {
     const passwordHash = await this.context.hasher.hash(input.newPassword);
 
     await runUnitOfWork(this.context, meta, async (uow) => {
+      // The account first, as its deletion and verify-email lock it (docs/database.md): a reset
+      // that held its link and then wanted the account deadlocked with a deletion, which holds
+      // the account and then removes the links. Under the lock a deletion is seen, or waits.
+      const account = await uow.repos.users.findByIdForUpdate(user.id);
+      if (!account || account.deletedAt !== null) throw invalid();
       // The conditional consume makes the token single-use even under concurrent resets.
       if (!(await uow.repos.oneTimeTokens.consume(stored.id, uow.now))) throw invalid();
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
@@ -265,6 +276,17 @@ export class AccountService {
       await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data });
       if (slot) await slot.fail(uow, 'password');
     });
+  }
+
+  /**
+   * The account at `email`, its row locked before a link is retired or written for it, as its
+   * deletion locks it before it removes the links (docs/database.md): taken the other way round,
+   * the two deadlocked, and a link written for an account deleted meanwhile was mailed to the
+   * address it no longer has. A deletion that committed first answers its tombstone.
+   */
+  private async lockAccountAt(uow: UnitOfWork, email: string): Promise<UserRecord | undefined> {
+    const found = await uow.repos.users.findByEmail(email);
+    return found && (await uow.repos.users.findByIdForUpdate(found.id));
   }
 
   private async sendOneTimeToken(uow: UnitOfWork, user: { id: string; email: string }, purpose: OneTimeTokenPurpose): Promise<void> {
