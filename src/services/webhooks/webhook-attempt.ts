@@ -15,14 +15,25 @@ export type AttemptResult =
 /** Associated data of a webhook secret's ciphertext: it decrypts only on its own webhook's row. */
 export const webhookSecretContext = (webhookId: string) => `webhook-secret:${webhookId}`;
 
-/** The secrets that sign now: the current one, and the previous one during the rotation overlap (docs/webhooks.md). */
-export function signingSecrets(context: ServiceContext, webhook: WebhookRecord, now: number): string[] {
-  const key = context.keys.webhookSecretEncryption;
-  const secrets = [decrypt(key, webhook.secretEnc, webhookSecretContext(webhook.id)).toString('utf8')];
-  if (webhook.previousSecretEnc && webhook.previousExpiresAt !== null && webhook.previousExpiresAt > now) {
-    secrets.push(decrypt(key, webhook.previousSecretEnc, webhookSecretContext(webhook.id)).toString('utf8'));
+/**
+ * The secrets that sign now: the current one, and the previous one during the rotation overlap
+ * (docs/webhooks.md); undefined when the current one does not decrypt. A previous secret that
+ * does not decrypt is left out: the new one still signs, so a rotation is the way out.
+ */
+export function signingSecrets(context: ServiceContext, webhook: WebhookRecord, now: number): string[] | undefined {
+  const current = openSecret(context, webhook, webhook.secretEnc);
+  if (current === undefined) return undefined;
+  const previous = webhook.previousSecretEnc && webhook.previousExpiresAt !== null && webhook.previousExpiresAt > now ? openSecret(context, webhook, webhook.previousSecretEnc) : undefined;
+  return previous === undefined ? [current] : [current, previous];
+}
+
+/** A sealed secret opened, or undefined when it was sealed under another `secret` (or is damaged). */
+function openSecret(context: ServiceContext, webhook: WebhookRecord, sealed: string): string | undefined {
+  try {
+    return decrypt(context.keys.webhookSecretEncryption, sealed, webhookSecretContext(webhook.id)).toString('utf8');
+  } catch {
+    return undefined;
   }
-  return secrets;
 }
 
 /** The body of docs/webhooks.md: the event without `ip` (the endpoint is a third party). */
@@ -38,6 +49,17 @@ export function webhookBody(event: IdentityEvent): string {
  */
 export async function attemptWebhook(context: ServiceContext, webhook: WebhookRecord, event: IdentityEvent): Promise<AttemptResult> {
   const now = context.clock.now();
+  const secrets = signingSecrets(context, webhook, now);
+  if (!secrets) {
+    // Thrown, it would leave the row leased and retried after every lease without counting
+    // toward maxAttempts. It fails like any attempt instead; contract 13.2 has no `last_error`
+    // for it, so the reason is for the host's log (the organization cannot mend it but by a rotation).
+    context.logger.error(
+      `identity-router: the secret of webhook ${webhook.id} does not decrypt with the configured \`secret\` (sealed under another one); nothing was sent and the attempt counts as failed. Rotate the webhook's secret, or restore the \`secret\` it was sealed with.`,
+      { webhook_id: webhook.id, event_id: event.id },
+    );
+    return { kind: 'failed', lastStatus: null, lastError: null };
+  }
   const body = webhookBody(event);
   const timestamp = Math.floor(now / 1000);
   const headers = {
@@ -45,7 +67,7 @@ export async function attemptWebhook(context: ServiceContext, webhook: WebhookRe
     'user-agent': 'identity-router-webhooks',
     'webhook-id': event.id,
     'webhook-timestamp': String(timestamp),
-    'webhook-signature': signWebhook(signingSecrets(context, webhook, now), event.id, timestamp, body),
+    'webhook-signature': signWebhook(secrets, event.id, timestamp, body),
   };
   try {
     const response = await context.webhookGuard.request(webhook.url, { method: 'POST', headers, body, timeoutMs: context.config.webhooks.timeoutMs, discardBody: true });
