@@ -140,4 +140,9 @@ export class RateEventRepository extends Repository {
   async pruneBucketBefore(bucket: string, before: number): Promise<void> {
     await this.db(this.table.rateEvents).where({ bucket }).andWhere('occurred_at', '<=', before).delete();
   }
+
+  /** Drops every bucket's events from before `before`: buckets that are never spent again (docs/database.md). */
+  async pruneBefore(before: number): Promise<void> {
+    await this.db(this.table.rateEvents).where('occurred_at', '<=', before).delete();
+  }
 }

@@ -12,6 +12,7 @@ import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.j
 import type { Principal } from '../access/principal.js';
 import type { SessionService } from '../sessions/session-service.js';
 import { FailedAttemptSlot, hasPasswordToCompare } from '../limits/lockout.js';
+import { accountLinkBucket, trySpendSendBudget } from '../limits/send-budget.js';
 import { type AccessPolicy, mayAuthenticate } from '../access/access-policy.js';
 import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
@@ -289,7 +290,9 @@ export class AccountService {
     return found && (await uow.repos.users.findByIdForUpdate(found.id));
   }
 
+  /** Over the address's link budget nothing is retired, written or sent, and the route answers as ever. */
   private async sendOneTimeToken(uow: UnitOfWork, user: { id: string; email: string }, purpose: OneTimeTokenPurpose): Promise<void> {
+    if (!(await trySpendSendBudget(uow, this.context, [accountLinkBucket(this.context, user.email)]))) return;
     const token = randomToken();
     const ttl = purpose === 'verify_email' ? this.context.config.tokens.emailVerifyTtl : this.context.config.tokens.passwordResetTtl;
     if (purpose === 'password_reset') await uow.repos.oneTimeTokens.expireOutstanding(user.id, purpose, uow.now);

@@ -1,7 +1,9 @@
 import type { WindowBudget } from '../../config/types.js';
 import { keyedHash } from '../../crypto/keyed-hash.js';
-import { errors } from '../../errors.js';
+import { errors, IdentityError } from '../../errors.js';
 import type { Repositories } from '../../store/store.js';
+import { domainForm, normaliseEmail } from '../shared/identity-rules.js';
+import type { ServiceContext } from '../shared/service-context.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 
 /**
@@ -15,6 +17,32 @@ export interface BudgetBucket {
   budget: WindowBudget;
 }
 
+/** What the budgets need of the router: the key their bucket names are hashed with, the windows, the store. */
+export type BudgetContext = Pick<ServiceContext, 'keys' | 'config' | 'store'>;
+
+/**
+ * The one form of an e-mail address its budgets count under: the address as everywhere
+ * (trimmed, NFC, lower-cased) with its domain as verified domains are stored (`domainForm`:
+ * the IDNA A-label). `ada@bücher.example`, `ada@xn--bcher-kva.example` and the same host in
+ * full-width letters reach one mailbox, so they spend one budget, not one each.
+ */
+export function emailBudgetForm(address: string): string {
+  const normalised = normaliseEmail(address);
+  const at = normalised.lastIndexOf('@');
+  if (at < 1) return normalised;
+  return `${normalised.slice(0, at)}@${domainForm(normalised.slice(at + 1)) ?? normalised.slice(at + 1)}`;
+}
+
+/**
+ * The name of the `otp.sendBudget.perDestination` bucket of a destination not yet confirmed as
+ * anyone's factor: one per phone number or mailbox, across accounts and across routes (MFA
+ * enrollment and passwordless start alike), so no route or account has a budget of its own
+ * for one destination. See docs/security.md (send budgets).
+ */
+export function destinationBudgetName(channel: 'sms' | 'email', destination: string): string {
+  return `otp-send:destination:${channel}:${channel === 'email' ? emailBudgetForm(destination) : destination}`;
+}
+
 /**
  * The one implementation of the send budgets, for OTP codes and invites alike: every bucket
  * a send counts in is locked for the transaction, counted, and only then spent, so
@@ -22,11 +50,36 @@ export interface BudgetBucket {
  * slot. Over any bucket: 429 rate_limited with Retry-After (when its oldest counted send
  * leaves the window), and nothing is spent.
  */
-export async function spendSendBudget(uow: UnitOfWork, identifierKey: Buffer, buckets: BudgetBucket[]): Promise<void> {
-  const hashed = buckets.map(({ name, budget }) => ({ bucket: bucketKey(identifierKey, name), budget }));
+export async function spendSendBudget(uow: UnitOfWork, context: BudgetContext, buckets: BudgetBucket[]): Promise<void> {
+  const hashed = buckets.map(({ name, budget }) => ({ bucket: bucketKey(context, name), budget }));
   await uow.repos.rateEvents.lockBuckets(hashed.map(({ bucket }) => bucket));
   for (const { bucket, budget } of hashed) await assertWithin(uow.repos, bucket, budget, uow.now);
-  for (const { bucket, budget } of hashed) await spend(uow, bucket, budget);
+  for (const { bucket, budget } of hashed) await spend(uow, context, bucket, budget);
+}
+
+/**
+ * As `spendSendBudget`, for a public route that answers alike whether or not it sent
+ * (enumeration-safe): over a bucket it sends nothing and answers false instead of 429, and
+ * nothing is spent.
+ */
+export async function trySpendSendBudget(uow: UnitOfWork, context: BudgetContext, buckets: BudgetBucket[]): Promise<boolean> {
+  try {
+    await spendSendBudget(uow, context, buckets);
+    return true;
+  } catch (error) {
+    if (error instanceof IdentityError && error.status === 429) return false;
+    throw error;
+  }
+}
+
+/**
+ * The bucket of the links mailed to one address from the public account routes (the
+ * verification link of register and resend, the reset link of forgot): many IP addresses
+ * cannot flood one inbox past `otp.sendBudget.perDestination`. Its own bucket, not the codes'
+ * one, so those requests cannot hold back a second factor's enrollment to the address.
+ */
+export function accountLinkBucket(context: BudgetContext, address: string): BudgetBucket {
+  return { name: `account-link:address:${emailBudgetForm(address)}`, budget: context.config.otp.sendBudget.perDestination };
 }
 
 /**
@@ -34,22 +87,22 @@ export async function spendSendBudget(uow: UnitOfWork, identifierKey: Buffer, bu
  * failure is recorded later in the same transaction then counts after every other one, when no
  * account's row lock already orders them.
  */
-export async function lockBudget(uow: UnitOfWork, identifierKey: Buffer, { name }: BudgetBucket): Promise<void> {
-  await uow.repos.rateEvents.lockBuckets([bucketKey(identifierKey, name)]);
+export async function lockBudget(uow: UnitOfWork, context: BudgetContext, { name }: BudgetBucket): Promise<void> {
+  await uow.repos.rateEvents.lockBuckets([bucketKey(context, name)]);
 }
 
 /** Refuses (429) when the bucket is spent, without spending it: the verify budget is checked before a code is looked at. */
-export async function assertWithinBudget(repos: Repositories, identifierKey: Buffer, { name, budget }: BudgetBucket, now: number): Promise<void> {
-  await assertWithin(repos, bucketKey(identifierKey, name), budget, now);
+export async function assertWithinBudget(repos: Repositories, context: BudgetContext, { name, budget }: BudgetBucket, now: number): Promise<void> {
+  await assertWithin(repos, bucketKey(context, name), budget, now);
 }
 
 /** Spends one unit of the bucket (a failed verification). */
-export async function recordInBudget(uow: UnitOfWork, identifierKey: Buffer, { name, budget }: BudgetBucket): Promise<void> {
-  await spend(uow, bucketKey(identifierKey, name), budget);
+export async function recordInBudget(uow: UnitOfWork, context: BudgetContext, { name, budget }: BudgetBucket): Promise<void> {
+  await spend(uow, context, bucketKey(context, name), budget);
 }
 
-function bucketKey(identifierKey: Buffer, name: string): string {
-  return keyedHash(identifierKey, name);
+function bucketKey(context: BudgetContext, name: string): string {
+  return keyedHash(context.keys.identifierHash, name);
 }
 
 async function assertWithin(repos: Repositories, bucket: string, budget: WindowBudget, now: number): Promise<void> {
@@ -59,8 +112,42 @@ async function assertWithin(repos: Repositories, bucket: string, budget: WindowB
   throw errors.rateLimited((oldest + budget.windowSec * 1000 - now) / 1000, 'rate_limited');
 }
 
-async function spend(uow: UnitOfWork, bucket: string, budget: WindowBudget): Promise<void> {
+async function spend(uow: UnitOfWork, context: BudgetContext, bucket: string, budget: WindowBudget): Promise<void> {
   // Events that left the window go as the bucket is spent, so a budget never grows without bound.
   await uow.repos.rateEvents.pruneBucketBefore(bucket, uow.now - budget.windowSec * 1000);
   await uow.repos.rateEvents.record(bucket, uow.now);
+  pruneEndedOccasionally(uow, context);
+}
+
+/** Every bucket's ended events are deleted at most this often per router (injected clock). */
+const PRUNE_EVERY_MS = 60_000;
+/**
+ * Events are kept at least this long whatever the windows here: the default longest window
+ * (`invites.sendBudget.perAddress`), so another instance on the database with the default
+ * windows loses no event it still counts.
+ */
+const MIN_RETENTION_SEC = 86_400;
+const lastPrunedAt = new WeakMap<object, number>();
+
+/**
+ * Most buckets are spent once and never again (an address a stranger typed into passwordless
+ * start, one invite), so their events would never go with their own next spend: past the
+ * longest window of every budget they count for nothing, and are deleted. After commit and
+ * outside the send's transaction, so the delete takes no lock a send waits for.
+ */
+function pruneEndedOccasionally(uow: UnitOfWork, context: BudgetContext): void {
+  const last = lastPrunedAt.get(context.config);
+  if (last !== undefined && uow.now - last < PRUNE_EVERY_MS) return;
+  lastPrunedAt.set(context.config, uow.now);
+  const { otp, invites } = context.config;
+  const longestSec = Math.max(
+    MIN_RETENTION_SEC,
+    otp.sendBudget.perDestination.windowSec,
+    otp.sendBudget.perAccount.windowSec,
+    otp.verifyBudget.windowSec,
+    invites.sendBudget.perOrganization.windowSec,
+    invites.sendBudget.perAddress.windowSec,
+  );
+  const before = uow.now - longestSec * 1000;
+  uow.afterCommit(() => context.store.repos.rateEvents.pruneBefore(before));
 }

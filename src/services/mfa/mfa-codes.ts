@@ -9,7 +9,7 @@ import type { MfaFactorRecord, OtpChannel, OtpPurpose } from '../../store/mfa-re
 import type { Repositories } from '../../store/store.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
-import { assertWithinBudget, recordInBudget, spendSendBudget, type BudgetBucket } from '../limits/send-budget.js';
+import { assertWithinBudget, destinationBudgetName, recordInBudget, spendSendBudget, type BudgetBucket } from '../limits/send-budget.js';
 
 /** The masked destination of a factor (docs/mfa.md), or undefined for TOTP. */
 export function maskedDestination(factor: Pick<MfaFactorRecord, 'type' | 'destination'>): string | undefined {
@@ -57,8 +57,8 @@ export class MfaCodes {
     if (lastSent !== undefined && uow.now - lastSent < otp.resendCooldown * 1000) {
       throw errors.rateLimited((lastSent + otp.resendCooldown * 1000 - uow.now) / 1000, input.cooldownCode);
     }
-    await spendSendBudget(uow, this.context.keys.identifierHash, [
-      { name: `otp-send:destination:${destinationBucket(channel, factor)}`, budget: otp.sendBudget.perDestination },
+    await spendSendBudget(uow, this.context, [
+      { name: destinationBucket(channel, factor), budget: otp.sendBudget.perDestination },
       { name: `otp-send:account:${factor.userId}`, budget: otp.sendBudget.perAccount },
     ]);
 
@@ -128,11 +128,11 @@ export class MfaCodes {
 
   /** The per-account verify window (docs/configuration.md `otp.verifyBudget`): over it, no code is even looked at. */
   async assertVerifyBudget(repos: Repositories, userId: string, now: number): Promise<void> {
-    await assertWithinBudget(repos, this.context.keys.identifierHash, this.verifyBucket(userId), now);
+    await assertWithinBudget(repos, this.context, this.verifyBucket(userId), now);
   }
 
   async recordVerifyFailure(uow: UnitOfWork, userId: string): Promise<void> {
-    await recordInBudget(uow, this.context.keys.identifierHash, this.verifyBucket(userId));
+    await recordInBudget(uow, this.context, this.verifyBucket(userId));
   }
 
   private verifyBucket(userId: string): BudgetBucket {
@@ -148,6 +148,6 @@ export class MfaCodes {
  * other account's enrollments can exhaust. See docs/security.md (send budgets).
  */
 function destinationBucket(channel: OtpChannel, factor: Pick<MfaFactorRecord, 'userId' | 'destination' | 'confirmedAt'>): string {
-  const destination = `${channel}:${factor.destination ?? ''}`;
+  const destination = destinationBudgetName(channel, factor.destination ?? '');
   return factor.confirmedAt === null ? destination : `${destination}:confirmed-of:${factor.userId}`;
 }

@@ -14,7 +14,7 @@ import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import type { SignInRules } from '../access/sign-in-rules.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso } from '../shared/iso-time.js';
-import { spendSendBudget } from '../limits/send-budget.js';
+import { emailBudgetForm, spendSendBudget } from '../limits/send-budget.js';
 
 export interface InviteView {
   id: string;
@@ -145,9 +145,9 @@ export class InviteService {
    */
   private async spendSendBudget(uow: UnitOfWork, organizationId: string, email: string): Promise<void> {
     const { perOrganization, perAddress } = this.context.config.invites.sendBudget;
-    await spendSendBudget(uow, this.context.keys.identifierHash, [
+    await spendSendBudget(uow, this.context, [
       { name: `invite-send:organization:${organizationId}`, budget: perOrganization },
-      { name: `invite-send:address:${email}`, budget: perAddress },
+      { name: `invite-send:address:${emailBudgetForm(email)}`, budget: perAddress },
     ]);
   }
 

@@ -4,7 +4,7 @@ import type { ResolvedConfig } from '../../config/types.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import { generateOtpCode, hashOtpCode, otpCodeMatches } from '../../crypto/otp-code.js';
-import { errors, IdentityError } from '../../errors.js';
+import { errors } from '../../errors.js';
 import type { PasswordlessChallengeRecord } from '../../store/passwordless-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import { mayAuthenticate } from '../access/access-policy.js';
@@ -15,7 +15,7 @@ import { normaliseEmail } from '../shared/identity-rules.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import type { LoginResult, PasswordlessMethod } from '../sessions/sign-in-result.js';
 import { MfaCodes } from '../mfa/mfa-codes.js';
-import { assertWithinBudget, type BudgetBucket, lockBudget, recordInBudget, spendSendBudget } from '../limits/send-budget.js';
+import { assertWithinBudget, type BudgetBucket, destinationBudgetName, lockBudget, recordInBudget, spendSendBudget, trySpendSendBudget } from '../limits/send-budget.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
 type PasswordlessSettings = NonNullable<ResolvedConfig['passwordless']>;
@@ -77,9 +77,10 @@ export class PasswordlessService {
     const { otp } = this.context.config;
     const ttl = this.settings.ttl;
     await runUnitOfWork(this.context, meta, async (uow) => {
-      // Spending the address's budget takes its lock for the rest of the transaction, so the
-      // cooldown below is read by one start of this address at a time.
-      await spendSendBudget(uow, this.context.keys.identifierHash, [{ name: `passwordless-start:address:${addressHash}`, budget: otp.sendBudget.perDestination }]);
+      // The address's per-destination budget is the one MFA enrollment codes to it spend too
+      // (docs/security.md: one budget per mailbox). Spending it takes its lock for the rest of
+      // the transaction, so the cooldown below is read by one start of this address at a time.
+      await spendSendBudget(uow, this.context, [{ name: destinationBudgetName('email', address), budget: otp.sendBudget.perDestination }]);
       const lastStarted = await uow.repos.passwordlessChallenges.lastStartedAt(addressHash);
       if (lastStarted !== undefined && uow.now - lastStarted < otp.resendCooldown * 1000) {
         throw errors.rateLimited((lastStarted + otp.resendCooldown * 1000 - uow.now) / 1000, 'rate_limited');
@@ -143,7 +144,7 @@ export class PasswordlessService {
       // account's own budget, which its factor enrollments and MFA gate also spend.
       await runUnitOfWork(this.context, meta, async (uow) => {
         await this.assertAddressVerifyBudget(uow, challenge);
-        await recordInBudget(uow, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash));
+        await recordInBudget(uow, this.context, this.addressVerifyBucket(challenge.addressHash));
         await emitRefusal(uow, account.id, method);
       });
       throw errors.invalidCode();
@@ -245,8 +246,8 @@ export class PasswordlessService {
     // No account's lock orders an address's verifies: its bucket's does, so a failure recorded
     // below is counted before the next verify's check, not after its compare.
     const bucket = this.addressVerifyBucket(challenge.addressHash);
-    await lockBudget(uow, this.context.keys.identifierHash, bucket);
-    await assertWithinBudget(uow.repos, this.context.keys.identifierHash, bucket, uow.now);
+    await lockBudget(uow, this.context, bucket);
+    await assertWithinBudget(uow.repos, this.context, bucket, uow.now);
   }
 
   /**
@@ -254,7 +255,7 @@ export class PasswordlessService {
    * the verify budget of the address (and of the account) and the lockout like a wrong password.
    */
   private async recordFailure(uow: UnitOfWork, challenge: PasswordlessChallengeRecord, account: UserRecord | undefined, slot: FailedAttemptSlot | undefined, method: PasswordlessMethod): Promise<void> {
-    await recordInBudget(uow, this.context.keys.identifierHash, this.addressVerifyBucket(challenge.addressHash));
+    await recordInBudget(uow, this.context, this.addressVerifyBucket(challenge.addressHash));
     if (!account || !slot) return;
     await this.codes.recordVerifyFailure(uow, account.id);
     await emitRefusal(uow, account.id, method);
@@ -265,15 +266,8 @@ export class PasswordlessService {
    * The mail counts toward the account's OTP send budget (the bucket its factor codes spend);
    * over it the start still answers 202 but sends nothing.
    */
-  private async spendAccountSendBudget(uow: UnitOfWork, userId: string): Promise<boolean> {
-    const bucket: BudgetBucket = { name: `otp-send:account:${userId}`, budget: this.context.config.otp.sendBudget.perAccount };
-    try {
-      await spendSendBudget(uow, this.context.keys.identifierHash, [bucket]);
-      return true;
-    } catch (error) {
-      if (error instanceof IdentityError && error.status === 429) return false;
-      throw error;
-    }
+  private spendAccountSendBudget(uow: UnitOfWork, userId: string): Promise<boolean> {
+    return trySpendSendBudget(uow, this.context, [{ name: `otp-send:account:${userId}`, budget: this.context.config.otp.sendBudget.perAccount }]);
   }
 
   private addressVerifyBucket(addressHash: string): BudgetBucket {
