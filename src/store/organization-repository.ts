@@ -599,9 +599,9 @@ export class InviteRepository extends Repository {
     return (await this.db(this.table.invites).where({ organization_id: organizationId, id, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now })) === 1;
   }
 
-  /** Pending invites a user sent, in every organization (they die with the account). */
-  async listPendingSentBy(userId: string): Promise<InviteRecord[]> {
-    return (await this.db(this.table.invites).where({ invited_by: userId, status: 'pending' }).orderBy('id')).map(mapInvite);
+  /** Pending invites a user sent: in one organization (they leave it), or in every one (the account is deleted). */
+  async listPendingSentBy(userId: string, organizationId?: string): Promise<InviteRecord[]> {
+    return (await this.db(this.table.invites).where({ invited_by: userId, status: 'pending', ...(organizationId ? { organization_id: organizationId } : {}) }).orderBy('id')).map(mapInvite);
   }
 
   async revokePendingForEmail(organizationId: string, email: string, now: number): Promise<void> {

@@ -7,6 +7,7 @@ import { userStatus } from './me-service.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
 import type { AccessGrant } from '../access/access-policy.js';
 import { deleteLinksOfDeletedUser } from './social-links.js';
+import { revokeInvitesSentBy } from '../orgs/invite-service.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
 /** docs/security.md: the user body. */
@@ -153,7 +154,7 @@ export class UserAdminService {
       await uow.repos.apiKeys.deleteAllForUser(user.id);
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
       const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
-      const sentInvitesRevoked = await this.revokeInvitesSentBy(uow, user.id);
+      const sentInvitesRevoked = await revokeInvitesSentBy(uow, user.id);
       // Each organization's own audit trail learns that the member left.
       for (const membership of endedMemberships) {
         await uow.emit({
@@ -175,18 +176,6 @@ export class UserAdminService {
       await uow.repos.sessions.eraseClientDetails(user.id);
       await uow.repos.audit.eraseIpOf(user.id);
     });
-  }
-
-  /** Invites the deleted user sent stop being acceptable, with the `invited` member rows they made. */
-  private async revokeInvitesSentBy(uow: UnitOfWork, userId: string): Promise<number> {
-    let revoked = 0;
-    for (const invite of await uow.repos.invites.listPendingSentBy(userId)) {
-      if (!(await uow.repos.invites.revoke(invite.organizationId, invite.id, uow.now))) continue;
-      revoked += 1;
-      const invitee = await uow.repos.users.findByEmail(invite.email);
-      if (invitee) await uow.repos.memberships.deleteInvited(invite.organizationId, invitee.id);
-    }
-    return revoked;
   }
 
   /**

@@ -232,3 +232,20 @@ export class InviteService {
     });
   }
 }
+
+/**
+ * Invites a user sent stop being acceptable, with the `invited` member rows they made: in one
+ * organization when the user is removed from it, in every one when the account is deleted. A
+ * sender who is gone can no longer answer for who comes in (docs/organizations.md); a demotion
+ * leaves them, as the organization's. The caller holds the organization's row (or the account's).
+ */
+export async function revokeInvitesSentBy(uow: UnitOfWork, userId: string, organizationId?: string): Promise<number> {
+  let revoked = 0;
+  for (const invite of await uow.repos.invites.listPendingSentBy(userId, organizationId)) {
+    if (!(await uow.repos.invites.revoke(invite.organizationId, invite.id, uow.now))) continue;
+    revoked += 1;
+    const invitee = await uow.repos.users.findByEmail(invite.email);
+    if (invitee) await uow.repos.memberships.deleteInvited(invite.organizationId, invitee.id);
+  }
+  return revoked;
+}

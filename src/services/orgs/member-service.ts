@@ -7,6 +7,7 @@ import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { revokeInvitesSentBy } from './invite-service.js';
 
 /** docs/database.md. */
 export interface MemberView {
@@ -119,7 +120,14 @@ export class MemberService {
       if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
       await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_removed', userId);
       await revokeKeysOfMember(uow, organizationId, userId, principal.userId, 'member_removed');
-      await uow.emit({ type: 'member.removed', actorId: principal.userId, userId, organizationId, data: { from: target.membership.status, roles: target.roles.map((role) => role.slug).sort() } });
+      const sentInvitesRevoked = await revokeInvitesSentBy(uow, userId, organizationId);
+      await uow.emit({
+        type: 'member.removed',
+        actorId: principal.userId,
+        userId,
+        organizationId,
+        data: { from: target.membership.status, roles: target.roles.map((role) => role.slug).sort(), sent_invites_revoked: sentInvitesRevoked },
+      });
     });
   }
 
