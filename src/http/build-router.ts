@@ -36,7 +36,7 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
   const router = express.Router();
   const whenReady = readinessGate(readiness);
   // Not strict: a JSON string or number is valid JSON and answers 422 from the schema, not 400 invalid_json.
-  const json = express.json({ limit: '100kb', strict: false, type: JSON_MEDIA_TYPES });
+  const json = express.json({ limit: BODY_LIMIT_BYTES, strict: false, type: JSON_MEDIA_TYPES });
 
   const chainOf = (route: RouteDefinition): RequestHandler[] => {
     if (route.unavailable) return [whenReady, (_req, _res, next) => next(errors.notFound())];
@@ -94,6 +94,9 @@ export function buildRouter({ services, routes, limiters, readiness, logger }: R
 
 const JSON_MEDIA_TYPES = ['application/json', 'application/*+json'];
 
+/** CONTRACT 1: the router's JSON bodies are limited to 100 kB. */
+const BODY_LIMIT_BYTES = 100 * 1024;
+
 /** A route in the table: its definition and the handlers it runs. */
 interface RoutedDefinition {
   method: string;
@@ -129,11 +132,26 @@ function runChain(chain: RequestHandler[], req: Request, res: Response, done: Ne
   next();
 }
 
-/** A body of another media type (curl's default form encoding, text) is refused rather than read as "no fields". */
+/**
+ * A body of another media type (curl's default form encoding, text) is refused rather than read as "no fields".
+ *
+ * A body whose declared length is over the limit is refused before any of it is read. The JSON
+ * parser would refuse it too, but only once the client had sent all of it (it reads off the
+ * whole request before answering): a client announcing gigabytes waited for no answer, holding
+ * its connection, which is closed after this answer instead.
+ */
 const requireJsonBody: RequestHandler = (req, _res, next) => {
-  const announcesBody = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+  const declaredLength = Number(req.headers['content-length'] ?? 0);
+  const announcesBody = req.headers['transfer-encoding'] !== undefined || declaredLength > 0;
   if (announcesBody && !req.is(JSON_MEDIA_TYPES)) {
     next(new IdentityError(415, 'unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).'));
+    return;
+  }
+  // Only an unencoded body's length is its size; a compressed one is measured as it inflates. A
+  // body the host's own parser has already read is left to the JSON parser, which skips it.
+  const encoding = (req.headers['content-encoding'] ?? 'identity').toLowerCase();
+  if (encoding === 'identity' && declaredLength > BODY_LIMIT_BYTES && req.body === undefined) {
+    next(new IdentityError(413, 'payload_too_large', 'The request body is too large (limit 100 kB).', { headers: { Connection: 'close' } }));
     return;
   }
   next();

@@ -39,7 +39,7 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
         // A store outage: fail open when the host chose it for this group, else 503 unavailable.
         passOnStoreError: rule.passOnStoreError ?? false,
         logger: {
-          error: () => logger.warn(`identity-router: the rate-limit store of group ${group} is unavailable; the request passes without a limit (passOnStoreError)`),
+          error: (error: unknown) => logger.warn(storeOrCheckMessage(group, error)),
           warn: (error, message) => logger.warn(`identity-router: express-rate-limit: ${message ?? (error as Error)?.message ?? 'warning'}`),
         },
         // The authenticated group runs on every authenticated request: its key comes from the
@@ -56,6 +56,21 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
       return [group, limiter];
     }),
   ) as Record<RateLimitGroup, RequestHandler>;
+}
+
+/**
+ * express-rate-limit reports two things through `logger.error`: a store that failed, and its own
+ * configuration checks (a `ValidationError` with an `ERR_ERL_*` code, each reported once). A request
+ * triggers some of those checks by its headers alone (`X-Forwarded-For` or `Forwarded` on a host
+ * without `trust proxy`, an address that is no IP), so a check is never logged as a store outage.
+ * It is logged by its code: the library's message quotes `req.ip`, which a client may have written.
+ */
+function storeOrCheckMessage(group: RateLimitGroup, error: unknown): string {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (typeof code === 'string' && /^ERR_ERL_[A-Z0-9_]+$/.test(code)) {
+    return `identity-router: express-rate-limit check ${code} (group ${group}); see https://express-rate-limit.github.io/${code}/`;
+  }
+  return `identity-router: the rate-limit store of group ${group} is unavailable; the request passes without a limit (passOnStoreError)`;
 }
 
 function authenticatedBudgetKey(res: Response): string {

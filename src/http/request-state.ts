@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import type { Response } from 'express';
 import type { AccessGrant, ApiKeyPrincipal } from '../services/access/access-policy.js';
 import type { RequestMeta } from '../services/shared/service-context.js';
@@ -80,7 +81,21 @@ export function ticketOf(res: Response): MfaTicket {
 
 export function requestMeta(req: Request): RequestMeta {
   const userAgent = req.get('user-agent');
-  return { ip: req.ip ?? req.socket.remoteAddress ?? null, userAgent: userAgent ? userAgent.slice(0, 512) : null };
+  return { ip: clientAddress(req), userAgent: userAgent ? userAgent.slice(0, 512) : null };
+}
+
+/** The `ip` columns (sessions, audit events, MFA tickets) hold 64 characters. */
+const MAX_ADDRESS_LENGTH = 64;
+
+/**
+ * The client's address as Express reports it, when it is one. Under the host's `trust proxy`,
+ * `req.ip` is taken from `X-Forwarded-For` as sent, which a client can fill with any text
+ * (`unknown`, a 100-character string): that is no address, and on PostgreSQL a value longer
+ * than the column failed the login with a 500. Such a value is recorded as unknown (null).
+ */
+function clientAddress(req: Request): string | null {
+  const address = req.ip ?? req.socket.remoteAddress;
+  return address !== undefined && address.length <= MAX_ADDRESS_LENGTH && isIP(address) !== 0 ? address : null;
 }
 
 /**
