@@ -253,7 +253,9 @@ class RouteCall implements RouteRequest {
   ) {
     // In this order: a bad path parameter is reported before a bad query or body.
     this.params = validateInput(route.params, req.params, { convert: true, remember: true });
-    this.validatedQuery = route.query ? validateInput(route.query, req.query, { convert: true, remember: true }) : undefined;
+    // A public route's query is not remembered: a provider's callback carries its one-time code
+    // and state there, and a sign-in's start a challenge of its own; neither repeats.
+    this.validatedQuery = route.query ? validateInput(route.query, req.query, { convert: true, remember: route.auth !== 'public' }) : undefined;
     this.body = validateInput(route.body, bodyOf(req), { convert: false });
   }
 

@@ -86,8 +86,9 @@ const REMEMBERED_INPUTS_PER_SCHEMA = 1000;
  * Runs a joi schema and answers 422 `{errors: [...]}` with every problem.
  *
  * With `remember`, an input that validated before is answered from memory (frozen, since
- * every request that repeats it shares the object): for path parameters and query strings,
- * which carry no secret and repeat on every page of a list. Bodies are never remembered.
+ * every request that repeats it shares the object): for path parameters and the query strings
+ * of authenticated routes, which carry no secret and repeat on every page of a list. Bodies,
+ * and public routes' queries (a provider's callback code), are never remembered.
  */
 export function validateInput<T>(schema: Joi.ObjectSchema | undefined, value: unknown, options: { convert: boolean; remember?: boolean }): T {
   if (!schema) return (value ?? {}) as T;
