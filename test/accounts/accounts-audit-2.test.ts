@@ -163,3 +163,24 @@ describe(`a password reset and the account's deletion on ${TEST_DB}`, () => {
     assert.deepEqual(await plain.knex(`${plain.tablePrefix}one_time_tokens`).where({ user_id: user.userId }), [], 'a deleted account keeps no link');
   });
 });
+
+describe('a reset link outstanding when the account is disabled', () => {
+  test('changes nothing while the account is disabled: 401 invalid_token, the password as it was; after enable a new link works', async () => {
+    const { signUpSuperadmin } = await import('../helpers/users.js');
+    const admin = await signUpSuperadmin(h);
+    const target = await h.signUp();
+    assert.equal((await h.post('/auth/password/forgot', { email: target.email })).status, 202);
+    const token = h.tokenFromMail(target.email, 'password_reset');
+    assert.equal((await h.post(`/users/${target.userId}/disable`, undefined, { token: admin.accessToken })).status, 200);
+    const [before] = await h.knex(`${h.tablePrefix}users`).where({ id: target.userId });
+
+    assertError(await h.post('/auth/password/reset', { token, new_password: 'a new strong passphrase 42' }), 401, 'invalid_token');
+    const [afterReset] = await h.knex(`${h.tablePrefix}users`).where({ id: target.userId });
+    assert.equal(afterReset.password_hash, before.password_hash, 'the password is unchanged');
+
+    assert.equal((await h.post(`/users/${target.userId}/enable`, undefined, { token: admin.accessToken })).status, 200);
+    assert.equal((await h.post('/auth/password/forgot', { email: target.email })).status, 202);
+    const fresh = h.tokenFromMail(target.email, 'password_reset');
+    assert.equal((await h.post('/auth/password/reset', { token: fresh, new_password: 'a new strong passphrase 42' })).status, 200);
+  });
+});

@@ -200,7 +200,9 @@ export class AccountService {
     const stored = await this.context.store.repos.oneTimeTokens.findByHash(tokenHash, 'password_reset');
     if (!stored || stored.consumedAt !== null || stored.expiresAt <= this.context.clock.now()) throw invalid();
     const user = await this.context.store.repos.users.findById(stored.userId);
-    if (!user || user.deletedAt !== null) throw invalid();
+    // A disabled account's password stays as its administrator left it: forgot sends it no link,
+    // and a link sent before the disable changes nothing while the account is disabled.
+    if (!user || !mayAuthenticate(user)) throw invalid();
     // Require SSO: a token issued before enforcement changes nothing either; a superadmin's valid token is a right credential.
     await this.signInRules.assertAllowed(user.email, { userId: user.id, credentialRight: true });
     assertPasswordAcceptable(input.newPassword, user.email, this.context.config.password, 'new_password');
@@ -211,7 +213,7 @@ export class AccountService {
       // that held its link and then wanted the account deadlocked with a deletion, which holds
       // the account and then removes the links. Under the lock a deletion is seen, or waits.
       const account = await uow.repos.users.findByIdForUpdate(user.id);
-      if (!account || account.deletedAt !== null) throw invalid();
+      if (!account || !mayAuthenticate(account)) throw invalid();
       // The conditional consume makes the token single-use even under concurrent resets.
       if (!(await uow.repos.oneTimeTokens.consume(stored.id, uow.now))) throw invalid();
       await uow.repos.users.setPasswordHash(user.id, passwordHash, uow.now);
