@@ -259,6 +259,9 @@ describe('an invite left pending while its address joined another way', () => {
     const second = await sso.post('/auth/invites/accept', { token: sso.tokenFromMail(x.email, 'invite') }, { token: x.accessToken });
     assert.equal(second.status, 200, second.text);
     assert.deepEqual((await memberOf(sso, org.id, org.owner.token, x.userId)).roles, ['member']);
+    // The roles were replaced, not granted: the event keeps what they were.
+    const joined = sso.events.filter((event) => event.type === 'member.joined' && event.user_id === x.userId && (event.data as any).invite_id === invite.body.data.id);
+    assert.deepEqual(joined.map((event) => event.data), [{ invite_id: invite.body.data.id, role_slugs: ['member'], previous_role_slugs: ['owner'] }]);
   });
 
   test('the single sign-on default role cannot be made owner-equivalent by editing it, or by re-making its slug (422)', async () => {

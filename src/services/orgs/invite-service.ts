@@ -214,8 +214,8 @@ export class InviteService {
       const roles = await uow.repos.roles.findBySlugs(invite.organizationId, invite.roleSlugs);
       // Joined another way since the invite (single sign-on JIT) and made an owner meanwhile: the
       // invited roles replace theirs, but never those of the last active owner (invariant 3).
-      if (membership?.status === 'active' && !roles.some(isOwnerRole)) {
-        const held = await uow.repos.memberships.rolesOf(membership.id);
+      const held = membership?.status === 'active' ? await uow.repos.memberships.rolesOf(membership.id) : undefined;
+      if (membership && held && !roles.some(isOwnerRole)) {
         await assertNotLastOwner(uow, invite.organizationId, membership, held, 'You are the last active owner; the invited roles would leave the organization without one.');
       }
       await uow.repos.memberships.replaceRoles(membershipId, roles.map((role) => role.id));
@@ -226,7 +226,8 @@ export class InviteService {
         actorId: principal.userId,
         userId: principal.userId,
         organizationId: invite.organizationId,
-        data: { invite_id: invite.id, role_slugs: roles.map((role) => role.slug).sort() },
+        // An active member's roles are replaced, not granted: the audit trail keeps what they were.
+        data: { invite_id: invite.id, role_slugs: roles.map((role) => role.slug).sort(), ...(held ? { previous_role_slugs: held.map((role) => role.slug).sort() } : {}) },
       });
       return { organization_id: invite.organizationId };
     });
