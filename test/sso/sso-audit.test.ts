@@ -160,6 +160,35 @@ describe('enforcement has no side door through a session or another connection',
     assert.equal(own.exchanged!.status, 200, own.exchanged!.text);
     assert.equal(own.exchanged!.body.data.user.id, userId);
   });
+
+  test("a domain given up, whoever holds it next: the old organization's IdP no longer signs in the accounts it linked there (sso_email_outside_domain)", async () => {
+    // Threat: the domain moved to another organization (or nobody) that does not require single
+    // sign-on; the old organization's administrator, who runs its IdP, still held a way into every
+    // account linked there, memberships of other organizations included.
+    const previous = await createOrg(h);
+    const shared = await addVerifiedDomain(h, dns, previous);
+    await addVerifiedDomain(h, dns, previous);
+    const kept = (await h.get(`/orgs/${previous.id}/domains`, { token: previous.owner.token })).body.data.domains.find((entry: any) => entry.id !== shared.id);
+    await connect(h, op, previous, { jit: true });
+    const email = addressAt(shared.domain, 'left');
+    const subject = newSubject();
+    const first = await ssoLogin(h, op, { sub: subject, email }, { email });
+    assert.equal(first.exchanged!.status, 200, first.exchanged!.text);
+    const userId = first.exchanged!.body.data.user.id as string;
+    // While the organization holds the domain, the link signs in with any address it asserts at its domains.
+    const again = await ssoLogin(h, op, { sub: subject, email: addressAt(kept.domain, 'cover') }, { organization_slug: previous.slug });
+    assert.equal(again.exchanged!.status, 200, again.exchanged!.text);
+    assert.equal((await h.delete(`/orgs/${previous.id}/domains/${shared.id}`, { token: previous.owner.token })).status, 200);
+
+    // The domain's new owner verifies it and does not require single sign-on.
+    const current = await createOrg(h);
+    await addVerifiedDomain(h, dns, current, shared.domain);
+
+    const trip = await ssoRoundTrip(h, op, { sub: subject, email: addressAt(kept.domain, 'cover') }, { organization_slug: previous.slug });
+    assert.equal(trip.error, 'sso_email_outside_domain');
+    assert.equal(trip.code, null);
+    assert.ok(h.events.some((event) => event.type === 'user.login_failed' && event.user_id === userId && event.data.reason === 'sso_email_outside_domain'));
+  });
 });
 
 describe("the organization's IdP asserts what it likes: never a 500", () => {

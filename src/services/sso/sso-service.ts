@@ -633,6 +633,10 @@ export class SsoService {
       // organization verified once, linked then, and gave up) signs in through that
       // organization's connection only. The IdP's assertion is this sign-in's credential.
       if (await this.signInRules.refusal(user.email, { userId: user.id, credentialRight: true, viaConnectionId: connection.id, repos })) return refuse('sso_required', user.id);
+      // A linked account is judged by its own address as well as the asserted one (step 1): an
+      // account at a domain this organization has given up is no longer its IdP's to sign in,
+      // whether or not the domain's new owner requires single sign-on.
+      if (identity && !verified.includes(addressDomain(user.email) ?? '')) return refuse('sso_email_outside_domain', user.id);
     } else {
       join = true;
     }
