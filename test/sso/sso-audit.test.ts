@@ -36,6 +36,23 @@ after(async () => {
   await op.close();
 });
 
+/**
+ * An organization with two verified domains and a JIT connection, and an account its IdP
+ * linked at the first (`shared`) one; the second (`kept`) is the one it keeps.
+ */
+async function linkedAtOneOfTwoDomains(localPart: string) {
+  const previous = await createOrg(h);
+  const shared = await addVerifiedDomain(h, dns, previous);
+  await addVerifiedDomain(h, dns, previous);
+  const kept = (await h.get(`/orgs/${previous.id}/domains`, { token: previous.owner.token })).body.data.domains.find((entry: any) => entry.id !== shared.id);
+  await connect(h, op, previous, { jit: true });
+  const email = addressAt(shared.domain, localPart);
+  const subject = newSubject();
+  const first = await ssoLogin(h, op, { sub: subject, email }, { email });
+  assert.equal(first.exchanged!.status, 200, first.exchanged!.text);
+  return { previous, shared, kept, email, subject, userId: first.exchanged!.body.data.user.id as string };
+}
+
 /** A domain with one non-ASCII letter: verified as its A-label, typed by people as its Unicode form. */
 function unicodeDomain(): string {
   return `bücher${Math.random().toString(36).slice(2, 8)}.test`;
@@ -132,16 +149,7 @@ describe('enforcement has no side door through a session or another connection',
 
   test("a domain given up and verified by an enforcing organization: the old organization's IdP no longer signs its accounts in", async () => {
     // The old owner of the domain links an account there, then keeps a second domain and its connection.
-    const previous = await createOrg(h);
-    const shared = await addVerifiedDomain(h, dns, previous);
-    await addVerifiedDomain(h, dns, previous);
-    const kept = (await h.get(`/orgs/${previous.id}/domains`, { token: previous.owner.token })).body.data.domains.find((entry: any) => entry.id !== shared.id);
-    await connect(h, op, previous, { jit: true });
-    const email = addressAt(shared.domain, 'moved');
-    const subject = newSubject();
-    const first = await ssoLogin(h, op, { sub: subject, email }, { email });
-    assert.equal(first.exchanged!.status, 200, first.exchanged!.text);
-    const userId = first.exchanged!.body.data.user.id as string;
+    const { previous, shared, kept, email, subject, userId } = await linkedAtOneOfTwoDomains('moved');
     assert.equal((await h.delete(`/orgs/${previous.id}/domains/${shared.id}`, { token: previous.owner.token })).status, 200);
 
     // The domain's new owner verifies it and requires single sign-on.
@@ -165,16 +173,7 @@ describe('enforcement has no side door through a session or another connection',
     // Threat: the domain moved to another organization (or nobody) that does not require single
     // sign-on; the old organization's administrator, who runs its IdP, still held a way into every
     // account linked there, memberships of other organizations included.
-    const previous = await createOrg(h);
-    const shared = await addVerifiedDomain(h, dns, previous);
-    await addVerifiedDomain(h, dns, previous);
-    const kept = (await h.get(`/orgs/${previous.id}/domains`, { token: previous.owner.token })).body.data.domains.find((entry: any) => entry.id !== shared.id);
-    await connect(h, op, previous, { jit: true });
-    const email = addressAt(shared.domain, 'left');
-    const subject = newSubject();
-    const first = await ssoLogin(h, op, { sub: subject, email }, { email });
-    assert.equal(first.exchanged!.status, 200, first.exchanged!.text);
-    const userId = first.exchanged!.body.data.user.id as string;
+    const { previous, shared, kept, subject, userId } = await linkedAtOneOfTwoDomains('left');
     // While the organization holds the domain, the link signs in with any address it asserts at its domains.
     const again = await ssoLogin(h, op, { sub: subject, email: addressAt(kept.domain, 'cover') }, { organization_slug: previous.slug });
     assert.equal(again.exchanged!.status, 200, again.exchanged!.text);

@@ -2,7 +2,7 @@ import type { WindowBudget } from '../../config/types.js';
 import { keyedHash } from '../../crypto/keyed-hash.js';
 import { errors, IdentityError } from '../../errors.js';
 import type { Repositories } from '../../store/store.js';
-import { domainForm, normaliseEmail } from '../shared/identity-rules.js';
+import { addressDomain, normaliseEmail } from '../shared/identity-rules.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 
@@ -28,9 +28,8 @@ export type BudgetContext = Pick<ServiceContext, 'keys' | 'config' | 'store'>;
  */
 export function emailBudgetForm(address: string): string {
   const normalised = normaliseEmail(address);
-  const at = normalised.lastIndexOf('@');
-  if (at < 1) return normalised;
-  return `${normalised.slice(0, at)}@${domainForm(normalised.slice(at + 1)) ?? normalised.slice(at + 1)}`;
+  const domain = addressDomain(normalised);
+  return domain === undefined ? normalised : `${normalised.slice(0, normalised.lastIndexOf('@'))}@${domain}`;
 }
 
 /**
