@@ -89,6 +89,16 @@ export class UserRepository extends Repository {
     return row ? mapUser(row) : undefined;
   }
 
+  /**
+   * The account at `email` (normalised), its row locked. On PostgreSQL a statement that waited
+   * for the lock reads the row again and answers nothing if the address left it meanwhile (an
+   * account deleted and given its tombstone).
+   */
+  async findByEmailForUpdate(email: string): Promise<UserRecord | undefined> {
+    const row = await this.lockForUpdate(this.db(this.table.users).where({ email })).first();
+    return row ? mapUser(row) : undefined;
+  }
+
   /** `email` must already be normalised (trimmed, lower-cased). */
   async findByEmail(email: string): Promise<UserRecord | undefined> {
     const row = await this.hot.first(this.db, 'users.findByEmail', (values) => this.db(this.table.users).where({ email: values.email }).first(USER_COLUMNS), { email });

@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import express from 'express';
-import { Harness, STRONG_PASSWORD, TEST_DB, decodeJwt, uniqueEmail, type SignedUpUser } from '../helpers/harness.js';
+import { type Harness, STRONG_PASSWORD, TEST_DB, decodeJwt, uniqueEmail, type SignedUpUser } from '../helpers/harness.js';
+import { CROSS_INSTANCE_DEADLINE_MS, HOST_PERMISSION, type Instance, InstancePair, type Probe } from '../helpers/instance-pair.js';
 import { assertError } from '../helpers/account.js';
 import { addMember, createOrg, roleIdOf, superadmin, switchOrg, type CreatedOrg } from '../helpers/orgs.js';
 import { RoleRepository } from '../../src/store/organization-repository.js';
@@ -14,79 +13,17 @@ import { UserRepository } from '../../src/store/user-repository.js';
  * on the instance that made it at once, and on another instance of the same database within
  * 1 s. Each test first makes both instances cache the caller's session and authority (a
  * request that succeeds), then revokes on instance A and asks again on A (at once) and on B.
- *
- * B is a second router on the same database: on PostgreSQL with a connection pool of its
- * own, as another process would have, so only LISTEN/NOTIFY can tell it; on SQLite (one
- * process by nature) it shares A's database handle.
+ * B is a second router on the same database (helpers/instance-pair.ts).
  */
 
-/*
- * docs/multiple-instances.md allows 1 s, which the cache expiry alone would meet. Half of it proves the
- * notification: each revocation follows its warm-up by far less than the expiry.
- */
-const CROSS_INSTANCE_DEADLINE_MS = 500;
-const HOST_PERMISSION = 'reports.read';
-
-interface Instance {
-  h: Harness;
-  /** GET on a host route behind requirePermission(reports.read). */
-  host(token: string): Promise<number>;
-  close(): Promise<void>;
-}
-
-async function instance(h: Harness): Promise<Instance> {
-  const app = express();
-  app.get('/reports', h.identity.requirePermission(HOST_PERMISSION), (_req, res) => {
-    res.json({ reports: [] });
-  });
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/reports`;
-  return {
-    h,
-    host: async (token) => (await fetch(url, { headers: { authorization: `Bearer ${token}` } })).status,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
-
-const config = { permissions: [{ key: HOST_PERMISSION, description: 'Read reports' }] };
+let pair: InstancePair;
 let a: Instance;
 let b: Instance;
 before(async () => {
-  const first = await Harness.start({ config });
-  a = await instance(first);
-  b = await instance(await Harness.start({ config, shareDatabaseWith: first, ownConnection: true }));
+  pair = await InstancePair.start();
+  ({ a, b } = pair);
 });
-after(async () => {
-  await b.close();
-  await b.h.close();
-  await a.close();
-  await a.h.close();
-});
-
-type Probe = (on: Instance) => Promise<number>;
-
-/** Warms both instances' caches (the probe answers `allowed`), runs the revocation, then checks both. */
-async function assertRevokedEverywhere(probe: Probe, revoke: () => Promise<void>, refused: number, allowed = 200): Promise<void> {
-  for (const on of [a, b]) {
-    assert.equal(await probe(on), allowed, 'before the revocation');
-    assert.equal(await probe(on), allowed, 'before the revocation, from the cache');
-  }
-  await revoke();
-  assert.equal(await probe(a), refused, 'on the instance that revoked, at once');
-  assert.equal(await onOtherInstance(probe, refused), refused, `on another instance within ${CROSS_INSTANCE_DEADLINE_MS} ms`);
-}
-
-/** Asks B until it answers `expected` (compared as JSON) or the deadline passes; its last answer. */
-async function onOtherInstance<T>(probe: (on: Instance) => Promise<T>, expected: T): Promise<T> {
-  const started = performance.now();
-  let answer = await probe(b);
-  while (JSON.stringify(answer) !== JSON.stringify(expected) && performance.now() - started < CROSS_INSTANCE_DEADLINE_MS) {
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    answer = await probe(b);
-  }
-  return answer;
-}
+after(() => pair.close());
 
 /** Refreshes with the newest token of a session's chain, on whichever instance it is asked. */
 function refreshStatus(refreshToken: string): Probe {
@@ -120,7 +57,7 @@ async function secondSession(user: SignedUpUser): Promise<string> {
 describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('logout', async () => {
     const { org, member } = await orgWithMember();
-    await assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token), refreshStatus(member.refreshToken)), async () => {
+    await pair.assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token), refreshStatus(member.refreshToken)), async () => {
       assert.equal((await a.h.post('/auth/logout', {}, { token: member.token })).status, 200);
     }, 401);
     assert.ok(org.id);
@@ -129,7 +66,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('logout-all', async () => {
     const { member } = await orgWithMember();
     const other = await switchOrg(a.h, await secondSession(member), decodeJwt(member.token).org);
-    await assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
+    await pair.assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
       assert.equal((await a.h.post('/auth/logout-all', {}, { token: member.token })).status, 200);
     }, 401);
   });
@@ -137,7 +74,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('session delete', async () => {
     const { member } = await orgWithMember();
     const other = await switchOrg(a.h, await secondSession(member), decodeJwt(member.token).org);
-    await assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
+    await pair.assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
       assert.equal((await a.h.delete(`/auth/sessions/${decodeJwt(other).sid}`, { token: member.token })).status, 200);
     }, 401);
   });
@@ -145,7 +82,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('password change', async () => {
     const { member } = await orgWithMember();
     const other = await switchOrg(a.h, await secondSession(member), decodeJwt(member.token).org);
-    await assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
+    await pair.assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
       const changed = await a.h.post('/auth/password/change', { current_password: STRONG_PASSWORD, new_password: 'a completely new passphrase 9' }, { token: member.token });
       assert.equal(changed.status, 200, changed.text);
     }, 401);
@@ -153,7 +90,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
 
   test('password reset', async () => {
     const { member } = await orgWithMember();
-    await assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token)), async () => {
+    await pair.assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token)), async () => {
       assert.equal((await a.h.post('/auth/password/forgot', { email: member.email })).status, 202);
       const reset = await a.h.post('/auth/password/reset', { token: a.h.tokenFromMail(member.email, 'password_reset'), new_password: 'a completely new passphrase 9' });
       assert.equal(reset.status, 200, reset.text);
@@ -163,7 +100,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('user disable', async () => {
     const { member } = await orgWithMember();
     const root = await superadmin(a.h);
-    await assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token), refreshStatus(member.refreshToken)), async () => {
+    await pair.assertRevokedEverywhere(both(sessionsStatus(member.token), hostStatus(member.token), refreshStatus(member.refreshToken)), async () => {
       const disabled = await a.h.post(`/users/${member.userId}/disable`, undefined, { token: root.accessToken });
       assert.equal(disabled.status, 200, disabled.text);
     }, 401);
@@ -172,7 +109,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('user delete', async () => {
     const { member } = await orgWithMember();
     const other = await switchOrg(a.h, await secondSession(member), decodeJwt(member.token).org);
-    await assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
+    await pair.assertRevokedEverywhere(both(sessionsStatus(other), hostStatus(other)), async () => {
       const deleted = await a.h.delete(`/users/${member.userId}`, { token: member.token });
       assert.equal(deleted.status, 200, deleted.text);
     }, 401);
@@ -184,7 +121,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
       const me = await on.h.get('/auth/me', { token: member.token });
       return me.body.data.status === 'locked' ? 423 : me.status;
     };
-    await assertRevokedEverywhere(both(hostStatus(member.token), async (on) => ((await meStatus(on)) === 423 ? 401 : 200)), async () => {
+    await pair.assertRevokedEverywhere(both(hostStatus(member.token), async (on) => ((await meStatus(on)) === 423 ? 401 : 200)), async () => {
       for (let attempt = 1; attempt <= 5; attempt += 1) {
         assert.equal((await a.h.post('/auth/login', { email: member.email, password: `wrong password ${attempt}` })).status, 401);
       }
@@ -193,7 +130,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
 
   test('member suspend', async () => {
     const { org, member } = await orgWithMember();
-    await assertRevokedEverywhere(both(membersStatus(org.id, member.token), hostStatus(member.token)), async () => {
+    await pair.assertRevokedEverywhere(both(membersStatus(org.id, member.token), hostStatus(member.token)), async () => {
       const suspended = await a.h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'suspended' }, { token: org.owner.token });
       assert.equal(suspended.status, 200, suspended.text);
       // Suspension also ends the sessions scoped to the organization: 401, not 403.
@@ -202,7 +139,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
 
   test('member remove', async () => {
     const { org, member } = await orgWithMember();
-    await assertRevokedEverywhere(both(membersStatus(org.id, member.token), hostStatus(member.token)), async () => {
+    await pair.assertRevokedEverywhere(both(membersStatus(org.id, member.token), hostStatus(member.token)), async () => {
       const removed = await a.h.delete(`/orgs/${org.id}/members/${member.userId}`, { token: org.owner.token });
       assert.equal(removed.status, 200, removed.text);
     }, 401);
@@ -211,7 +148,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('role change', async () => {
     const { org, member } = await orgWithMember(['admin']);
     // The member template holds no host key: demotion ends reports.read.
-    await assertRevokedEverywhere(hostStatus(member.token), async () => {
+    await pair.assertRevokedEverywhere(hostStatus(member.token), async () => {
       const changed = await a.h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token });
       assert.equal(changed.status, 200, changed.text);
     }, 403);
@@ -229,7 +166,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
     const changed = await a.h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['member'] }, { token: org.owner.token });
     assert.equal(changed.status, 200, changed.text);
     assert.deepEqual(await rolesOnPage(a), ['member'], 'on the instance that changed it, at once');
-    assert.deepEqual(await onOtherInstance(rolesOnPage, ['member']), ['member'], `on another instance within ${CROSS_INSTANCE_DEADLINE_MS} ms`);
+    assert.deepEqual(await pair.onOtherInstance(rolesOnPage, ['member']), ['member'], `on another instance within ${CROSS_INSTANCE_DEADLINE_MS} ms`);
   });
 
   test('role edit', async () => {
@@ -237,7 +174,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
     const adminRoleId = await roleIdOf(a.h, org.id, org.owner.token, 'admin');
     const role = await a.h.get(`/orgs/${org.id}/roles`, { token: org.owner.token });
     const keys = (role.body.data as any[]).find((entry) => entry.id === adminRoleId).permission_keys as string[];
-    await assertRevokedEverywhere(hostStatus(member.token), async () => {
+    await pair.assertRevokedEverywhere(hostStatus(member.token), async () => {
       const edited = await a.h.patch(`/orgs/${org.id}/roles/${adminRoleId}`, { permission_keys: keys.filter((key) => key !== HOST_PERMISSION) }, { token: org.owner.token });
       assert.equal(edited.status, 200, edited.text);
     }, 403);
@@ -245,7 +182,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
 
   test('organization delete', async () => {
     const { org, member } = await orgWithMember();
-    await assertRevokedEverywhere(hostStatus(member.token), async () => {
+    await pair.assertRevokedEverywhere(hostStatus(member.token), async () => {
       const deleted = await a.h.delete(`/orgs/${org.id}`, { token: org.owner.token });
       assert.equal(deleted.status, 200, deleted.text);
     }, 401);
@@ -254,7 +191,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
   test('organization require_mfa', async () => {
     const { org, member } = await orgWithMember();
     // A member with no confirmed factor is under grace enrollment once the organization requires MFA.
-    await assertRevokedEverywhere(sessionsStatus(member.token), async () => {
+    await pair.assertRevokedEverywhere(sessionsStatus(member.token), async () => {
       const updated = await a.h.patch(`/orgs/${org.id}`, { settings: { require_mfa: true } }, { token: org.owner.token });
       assert.equal(updated.status, 200, updated.text);
     }, 403);
@@ -264,7 +201,7 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
     const root = await superadmin(a.h);
     const org = await createOrg(a.h);
     const probe: Probe = async (on) => (await on.h.get(`/orgs/${org.id}/members`, { token: root.accessToken })).status;
-    await assertRevokedEverywhere(probe, () => a.h.identity.service.revokeSuperadmin(root.userId), 403);
+    await pair.assertRevokedEverywhere(probe, () => a.h.identity.service.revokeSuperadmin(root.userId), 403);
   });
 
   // A login's token takes its authority through the access cache (SessionService.signOpened),
@@ -276,11 +213,11 @@ describe(`revocations reach the access cache (${TEST_DB})`, () => {
       assert.equal(login.status, 200, login.text);
       return (decodeJwt(login.body.data.access_token).scope as string[]).length > 0 ? 1 : 0;
     };
-    await assertRevokedEverywhere(signedWithGrant, () => a.h.identity.service.revokeSuperadmin(root.userId), 0, 1);
+    await pair.assertRevokedEverywhere(signedWithGrant, () => a.h.identity.service.revokeSuperadmin(root.userId), 0, 1);
     // And granted again: the next login carries it at once.
     await a.h.identity.service.grantSuperadmin(root.userId);
     assert.equal(await signedWithGrant(a), 1);
-    assert.equal(await onOtherInstance(signedWithGrant, 1), 1);
+    assert.equal(await pair.onOtherInstance(signedWithGrant, 1), 1);
   });
 
   // On PostgreSQL the password login reads the grant in its account statement, before the hash

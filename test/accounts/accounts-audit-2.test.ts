@@ -149,7 +149,7 @@ describe(`a password reset and the account's deletion on ${TEST_DB}`, () => {
     const mails = plain.mail.length;
     const { outer: resent, inner: deleted } = await withRequestInTheWindow(
       plain,
-      { prototype: UserRepository.prototype, method: 'findByEmail', when: (email) => email === user.email },
+      { prototype: UserRepository.prototype, method: 'findByEmailForUpdate', when: (email) => email === user.email, at: 'before' },
       () => plain.delete(`/users/${user.userId}`, { token: user.accessToken }),
       () => plain.post('/auth/email/verify/resend', { email: user.email }),
     );

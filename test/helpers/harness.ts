@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after } from 'node:test';
 import express from 'express';
 import knexFactory, { type Knex } from 'knex';
 import { openApiValidationEnabled, recordResponse } from './openapi.js';
@@ -248,6 +249,23 @@ export class Harness {
       await this.knex.destroy();
     }
   }
+}
+
+/**
+ * For a file whose tests each start their own harness: a start function whose harnesses all
+ * close after the file's tests, the newest first (a second instance before the one it shares a
+ * database with).
+ */
+export function harnessesClosedAfterFile(): (options?: HarnessOptions) => Promise<Harness> {
+  const started: Harness[] = [];
+  after(async () => {
+    for (const harness of started.reverse()) await harness.close();
+  });
+  return async (options) => {
+    const harness = await Harness.start(options);
+    started.push(harness);
+    return harness;
+  };
 }
 
 export interface SignedUpUser {

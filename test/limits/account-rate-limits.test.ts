@@ -1,20 +1,12 @@
 import assert from 'node:assert/strict';
-import { after, test } from 'node:test';
-import { Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
+import { test } from 'node:test';
+import { STRONG_PASSWORD, uniqueEmail, harnessesClosedAfterFile } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 
 // docs/configuration.md rate limits (fixed windows, per group, configurable through auth.rateLimits) and docs/openapi.yaml 429 headers.
 // Threat: brute force and resource exhaustion from one client.
 
-const started: Harness[] = [];
-async function start(options: Parameters<typeof Harness.start>[0]): Promise<Harness> {
-  const harness = await Harness.start(options);
-  started.push(harness);
-  return harness;
-}
-after(async () => {
-  await Promise.all(started.map((harness) => harness.close()));
-});
+const start = harnessesClosedAfterFile();
 
 test('the login group answers 429 rate_limited with Retry-After and X-RateLimit-* past its limit', async () => {
   const h = await start({ rateLimits: true, config: { auth: { rateLimits: { login: { limit: 2, windowSec: 60 } } } } });

@@ -5,23 +5,15 @@
  *   node scripts/run-tests.mjs test/limits/limits-audit.test.ts
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { Harness, TEST_DB, uniqueEmail } from '../helpers/harness.js';
+import { before, test } from 'node:test';
+import { type Harness, TEST_DB, uniqueEmail, harnessesClosedAfterFile } from '../helpers/harness.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { RateEventRepository } from '../../src/store/audit-repository.js';
 import { assertError, countRows } from '../helpers/account.js';
 import { createOrg } from '../helpers/orgs.js';
 import { eventually } from '../helpers/eventually.js';
 
-const started: Harness[] = [];
-async function start(options: Parameters<typeof Harness.start>[0]): Promise<Harness> {
-  const harness = await Harness.start(options);
-  started.push(harness);
-  return harness;
-}
-after(async () => {
-  await Promise.all(started.reverse().map((harness) => harness.close()));
-});
+const start = harnessesClosedAfterFile();
 
 /** A local part no other test uses, at an internationalised domain. */
 const uniqueLocal = (prefix: string) => `${prefix}${Math.random().toString(36).slice(2, 10)}`;

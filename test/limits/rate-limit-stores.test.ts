@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import type { Store } from 'express-rate-limit';
 import { createIdentityRouter, IdentityConfigError } from '../../src/index.js';
-import { Harness, uniqueEmail } from '../helpers/harness.js';
+import { uniqueEmail, harnessesClosedAfterFile } from '../helpers/harness.js';
 import { assertError } from '../helpers/account.js';
 
 // auth.rateLimitStore: 'database' (counters shared by every instance on one database, for hosts
@@ -10,15 +10,7 @@ import { assertError } from '../helpers/account.js';
 // Threat: a brute force spread over several instances getting N times the configured budget,
 // and a rate-limit store outage turning into 500s or silently dropping the limit.
 
-const started: Harness[] = [];
-async function start(options: Parameters<typeof Harness.start>[0]): Promise<Harness> {
-  const harness = await Harness.start(options);
-  started.push(harness);
-  return harness;
-}
-after(async () => {
-  await Promise.all(started.reverse().map((harness) => harness.close()));
-});
+const start = harnessesClosedAfterFile();
 
 test("the 'database' store holds one login budget across two instances on one database", async () => {
   const config = { auth: { rateLimitStore: 'database', rateLimits: { login: { limit: 3, windowSec: 60 } } } } as const;

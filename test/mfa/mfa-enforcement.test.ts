@@ -1,18 +1,11 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, describe, test } from 'node:test';
-import { decodeJwt, Harness } from '../helpers/harness.js';
+import { describe, test } from 'node:test';
+import { decodeJwt, type Harness, harnessesClosedAfterFile } from '../helpers/harness.js';
 import { enrollSms, enrollTotp, loginForTicket, nextTotpCode, totpCodeAt, uniquePhone } from '../helpers/mfa.js';
 
-const harnesses: Harness[] = [];
-async function start(config: Record<string, unknown> = {}): Promise<Harness> {
-  const h = await Harness.start({ config });
-  harnesses.push(h);
-  return h;
-}
-after(async () => {
-  for (const h of harnesses) await h.close();
-});
+const startHarness = harnessesClosedAfterFile();
+const start = (config: Record<string, unknown> = {}): Promise<Harness> => startHarness({ config });
 
 /** docs/mfa.md: in grace mode only these answer until a factor is confirmed. */
 async function assertGraceRestrictions(h: Harness, token: string): Promise<void> {

@@ -4,19 +4,12 @@
  *   node scripts/run-tests.mjs test/passwordless/passwordless-audit.test.ts
  */
 import assert from 'node:assert/strict';
-import { after, describe, test } from 'node:test';
-import { Harness, uniqueEmail } from '../helpers/harness.js';
+import { describe, test } from 'node:test';
+import { type Harness, uniqueEmail, harnessesClosedAfterFile } from '../helpers/harness.js';
 import { enrollTotp } from '../helpers/mfa.js';
 
-const harnesses: Harness[] = [];
-async function startHarness(config: Record<string, unknown>): Promise<Harness> {
-  const h = await Harness.start({ config });
-  harnesses.push(h);
-  return h;
-}
-after(async () => {
-  for (const h of harnesses) await h.close();
-});
+const startWith = harnessesClosedAfterFile();
+const startHarness = (config: Record<string, unknown>): Promise<Harness> => startWith({ config });
 
 async function start(h: Harness, email: string): Promise<string> {
   const started = await h.post('/auth/passwordless/start', { email });

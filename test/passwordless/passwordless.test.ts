@@ -7,9 +7,9 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import { createIdentityRouter, IdentityConfigError, type IdentityConfig } from '../../src/index.js';
-import { decodeJwt, Harness, type HarnessOptions, STRONG_PASSWORD, TEST_DB, uniqueEmail } from '../helpers/harness.js';
+import { decodeJwt, type Harness, type HarnessOptions, STRONG_PASSWORD, TEST_DB, uniqueEmail, harnessesClosedAfterFile } from '../helpers/harness.js';
 import { assertError, assertValidationErrors, registerOnly } from '../helpers/account.js';
 import { enrollEmail, enrollTotp, nextTotpCode, signUpWithTotp } from '../helpers/mfa.js';
 import { fixtures, fixtureWebauthnConfig, passGateWithRecorded, registerRecorded } from '../helpers/passkeys.js';
@@ -18,15 +18,8 @@ import { servicesOf } from '../../src/create-identity-router.js';
 const LINK_PAGE = 'https://app.example.test/sign-in/link#token={token}';
 const FULL = { passwordless: { link: true, allowSignup: true }, links: { passwordlessLogin: LINK_PAGE } };
 
-const harnesses: Harness[] = [];
-async function startHarness(config: Record<string, unknown>, options: HarnessOptions = {}): Promise<Harness> {
-  const h = await Harness.start({ ...options, config });
-  harnesses.push(h);
-  return h;
-}
-after(async () => {
-  for (const h of harnesses) await h.close();
-});
+const startWith = harnessesClosedAfterFile();
+const startHarness = (config: Record<string, unknown>, options: HarnessOptions = {}): Promise<Harness> => startWith({ ...options, config });
 
 async function start(h: Harness, email: string): Promise<string> {
   const started = await h.post('/auth/passwordless/start', { email });

@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import express from 'express';
-import { Harness, TEST_DB, decodeJwt, uniqueEmail } from '../helpers/harness.js';
+import { TEST_DB, decodeJwt, uniqueEmail } from '../helpers/harness.js';
+import { HOST_PERMISSION, type Instance, InstancePair, type Probe } from '../helpers/instance-pair.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { addMember, createOrg, type CreatedOrg, type OrgMember } from '../helpers/orgs.js';
 import { servicesOf } from '../../src/create-identity-router.js';
@@ -15,82 +14,18 @@ import { SessionRepository } from '../../src/store/session-repository.js';
  * lost between two instances of one database: an API key that a second instance keeps in its
  * cache, a session ended by a refresh replay, an MFA enforcement, a role deleted, a listening
  * connection that drops, and a cache fill read before the revocation committed.
- *
- * B is a second router on the same database: on PostgreSQL with a connection pool (and a
- * listening connection) of its own, as another process would have; on SQLite it shares A's
- * database handle. The other instance is given 500 ms, half the contract's 1 s: the cache
- * expiry alone would meet 1 s, so half of it proves the notification.
+ * B is a second router on the same database, given half the contract's 1 s
+ * (helpers/instance-pair.ts).
  */
 
-const CROSS_INSTANCE_DEADLINE_MS = 500;
-const HOST_PERMISSION = 'reports.read';
-
-interface Instance {
-  h: Harness;
-  /** GET on a host route behind requirePermission(reports.read), API keys accepted. */
-  host(credential: string): Promise<number>;
-  /** GET on a host route behind authenticate(). */
-  whoami(credential: string): Promise<number>;
-  close(): Promise<void>;
-}
-
-async function instance(h: Harness): Promise<Instance> {
-  const app = express();
-  app.get('/reports', h.identity.requirePermission(HOST_PERMISSION, { apiKeys: true }), (_req, res) => {
-    res.json({ reports: [] });
-  });
-  app.get('/whoami', h.identity.authenticate(), (req, res) => {
-    res.json({ caller: h.identity.caller(req) });
-  });
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    h,
-    host: async (credential) => (await fetch(`${base}/reports`, { headers: { authorization: `Bearer ${credential}` } })).status,
-    whoami: async (credential) => (await fetch(`${base}/whoami`, { headers: { authorization: `Bearer ${credential}` } })).status,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
-
-const config = { permissions: [{ key: HOST_PERMISSION, description: 'Read reports' }] };
+let pair: InstancePair;
 let a: Instance;
 let b: Instance;
 before(async () => {
-  const first = await Harness.start({ config });
-  a = await instance(first);
-  b = await instance(await Harness.start({ config, shareDatabaseWith: first, ownConnection: true }));
+  pair = await InstancePair.start();
+  ({ a, b } = pair);
 });
-after(async () => {
-  await b.close();
-  await b.h.close();
-  await a.close();
-  await a.h.close();
-});
-
-type Probe = (on: Instance) => Promise<number>;
-
-/** Asks B until it answers `expected` or the deadline passes; its last answer. */
-async function onOtherInstance(probe: Probe, expected: number, deadline = CROSS_INSTANCE_DEADLINE_MS): Promise<number> {
-  const started = performance.now();
-  let answer = await probe(b);
-  while (answer !== expected && performance.now() - started < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    answer = await probe(b);
-  }
-  return answer;
-}
-
-/** Warms both instances' caches (the probe answers `allowed` twice), revokes on A, then checks A at once and B within the deadline. */
-async function assertRevokedEverywhere(probe: Probe, revoke: () => Promise<void>, refused: number, allowed = 200): Promise<void> {
-  for (const on of [a, b]) {
-    assert.equal(await probe(on), allowed, 'before the revocation');
-    assert.equal(await probe(on), allowed, 'before the revocation, from the cache');
-  }
-  await revoke();
-  assert.equal(await probe(a), refused, 'on the instance that revoked, at once');
-  assert.equal(await onOtherInstance(probe, refused), refused, `on another instance within ${CROSS_INSTANCE_DEADLINE_MS} ms`);
-}
+after(() => pair.close());
 
 const hostStatus = (credential: string): Probe => (on) => on.host(credential);
 const whoamiStatus = (credential: string): Probe => (on) => on.whoami(credential);
@@ -115,7 +50,7 @@ describe(`revocations beyond the access-cache suite reach every instance (${TEST
   test('API key revoked by its owner: 401 on A at once and on B within 500 ms', async () => {
     const { org } = await orgWithMember();
     const { id, key } = await createKey(org.id, org.owner.token);
-    await assertRevokedEverywhere(hostStatus(key), async () => {
+    await pair.assertRevokedEverywhere(hostStatus(key), async () => {
       const revoked = await a.h.delete(`/orgs/${org.id}/api-keys/${id}`, { token: org.owner.token });
       assert.equal(revoked.status, 200, revoked.text);
     }, 401);
@@ -124,7 +59,7 @@ describe(`revocations beyond the access-cache suite reach every instance (${TEST
   test("API key of a member removed from the organization: the key stops on A at once and on B", async () => {
     const { org, member } = await orgWithMember(['admin']);
     const { key } = await createKey(org.id, member.token);
-    await assertRevokedEverywhere(hostStatus(key), async () => {
+    await pair.assertRevokedEverywhere(hostStatus(key), async () => {
       const removed = await a.h.delete(`/orgs/${org.id}/members/${member.userId}`, { token: org.owner.token });
       assert.equal(removed.status, 200, removed.text);
     }, 401);
@@ -133,7 +68,7 @@ describe(`revocations beyond the access-cache suite reach every instance (${TEST
   test('API key of an organization deleted on A stops on B', async () => {
     const { org } = await orgWithMember();
     const { key } = await createKey(org.id, org.owner.token);
-    await assertRevokedEverywhere(hostStatus(key), async () => {
+    await pair.assertRevokedEverywhere(hostStatus(key), async () => {
       const deleted = await a.h.delete(`/orgs/${org.id}`, { token: org.owner.token });
       assert.equal(deleted.status, 200, deleted.text);
     }, 401);
@@ -141,7 +76,7 @@ describe(`revocations beyond the access-cache suite reach every instance (${TEST
 
   test('a refresh replay on A ends the session: its access token is refused by both middlewares on A and B', async () => {
     const { member } = await orgWithMember();
-    await assertRevokedEverywhere(both(hostStatus(member.token), whoamiStatus(member.token)), async () => {
+    await pair.assertRevokedEverywhere(both(hostStatus(member.token), whoamiStatus(member.token)), async () => {
       const first = await a.h.post('/auth/token/refresh', { refresh_token: member.refreshToken });
       assert.equal(first.status, 200, first.text);
       const replay = await a.h.post('/auth/token/refresh', { refresh_token: member.refreshToken });
@@ -151,7 +86,7 @@ describe(`revocations beyond the access-cache suite reach every instance (${TEST
 
   test('MFA enforced on a user (service API): grace enrollment binds the host middleware on A and B', async () => {
     const { member } = await orgWithMember();
-    await assertRevokedEverywhere(both(hostStatus(member.token), whoamiStatus(member.token)), () => a.h.identity.service.setMfaEnforced(member.userId, true), 403);
+    await pair.assertRevokedEverywhere(both(hostStatus(member.token), whoamiStatus(member.token)), () => a.h.identity.service.setMfaEnforced(member.userId, true), 403);
   });
 
   test('role deleted: the permission it gave ends on A at once and on B', async () => {
@@ -160,7 +95,7 @@ describe(`revocations beyond the access-cache suite reach every instance (${TEST
     assert.equal(role.status, 201, role.text);
     const assigned = await a.h.patch(`/orgs/${org.id}/members/${member.userId}/roles`, { role_slugs: ['member', role.body.data.slug] }, { token: org.owner.token });
     assert.equal(assigned.status, 200, assigned.text);
-    await assertRevokedEverywhere(hostStatus(member.token), async () => {
+    await pair.assertRevokedEverywhere(hostStatus(member.token), async () => {
       const deleted = await a.h.delete(`/orgs/${org.id}/roles/${role.body.data.id}`, { token: org.owner.token });
       assert.equal(deleted.status, 200, deleted.text);
     }, 403);
@@ -171,7 +106,7 @@ describe(`revocations beyond the access-cache suite reach every instance (${TEST
     // The session moves on to an organization of the user's own, so the suspension does not end it (CONTRACT 6).
     const other = await createOrg(a.h, { owner: member });
     assert.ok(other.id);
-    await assertRevokedEverywhere(whoamiStatus(member.token), async () => {
+    await pair.assertRevokedEverywhere(whoamiStatus(member.token), async () => {
       const suspended = await a.h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'suspended' }, { token: org.owner.token });
       assert.equal(suspended.status, 200, suspended.text);
     }, 403);
@@ -225,7 +160,7 @@ describe(`races and lost notifications (${TEST_DB})`, { skip: TEST_DB !== 'pg' &
     const removed = await a.h.delete(`/orgs/${org.id}/members/${member.userId}`, { token: org.owner.token });
     assert.equal(removed.status, 200, removed.text);
     assert.equal(await a.host(member.token), 401, 'on A, at once');
-    assert.equal(await onOtherInstance(hostStatus(member.token), 401), 401, 'on B while it may be deaf');
+    assert.equal(await pair.onOtherInstance(hostStatus(member.token), 401), 401, 'on B while it may be deaf');
     // Until both listen again (the first retry comes after 500 ms), then B is asked again.
     const started = performance.now();
     let listening = 0;
@@ -254,7 +189,7 @@ describe(`races and lost notifications (${TEST_DB})`, { skip: TEST_DB !== 'pg' &
       const removed = await a.h.delete(`/orgs/${org.id}/members/${member.userId}`, { token: org.owner.token });
       assert.equal(removed.status, 200, removed.text);
       assert.equal(await probe(a), 401, 'on A, at once');
-      const answer = await onOtherInstance(probe, 401, 1_000 - (performance.now() - revokedAt));
+      const answer = await pair.onOtherInstance(probe, 401, 1_000 - (performance.now() - revokedAt));
       assert.equal(answer, 401, 'on B within 1 s, by the expiry alone');
     } finally {
       cache.apply = apply;

@@ -285,11 +285,10 @@ export class AccountService {
    * The account at `email`, its row locked before a link is retired or written for it, as its
    * deletion locks it before it removes the links (docs/database.md): taken the other way round,
    * the two deadlocked, and a link written for an account deleted meanwhile was mailed to the
-   * address it no longer has. A deletion that committed first answers its tombstone.
+   * address it no longer has. A deletion that committed first leaves nothing at the address.
    */
-  private async lockAccountAt(uow: UnitOfWork, email: string): Promise<UserRecord | undefined> {
-    const found = await uow.repos.users.findByEmail(email);
-    return found && (await uow.repos.users.findByIdForUpdate(found.id));
+  private lockAccountAt(uow: UnitOfWork, email: string): Promise<UserRecord | undefined> {
+    return uow.repos.users.findByEmailForUpdate(email);
   }
 
   /** Over the address's link budget nothing is retired, written or sent, and the route answers as ever. */
