@@ -145,7 +145,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     mailer: adapters.mailer ?? createDevMailer({ logger }),
     sms: adapters.sms ?? createDevSmsSender({ logger }),
     onEvent: adapters.onEvent,
-    webhookGuard: new OutboundGuard({ allowHttp: resolved.webhooks.allowHttp, allowPrivateNetworks: resolved.webhooks.allowPrivateNetworks }, adapters.dns),
+    webhookGuard: new OutboundGuard({ allowHttp: resolved.webhooks.allowHttp, allowPrivateNetworks: resolved.webhooks.allowPrivateNetworks, exemptOriginsMayUseHttp: false }, adapters.dns),
   } as Omit<ServiceContext, 'delivery'> as ServiceContext;
   // The worker needs the context it is part of (its 410 handling runs a unit of work).
   const delivery = new EventDelivery(context);

@@ -15,8 +15,13 @@ import { classifyAddress } from './address-ranges.js';
 export interface OutboundPolicy {
   /** Accept `http:` for every origin (the guard still checks the address). */
   allowHttp: boolean;
-  /** `true`: every origin may use `http:` and private addresses; a list: exactly these origins. Link-local stays refused. */
+  /** `true`: every origin may use private addresses; a list: exactly these origins. Link-local stays refused. */
   allowPrivateNetworks: boolean | readonly string[];
+  /**
+   * Whether an origin `allowPrivateNetworks` exempts may also use `http:` (default true: an
+   * organization's IdP, 12.2). Webhooks say false: there `http:` is `allowHttp`'s alone (13.3).
+   */
+  exemptOriginsMayUseHttp?: boolean;
 }
 
 export type OutboundRefusalReason = 'invalid' | 'scheme' | 'credentials' | 'unresolvable' | 'private_address';
@@ -89,7 +94,7 @@ export class OutboundGuard {
     } catch {
       throw new OutboundRefusal('invalid', 'The URL is not an absolute URL.');
     }
-    const httpAllowed = this.policy.allowHttp || this.exempt(url);
+    const httpAllowed = this.policy.allowHttp || (this.policy.exemptOriginsMayUseHttp !== false && this.exempt(url));
     if (url.protocol !== 'https:' && !(url.protocol === 'http:' && httpAllowed)) {
       throw new OutboundRefusal('scheme', httpAllowed ? 'The URL must use http: or https:.' : 'The URL must use https:.');
     }
