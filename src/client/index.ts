@@ -309,9 +309,21 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     return refreshing;
   }
 
+  /**
+   * `refresh`, where a refusal that ended the session (401) is no failure of the caller: it goes
+   * on signed out, so getAccessToken() answers null and a request's first answer stays its answer.
+   */
+  async function refreshOrEnd(seen: number): Promise<void> {
+    try {
+      await refresh(seen);
+    } catch (error) {
+      if (!(error instanceof IdentityClientError && error.status === 401 && held === null)) throw error;
+    }
+  }
+
   async function getAccessToken(): Promise<string | null> {
     await ready;
-    if (held && held.expiresAt - Date.now() < EARLY_REFRESH_MS) await refresh(held.stamp);
+    if (held && held.expiresAt - Date.now() < EARLY_REFRESH_MS) await refreshOrEnd(held.stamp);
     return held?.access ?? null;
   }
 
@@ -344,7 +356,7 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     const stamp = held?.stamp;
     let response = await attempt(token);
     if (token && stamp !== undefined && worthRefreshing(response.status, await readJson(response))) {
-      await refresh(stamp);
+      await refreshOrEnd(stamp);
       if (held) response = await attempt(held.access);
     }
     if (response.status === 401 && (await readJson(response) as Json | undefined)?.error === 'session_ended') end('revoked', true);

@@ -1,10 +1,10 @@
-import type { SignInRules } from '../access/sign-in-rules.js';
+import { type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
 import { randomUUID } from 'node:crypto';
 import type { ResolvedConfig } from '../../config/types.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import { generateOtpCode, hashOtpCode, otpCodeMatches } from '../../crypto/otp-code.js';
-import { errors } from '../../errors.js';
+import { errors, IdentityError } from '../../errors.js';
 import type { PasswordlessChallengeRecord } from '../../store/passwordless-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import { mayAuthenticate } from '../access/access-policy.js';
@@ -91,8 +91,10 @@ export class PasswordlessService {
       const eligible = user ? mayAuthenticate(user) && !isLocked(user, uow.now) : this.settings.allowSignup;
       const mails = eligible && (!user || (await this.spendAccountSendBudget(uow, user.id)));
       const challenge = { id: challengeId, userId: user?.id ?? null, addressHash, now: uow.now, expiresAt: uow.now + ttl * 1000 };
+      // An address with no account is kept sealed, mailed or not: verify answers require-SSO by its domain.
+      const addressSealed = user ? null : encrypt(this.context.keys.passwordlessAddressEncryption, address, sealedAddressContext(challengeId));
       if (!mails) {
-        await uow.repos.passwordlessChallenges.insert({ ...challenge, addressSealed: null, codeHash: null, linkHash: null });
+        await uow.repos.passwordlessChallenges.insert({ ...challenge, addressSealed, codeHash: null, linkHash: null });
         return;
       }
 
@@ -102,7 +104,7 @@ export class PasswordlessService {
       await uow.repos.passwordlessChallenges.insert({
         ...challenge,
         // Only a sign-up needs the address back at verify; sealed, so no row holds it in plain text.
-        addressSealed: user ? null : encrypt(this.context.keys.passwordlessAddressEncryption, address, sealedAddressContext(challengeId)),
+        addressSealed,
         codeHash: hashOtpCode(this.context.keys.otpCodeHash, challengeId, code),
         linkHash: token === undefined ? null : this.linkHash(token),
       });
@@ -134,7 +136,48 @@ export class PasswordlessService {
     if (!challenge) throw errors.invalidCode();
     const stored = challenge.userId === null ? undefined : await repos.users.findById(challenge.userId);
     const account = stored && stored.deletedAt === null ? stored : undefined;
+    // Require SSO (docs/sso.md): decided by the address's domain before any code is compared, the
+    // same with or without an account, counting toward nothing. Only a superadmin's right code passes;
+    // a wrong one gets the same 403, and counts as it would anywhere else.
+    const requirement = await this.signInRules.ssoRequirement(this.addressOf(challenge, account) ?? '');
+    const exempt = requirement !== undefined && account !== undefined && (await repos.roles.isSuperadmin(account.id));
+    try {
+      return await this.recordingRefusal(account, method, meta, async () => {
+        if (requirement && !exempt) throw ssoRequired(requirement);
+        return this.verifyChallenge(challenge, account, proof, method, meta);
+      });
+    } catch (error) {
+      if (requirement && error instanceof IdentityError && error.code === 'invalid_code') throw ssoRequired(requirement);
+      throw error;
+    }
+  }
 
+  /** The address a challenge was started for: its account's, or a sign-in with no account's, sealed. */
+  private addressOf(challenge: PasswordlessChallengeRecord, account: UserRecord | undefined): string | undefined {
+    if (account) return account.email;
+    if (challenge.addressSealed === null) return undefined;
+    return decrypt(this.context.keys.passwordlessAddressEncryption, challenge.addressSealed, sealedAddressContext(challenge.id)).toString('utf8');
+  }
+
+  /**
+   * A refused verify on an account's challenge emits `user.login_failed {method, reason}`, `reason`
+   * being the error code answered (docs/passwordless.md). `invalid_code` and `account_disabled` are
+   * recorded where they arise, with the counts they go with; the refusals whose transaction rolls
+   * back (a verify budget's 429, `sso_required`) are recorded here, after it. No account: nothing.
+   */
+  private async recordingRefusal<T>(account: UserRecord | undefined, method: PasswordlessMethod, meta: RequestMeta, verify: () => Promise<T>): Promise<T> {
+    try {
+      return await verify();
+    } catch (error) {
+      if (account && error instanceof IdentityError && REFUSALS_RECORDED_AFTER.has(error.code)) {
+        await runUnitOfWork(this.context, meta, (uow) => emitRefusal(uow, account.id, method, error.code));
+      }
+      throw error;
+    }
+  }
+
+  private async verifyChallenge(challenge: PasswordlessChallengeRecord, account: UserRecord | undefined, proof: PasswordlessProof, method: PasswordlessMethod, meta: RequestMeta): Promise<PasswordlessSignIn> {
+    const repos = this.context.store.repos;
     // The slot is taken before anything is compared, as for a password (lockout.ts).
     const slot = account ? await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, account.id, this.context.clock.now()) : undefined;
     if (account && !slot) {
@@ -289,6 +332,9 @@ function isLocked(user: Pick<UserRecord, 'lockedUntil'>, now: number): boolean {
 }
 
 /** A refused verify on an account's challenge (docs/passwordless.md): `reason` is the error code answered. */
-async function emitRefusal(uow: UnitOfWork, userId: string, method: PasswordlessMethod): Promise<void> {
-  await uow.emit({ type: 'user.login_failed', userId, data: { method, reason: 'invalid_code' } });
+async function emitRefusal(uow: UnitOfWork, userId: string, method: PasswordlessMethod, reason: string = 'invalid_code'): Promise<void> {
+  await uow.emit({ type: 'user.login_failed', userId, data: { method, reason } });
 }
+
+/** Refusals whose own transaction rolls back, so `recordingRefusal` records them once it has. */
+const REFUSALS_RECORDED_AFTER: ReadonlySet<string> = new Set(['rate_limited', 'sso_required']);
