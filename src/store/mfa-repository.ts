@@ -256,6 +256,8 @@ export interface MfaTicketRecord {
   firstFactor: 'pwd' | 'fed' | 'email';
   /** The single sign-on connection of the first factor, if any (migration 011). */
   ssoConnectionId: string | null;
+  /** The social provider of the first factor, if any (migration 016). */
+  socialProvider: string | null;
   /** After a passwordless first factor: `email_code` or `email_link` (migration 012). */
   signInMethod: 'email_code' | 'email_link' | undefined;
 }
@@ -270,6 +272,7 @@ function mapTicket(row: Record<string, unknown>): MfaTicketRecord {
     consumedAt: toNullableNumber(row.consumed_at),
     firstFactor: row.first_factor === 'fed' || row.first_factor === 'email' ? row.first_factor : 'pwd',
     ssoConnectionId: (row.sso_connection_id as string | null | undefined) ?? null,
+    socialProvider: (row.social_provider as string | null | undefined) ?? null,
     signInMethod: row.sign_in_method === 'email_code' || row.sign_in_method === 'email_link' ? row.sign_in_method : undefined,
   };
 }
@@ -291,6 +294,7 @@ export class MfaTicketRepository extends Repository {
       userAgent: string | null;
       firstFactor?: 'pwd' | 'fed' | 'email';
       ssoConnectionId?: string | undefined;
+      socialProvider?: string | undefined;
       signInMethod?: 'email_code' | 'email_link' | undefined;
     },
     comparedPasswordHash?: string,
@@ -304,6 +308,7 @@ export class MfaTicketRepository extends Repository {
       userAgent: ticket.userAgent?.slice(0, 512) ?? null,
       firstFactor: ticket.firstFactor === 'fed' || ticket.firstFactor === 'email' ? ticket.firstFactor : null,
       ssoConnectionId: ticket.ssoConnectionId ?? null,
+      socialProvider: ticket.socialProvider ?? null,
       signInMethod: ticket.signInMethod ?? null,
       ...(comparedPasswordHash === undefined ? {} : { comparedPasswordHash }),
     };
@@ -326,6 +331,7 @@ export class MfaTicketRepository extends Repository {
             user_agent: values.userAgent,
             first_factor: values.firstFactor,
             sso_connection_id: values.ssoConnectionId,
+            social_provider: values.socialProvider,
             sign_in_method: values.signInMethod,
           },
           signingInAccount(this.db, this.table, this.dialect, values.user, withPassword ? values.comparedPasswordHash : undefined),

@@ -13,6 +13,7 @@ import * as passwordless from './migrations/012-passwordless.js';
 import * as hostPermissionCatalog from './migrations/013-host-permission-catalog.js';
 import * as refreshGenerations from './migrations/014-refresh-generations.js';
 import * as outboxPages from './migrations/015-outbox-pages.js';
+import * as ticketSocialProvider from './migrations/016-ticket-social-provider.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -41,6 +42,7 @@ const MIGRATIONS: Migration[] = [
   { name: '013-host-permission-catalog', up: hostPermissionCatalog.up },
   { name: '014-refresh-generations', up: refreshGenerations.up },
   { name: '015-outbox-pages', up: outboxPages.up },
+  { name: '016-ticket-social-provider', up: ticketSocialProvider.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

@@ -53,6 +53,8 @@ type CodeMethod = FactorType | 'recovery';
  */
 export interface SignInOrigin {
   ssoConnectionId?: string | undefined;
+  /** A social first factor's provider, which `user.logged_in` carries after the gate (docs/social-login.md). */
+  socialProvider?: string | undefined;
   signInMethod?: PasswordlessMethod | undefined;
   comparedPasswordHash?: string | undefined;
 }
@@ -124,7 +126,7 @@ export class MfaService {
     const ticketId = randomUUID();
     const { token, expiresAt } = await this.context.jwt.signMfaTicket(user.id, ticketId);
     const repos = this.context.store.repos;
-    const ticket = { id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, signInMethod: origin.signInMethod };
+    const ticket = { id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, socialProvider: origin.socialProvider, signInMethod: origin.signInMethod };
     // Like the session it stands for: not for an account disabled, deleted or given a new password since the sign-in read it.
     if (!(await repos.mfaTickets.insert(ticket, origin.comparedPasswordHash))) throw await this.signInRules.refusalOfRefusedWrite(repos, user.id, origin.comparedPasswordHash);
     const offered = confirmed.filter((factor) => (factor.type !== 'webauthn' || this.passkeys.enabled) && !provesOnlyTheFirstFactor({ firstFactor }, factor, user.email));
@@ -143,7 +145,7 @@ export class MfaService {
     const now = this.context.clock.now();
     if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
     // docs/mfa.md: failed codes of any kind count against the ticket; exhausted, no code is looked at.
-    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, signInMethod: ticket.signInMethod, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
+    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, socialProvider: ticket.socialProvider, signInMethod: ticket.signInMethod, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
   }
 
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
@@ -195,7 +197,7 @@ export class MfaService {
       if (ticket.ssoConnectionId) await uow.repos.ssoIdentities.markSessionOpenedThrough(opened.session.id, ticket.ssoConnectionId);
       await uow.emit({ type: 'mfa.verified', actorId: user.id, userId: user.id, data: { method, factor_id: factor?.id ?? null } });
       if (method === 'recovery') await this.emitRecoveryUsed(uow, user.id);
-      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.ssoConnectionId ? { method: 'sso', connection_id: ticket.ssoConnectionId } : { method: signInMethodAfterGate(ticket, method) }) } });
+      await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: true, amr, ...(ticket.ssoConnectionId ? { method: 'sso', connection_id: ticket.ssoConnectionId } : { method: signInMethodAfterGate(ticket, method), ...(ticket.firstFactor === 'fed' && ticket.socialProvider ? { provider: ticket.socialProvider } : {}) }) } });
       return opened;
     });
     return this.sessions.signOpened(opened);

@@ -9,6 +9,8 @@ export interface MfaTicket {
   userId: string;
   /** `fed` when the ticket follows a social sign-in (docs/social-login.md), `email` a passwordless one (docs/passwordless.md). */
   firstFactor?: TicketFirstFactor;
+  /** After a social first factor: the provider that passed it, which `user.logged_in` carries (docs/social-login.md). */
+  socialProvider?: string | null;
   /** Set when the first factor was single sign-on through this connection (docs/sso.md). */
   ssoConnectionId?: string | null;
   /** After a passwordless first factor: its code or its link, which the sign-in's events carry. */

@@ -274,7 +274,7 @@ export class FederatedFlows {
     const ssoConnectionId = method.method === 'sso' ? method.connection_id : undefined;
     // Disabled or deleted after the provider's answer was checked: a failed sign-in like any other.
     const passed = await this.signInRules.recordingChangedAccount(
-      this.mfa.throughLoginGate(user, meta, 'fed', { ssoConnectionId }, () =>
+      this.mfa.throughLoginGate(user, meta, 'fed', { ssoConnectionId, socialProvider: method.method === 'social' ? method.provider : undefined }, () =>
         runUnitOfWork(this.context, meta, async (uow) => {
           const started = await this.sessions.openPastGate(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
           if (!started) return undefined;
