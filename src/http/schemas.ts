@@ -28,13 +28,26 @@ const noControlCharacters = { 'string.pattern.name': '{{#label}} must not contai
 
 export const idSchema = Joi.string().min(1).max(64).pattern(NO_CONTROL_CHARACTERS, 'no control characters').messages(noControlCharacters);
 
-export const displayNameSchema = Joi.string()
-  .prefs({ convert: true })
-  .trim()
-  .max(120)
-  .pattern(NO_CONTROL_CHARACTERS, 'no control characters')
-  .messages(noControlCharacters)
-  .allow(null, '');
+/**
+ * Only bounded here, as on PATCH /users/{id}: the display-name rule itself (at most 120
+ * characters, trimmed, no control characters) lives in services/shared/identity-rules.ts, one
+ * rule for every route. Joi's `max` counts UTF-16 code units, so a copy of the rule here refused
+ * names of 61 to 120 characters outside the Basic Multilingual Plane (spec 2.4, 8).
+ */
+export const displayNameSchema = Joi.string().allow(null, '').max(1024);
+
+/**
+ * Text a person types (a name, a label, a description): trimmed, so ` Acme ` is `Acme` and not
+ * a 422 (converted for these fields only; a body is otherwise checked as sent), and at most
+ * `max` characters counted as characters, as the spec's "chars" and docs/openapi.yaml's
+ * `maxLength` count them. Joi's `max` counts UTF-16 code units, so an emoji counted twice.
+ */
+export const typedText = (max: number) =>
+  Joi.string()
+    .prefs({ convert: true })
+    .trim()
+    .custom((value: string, helpers) => ([...value].length > max ? helpers.error('string.maxCharacters', { limit: max }) : value))
+    .messages({ 'string.maxCharacters': '{{#label}} must be at most {{#limit}} characters long' });
 
 export const paginationQuery = {
   limit: Joi.number().integer().min(1).max(100).default(50),

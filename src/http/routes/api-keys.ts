@@ -2,7 +2,7 @@ import Joi from 'joi';
 import type { IdentityServices } from '../../services/build-services.js';
 import { API_KEY_MAX_TTL_SECONDS, API_KEY_NAME_MAX_LENGTH } from '../../services/api-keys/api-key-service.js';
 import { created, ok, type RouteDefinition } from '../route.js';
-import { idSchema } from '../schemas.js';
+import { idSchema, typedText } from '../schemas.js';
 
 const orgParams = Joi.object({ orgId: idSchema.required() });
 const keyParams = Joi.object({ orgId: idSchema.required(), keyId: idSchema.required() });
@@ -23,7 +23,7 @@ export function apiKeyRoutes(services: IdentityServices): RouteDefinition[] {
       addsCredential: 'sign_in_method',
       params: orgParams,
       body: Joi.object({
-        name: Joi.string().prefs({ convert: true }).trim().min(1).max(API_KEY_NAME_MAX_LENGTH).pattern(/^[^\u0000-\u001f\u007f]*$/, 'no control characters').required(),
+        name: typedText(API_KEY_NAME_MAX_LENGTH).min(1).required(),
         permission_keys: Joi.array().items(Joi.string().min(1).max(200)).max(500).required(),
         expires_in: Joi.number().integer().min(60).max(API_KEY_MAX_TTL_SECONDS),
       }),

@@ -2,7 +2,10 @@ import Joi from 'joi';
 import { errors } from '../../errors.js';
 import type { IdentityServices } from '../../services/build-services.js';
 import { loginAnswer, ok, type RouteDefinition } from '../route.js';
-import { emailSchema, idSchema } from '../schemas.js';
+import { emailSchema, idSchema, typedText } from '../schemas.js';
+
+/** A factor's or passkey's label: null or an empty string clears it. */
+const factorLabelSchema = typedText(100).allow(null, '');
 
 const base64url = Joi.string().pattern(/^[A-Za-z0-9_-]+={0,2}$/, 'base64url');
 const credentialId = base64url.max(1400);
@@ -74,7 +77,7 @@ export function passkeyRoutes(services: IdentityServices): RouteDefinition[] {
       // The credential gate again (and once more under the user's row lock).
       addsCredential: 'sign_in_method',
       allowedDuringEnrollment: true,
-      body: Joi.object({ response: attestationResponseSchema.required(), label: Joi.string().trim().max(100).allow(null, '') }),
+      body: Joi.object({ response: attestationResponseSchema.required(), label: factorLabelSchema }),
       handler: async ({ body, principal, meta }) => ok(await passkeys.verifyRegistration(principal, { response: body.response, label: body.label }, meta)),
     },
     {
@@ -239,7 +242,7 @@ export function mfaRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'bearer',
       rateLimit: 'mfa_enroll',
       params: factorParams,
-      body: Joi.object({ label: Joi.string().trim().max(100).allow(null, ''), default: Joi.boolean() }).or('label', 'default'),
+      body: Joi.object({ label: factorLabelSchema, default: Joi.boolean() }).or('label', 'default'),
       handler: async ({ params, body, principal, meta }) => ok(await mfa.updateFactor(principal, params.factorId, { label: body.label, default: body.default }, meta)),
     },
     {

@@ -1,13 +1,13 @@
 import Joi from 'joi';
 import type { IdentityServices } from '../../services/build-services.js';
 import { created, ok, type RouteDefinition } from '../route.js';
-import { emailSchema, idSchema, opaqueTokenSchema, paginationQuery } from '../schemas.js';
+import { emailSchema, idSchema, opaqueTokenSchema, paginationQuery, typedText } from '../schemas.js';
 
-const nameSchema = Joi.string().trim().min(1).max(160);
+const nameSchema = typedText(160).min(1);
 const slugSchema = Joi.string().max(160).pattern(/^[a-z0-9-]+$/).messages({ 'string.pattern.base': '{{#label}} may contain only a-z, 0-9 and -' });
 const roleSlugsSchema = Joi.array().items(Joi.string().min(1).max(160)).max(50);
 const permissionKeysSchema = Joi.array().items(Joi.string().min(1).max(200)).max(500);
-const descriptionSchema = Joi.string().trim().max(500).allow(null, '');
+const descriptionSchema = typedText(500).allow(null, '');
 
 const orgParams = Joi.object({ orgId: idSchema.required() });
 const memberParams = Joi.object({ orgId: idSchema.required(), userId: idSchema.required() });

@@ -37,11 +37,13 @@ export class AccountService {
     const email = normaliseEmail(input.email);
     // Require SSO (docs/sso.md): nothing is created or sent for an address at an enforcing domain.
     await this.signInRules.assertAllowed(email);
+    // Before the hash: a refused name costs no bcrypt time (the route only bounds it).
+    const displayName = normaliseDisplayName(input.displayName);
     assertPasswordAcceptable(input.password, email, this.context.config.password);
     const passwordHash = await this.context.hasher.hash(input.password);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const userId = randomUUID();
-      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName: normaliseDisplayName(input.displayName), passwordHash, now: uow.now });
+      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName, passwordHash, now: uow.now });
       if (!created) return;
       await uow.emit({ type: 'user.registered', actorId: userId, userId });
       await this.sendOneTimeToken(uow, { id: userId, email }, 'verify_email');
