@@ -30,7 +30,8 @@ const configSchema = Joi.object<IdentityConfig>({
   database: Joi.alternatives().conditional(Joi.function(), { then: Joi.function(), otherwise: databaseConfig }).required(),
   tablePrefix: tablePrefixSchema,
   migrate: Joi.boolean(),
-  secret: Joi.string().min(32).required(),
+  // CONTRACT 2: "at least 32 characters"; Joi counts UTF-16 units, so 16 emoji would pass as 32.
+  secret: Joi.string().min(32).required().custom((value: string, helpers) => (value.length >= 32 && [...value].length < 32 ? helpers.error('string.min', { limit: 32, value }) : value)),
   issuer: Joi.string().min(1).required(),
   audience: Joi.string().min(1),
   appName: Joi.string().min(1),
@@ -158,13 +159,20 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   if (password.minLength > password.maxLength) problems.push('"password.minLength" must not exceed "password.maxLength"');
   problems.push(...socialConfigProblems(input.social));
   problems.push(...ssoConfigProblems(input.sso));
+  // A rule across options runs unless an option it reads is itself wrong (that one is listed already),
+  // so every other problem is listed beside the schema's.
+  const invalid = (...fields: string[]) =>
+    (error?.details ?? []).some((detail) => {
+      const at = detail.path.join('.');
+      return fields.some((field) => at === field || field.startsWith(`${at}.`) || at.startsWith(`${field}.`));
+    });
   const totpIssuer = defaultTotpIssuer(input);
-  if (!error && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
+  if (!invalid('appName', 'issuer', 'otp.totp.issuer') && totpIssuer.includes(':')) problems.push(`the TOTP issuer "${totpIssuer}" (from ${input.appName !== undefined ? 'appName' : 'issuer'}) contains ":", which the authenticator label issuer:account forbids: set "otp.totp.issuer"`);
   if (input.webauthn && !error?.details.some((detail) => detail.path[0] === 'webauthn')) problems.push(...webauthnProblems(input.webauthn));
   // An attempt must end under its lease, or a second instance could make the same attempt (docs/events.md).
   const leaseSec = input.events?.delivery?.leaseSec ?? DEFAULTS.eventDelivery.leaseSec;
   const timeoutMs = input.webhooks?.timeoutMs ?? DEFAULTS.webhooks.timeoutMs;
-  if (!error && leaseSec * 1000 < 2 * timeoutMs) problems.push(`"events.delivery.leaseSec" (${leaseSec} s) must be at least twice "webhooks.timeoutMs" (${timeoutMs} ms): an attempt must end under its lease`);
+  if (!invalid('events.delivery.leaseSec', 'webhooks.timeoutMs') && leaseSec * 1000 < 2 * timeoutMs) problems.push(`"events.delivery.leaseSec" (${leaseSec} s) must be at least twice "webhooks.timeoutMs" (${timeoutMs} ms): an attempt must end under its lease`);
   if (input.passwordless?.link === true && input.links?.passwordlessLogin === undefined) {
     problems.push('"passwordless.link" needs "links.passwordlessLogin", the URL of the page that POSTs the token (docs/passwordless.md)');
   }
