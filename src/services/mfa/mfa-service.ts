@@ -151,6 +151,9 @@ export class MfaService {
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
   async sendLoginCode(ticket: MfaTicket, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
     if (ticket.exhausted) throw errors.invalidCode();
+    // As verify refuses it: an account disabled or deleted since the first factor gets no login code (spec 3: login blocked).
+    const user = await this.context.store.repos.users.findById(ticket.userId);
+    if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, ticket.userId, factorId);
       await this.assertSecondFactorAfter(uow, ticket, factor);
@@ -166,7 +169,7 @@ export class MfaService {
    * counts against the challenge, the ticket, the verify window and the lockout.
    */
   async verifyLogin(ticket: MfaTicket, input: SecondFactorProof & { factorId?: string; type?: string }, meta: RequestMeta): Promise<TokenResponse> {
-    if (ticket.exhausted) throw errors.invalidCode();
+    if (ticket.exhausted) return this.refuseOnExhaustedTicket(ticket, input.type === 'recovery' ? undefined : input.factorId, meta);
     const user = await this.context.store.repos.users.findById(ticket.userId);
     if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
     const factorId = input.type === 'recovery' ? undefined : input.factorId;
@@ -201,6 +204,20 @@ export class MfaService {
       return opened;
     });
     return this.sessions.signOpened(opened);
+  }
+
+  /**
+   * A code sent with an exhausted ticket is a failed verify like any other (spec 4.2: 422
+   * invalid_code, and failures emit mfa.verify_failed). No code is compared, so it counts toward
+   * neither the lockout nor the verify window; a factor id that is not the user's names nothing.
+   */
+  private async refuseOnExhaustedTicket(ticket: MfaTicket, factorId: string | undefined, meta: RequestMeta): Promise<never> {
+    await runUnitOfWork(this.context, meta, async (uow) => {
+      const factor = factorId === undefined ? undefined : await uow.repos.mfaFactors.findOwned(factorId, ticket.userId);
+      if (factorId !== undefined && !factor) return;
+      await uow.emit({ type: 'mfa.verify_failed', actorId: ticket.userId, userId: ticket.userId, data: { context: 'login', method: factor?.type ?? 'recovery', factor_id: factor?.id ?? null } });
+    });
+    throw errors.invalidCode();
   }
 
   // ---------------------------------------------------------------- step-up
@@ -343,7 +360,8 @@ export class MfaService {
       await this.prunePendingFactors(uow, principal.userId);
       const factor = await uow.repos.mfaFactors.findOwned(factorId, principal.userId);
       if (!factor || factor.type !== type) throw errors.notFound('Factor');
-      if (factor.confirmedAt !== null) throw errors.invalidState('This factor is already confirmed.');
+      // Spec 4.2: a confirmation replayed on a confirmed factor is a replayed code (422 invalid_code), as when a concurrent confirm won below.
+      if (factor.confirmedAt !== null) throw errors.invalidCode();
       if (!(await this.codes.checkFactorCode(uow, factor, code, 'enroll', null))) {
         await this.codes.recordVerifyFailure(uow, principal.userId);
         return uow.failAfterCommit(errors.invalidCode());
