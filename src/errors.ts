@@ -134,9 +134,16 @@ export const errors = {
   validation: (messages: string[]) =>
     new IdentityError(422, 'validation_failed', 'Validation failed.', { errors: messages }),
   invalidCode: () => new IdentityError(422, 'invalid_code', 'The code is wrong, expired or already used.'),
-  rateLimited: (retryAfterSeconds: number, code: 'rate_limited' | 'too_many_requests' = 'rate_limited') =>
+  /**
+   * `window`: the budget or cooldown that refused, so the 429 carries `X-RateLimit-*` as a
+   * rate-limit group's does (spec 7; a group's own come from express-rate-limit).
+   */
+  rateLimited: (retryAfterSeconds: number, code: 'rate_limited' | 'too_many_requests' = 'rate_limited', window?: { limit: number; resetsAt: number }) =>
     new IdentityError(429, code, 'Too many requests; try again later.', {
-      headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) },
+      headers: {
+        'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))),
+        ...(window && { 'X-RateLimit-Limit': String(window.limit), 'X-RateLimit-Remaining': '0', 'X-RateLimit-Reset': String(Math.ceil(window.resetsAt / 1000)) }),
+      },
       extra: { retry_after: Math.max(1, Math.ceil(retryAfterSeconds)) },
     }),
   unavailable: (cause?: unknown) =>

@@ -521,8 +521,9 @@ export interface paths {
          * @description `code` plus `factor_id`; without `factor_id` (or with `type: recovery`) the code is a recovery
          *     code. TOTP needs no challenge. For a `webauthn` factor send `response` (the assertion from
          *     `navigator.credentials.get()`) instead of `code`; success then gives `amr=[pwd, hwk]`. Every failed code counts against the ticket; after
-         *     `otp.maxAttempts` failures the ticket is dead (401). Emits `mfa.verified` and `user.logged_in`
-         *     (plus `mfa.recovery_used`), or `mfa.verify_failed`.
+         *     `otp.maxAttempts` failures the ticket is exhausted: every code is 422 `invalid_code`, compared
+         *     with nothing, until a new login. Emits `mfa.verified` and `user.logged_in`
+         *     (plus `mfa.recovery_used`), or `mfa.verify_failed` (a code on an exhausted ticket included).
          */
         post: operations["loginVerify"];
         delete?: never;
@@ -2507,7 +2508,7 @@ export interface components {
         "WWW-Authenticate": string;
         /** @description Seconds until a retry may succeed. */
         "Retry-After": number;
-        /** @description The group's limit (present when a rate-limit group answered). */
+        /** @description The limit that refused (spec 7): a rate-limit group's, a send or verify budget's, or 1 for a resend cooldown. Absent on the 429s that are no budget (an account's concurrent attempts waiting on each other). */
         "X-RateLimit-Limit": number;
         "X-RateLimit-Remaining": number;
         /** @description Epoch seconds at which the window resets. */

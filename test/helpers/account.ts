@@ -25,6 +25,15 @@ export function assertError(response: TestResponse, status: number, code: string
   assert.equal(typeof response.body?.message, 'string', context);
 }
 
+/** A 429's `X-RateLimit-*` headers (spec 7: every rate-limit 429 carries them beside Retry-After). */
+export function rateLimitHeaders(response: TestResponse): { limit: string | null; remaining: string | null; reset: string | null } {
+  return {
+    limit: response.headers.get('x-ratelimit-limit'),
+    remaining: response.headers.get('x-ratelimit-remaining'),
+    reset: response.headers.get('x-ratelimit-reset'),
+  };
+}
+
 /** A body must never carry internals: stack frames, SQL or driver messages. */
 export function assertNoInternals(response: TestResponse, context = ''): void {
   assert.notEqual(response.status, 500, `${context} answered 500: ${response.text}`);

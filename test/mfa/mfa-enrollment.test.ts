@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 const jsQR = createRequire(import.meta.url)('jsqr') as (data: Uint8ClampedArray, width: number, height: number) => { data: string } | null;
 import speakeasy from 'speakeasy';
 import { matchTotpStep } from '../../src/crypto/totp.js';
+import { rateLimitHeaders } from '../helpers/account.js';
 import { Harness } from '../helpers/harness.js';
 import { enrollSms, enrollTotp, lastMailCode, lastSmsCode, nextTotpCode, totpCodeAt, uniquePhone } from '../helpers/mfa.js';
 
@@ -243,6 +244,8 @@ describe('POST /auth/mfa/sms/enroll and confirm', () => {
     assert.equal(early.status, 429);
     assert.equal(early.body.error, 'rate_limited');
     assert.equal(early.headers.get('retry-after'), '20');
+    // Spec 7: a rate-limit 429 carries X-RateLimit-* too; a cooldown is a budget of one send.
+    assert.deepEqual(rateLimitHeaders(early), { limit: '1', remaining: '0', reset: String(Math.ceil(h.clock.now() / 1000) + 20) });
     h.clock.advance(300);
     const expired = await h.post('/auth/mfa/sms/confirm', { factor_id: factorId, code: first }, { token: user.accessToken });
     assert.equal(expired.status, 422);
@@ -304,6 +307,7 @@ describe('send and verify budgets kept in the database', () => {
       assert.equal(over.status, 429, over.text);
       assert.equal(over.body.error, 'rate_limited');
       assert.equal(over.headers.get('retry-after'), String(3600 - 62));
+      assert.deepEqual(rateLimitHeaders(over), { limit: '2', remaining: '0', reset: String(Math.ceil(first.clock.now() / 1000) + 3600 - 62) });
       // Bucket names are keyed hashes: the number is not in the table.
       const rows = await first.knex(`${first.tablePrefix}rate_events`).select('bucket');
       assert.ok(rows.length >= 2);

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { rateLimitHeaders } from '../helpers/account.js';
 import { decodeJwt, decodeJwtHeader, Harness } from '../helpers/harness.js';
 import { enrollEmail, enrollSms, enrollTotp, lastMailCode, lastSmsCode, loginForTicket, nextTotpCode, totpCodeAt, uniquePhone } from '../helpers/mfa.js';
 
@@ -148,6 +149,7 @@ describe('POST /auth/mfa/challenge', () => {
     assert.equal(again.status, 429);
     assert.equal(again.body.error, 'too_many_requests');
     assert.equal(again.headers.get('retry-after'), '30');
+    assert.deepEqual(rateLimitHeaders(again), { limit: '1', remaining: '0', reset: String(Math.ceil(h.clock.now() / 1000) + 30) });
     // The code is bound to this ticket: another login's ticket cannot use it.
     const other = await loginForTicket(h, user);
     const crossTicket = await h.post('/auth/mfa/verify', { factor_id: sms.factorId, code }, { token: other.ticket });

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { before, describe, test } from 'node:test';
 import { createIdentityRouter, IdentityConfigError, type IdentityConfig } from '../../src/index.js';
 import { decodeJwt, type Harness, type HarnessOptions, STRONG_PASSWORD, TEST_DB, uniqueEmail, harnessesClosedAfterFile } from '../helpers/harness.js';
-import { assertError, assertValidationErrors, registerOnly } from '../helpers/account.js';
+import { assertError, assertValidationErrors, rateLimitHeaders, registerOnly } from '../helpers/account.js';
 import { enrollEmail, enrollTotp, nextTotpCode, signUpWithTotp } from '../helpers/mfa.js';
 import { fixtures, fixtureWebauthnConfig, passGateWithRecorded, registerRecorded } from '../helpers/passkeys.js';
 import { servicesOf } from '../../src/create-identity-router.js';
@@ -389,12 +389,14 @@ describe('send throttling by the address', () => {
       const cooling = await throttled.post('/auth/passwordless/start', { email });
       assertError(cooling, 429, 'rate_limited', `cooldown ${email}`);
       assert.equal(cooling.headers.get('retry-after'), '30');
+      assert.deepEqual(rateLimitHeaders(cooling), { limit: '1', remaining: '0', reset: String(Math.ceil(throttled.clock.now() / 1000) + 30) });
       throttled.clock.advance(30);
       await start(throttled, email);
       throttled.clock.advance(30);
       const over = await throttled.post('/auth/passwordless/start', { email });
       assertError(over, 429, 'rate_limited', `budget ${email}`);
       assert.ok(Number(over.headers.get('retry-after')) > 0);
+      assert.equal(rateLimitHeaders(over).limit, '2');
     }
   });
 

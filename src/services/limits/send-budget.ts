@@ -108,7 +108,8 @@ async function assertWithin(repos: Repositories, bucket: string, budget: WindowB
   const since = now - budget.windowSec * 1000;
   if ((await repos.rateEvents.countSince(bucket, since)) < budget.limit) return;
   const oldest = (await repos.rateEvents.oldestSince(bucket, since)) ?? now;
-  throw errors.rateLimited((oldest + budget.windowSec * 1000 - now) / 1000, 'rate_limited');
+  const resetsAt = oldest + budget.windowSec * 1000;
+  throw errors.rateLimited((resetsAt - now) / 1000, 'rate_limited', { limit: budget.limit, resetsAt });
 }
 
 async function spend(uow: UnitOfWork, context: BudgetContext, bucket: string, budget: WindowBudget): Promise<void> {

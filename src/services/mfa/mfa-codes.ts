@@ -55,7 +55,8 @@ export class MfaCodes {
     // Confirming a factor ends its enrollment cooldown: that code has been used.
     const lastSent = await uow.repos.otpChallenges.lastSentAt(factor.id, factor.confirmedAt !== null ? 'enroll' : undefined);
     if (lastSent !== undefined && uow.now - lastSent < otp.resendCooldown * 1000) {
-      throw errors.rateLimited((lastSent + otp.resendCooldown * 1000 - uow.now) / 1000, input.cooldownCode);
+      const resetsAt = lastSent + otp.resendCooldown * 1000;
+      throw errors.rateLimited((resetsAt - uow.now) / 1000, input.cooldownCode, { limit: 1, resetsAt });
     }
     await spendSendBudget(uow, this.context, [
       { name: destinationBucket(channel, factor), budget: otp.sendBudget.perDestination },

@@ -83,7 +83,8 @@ export class PasswordlessService {
       await spendSendBudget(uow, this.context, [{ name: destinationBudgetName('email', address), budget: otp.sendBudget.perDestination }]);
       const lastStarted = await uow.repos.passwordlessChallenges.lastStartedAt(addressHash);
       if (lastStarted !== undefined && uow.now - lastStarted < otp.resendCooldown * 1000) {
-        throw errors.rateLimited((lastStarted + otp.resendCooldown * 1000 - uow.now) / 1000, 'rate_limited');
+        const resetsAt = lastStarted + otp.resendCooldown * 1000;
+        throw errors.rateLimited((resetsAt - uow.now) / 1000, 'rate_limited', { limit: 1, resetsAt });
       }
       await uow.repos.passwordlessChallenges.pruneEnded(addressHash, uow.now - ENDED_CHALLENGE_RETENTION_MS);
 
