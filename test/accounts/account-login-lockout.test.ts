@@ -209,6 +209,9 @@ test('403 email_unverified with a resend pointer when auth.requireVerifiedEmail 
     const refused = await strict.post('/auth/login', { email, password: STRONG_PASSWORD });
     assertError(refused, 403, 'email_unverified');
     assert.equal(refused.body.resend, '/auth/email/verify/resend');
+    // Spec 6: a failed login emits user.login_failed, its reason the error answered.
+    const failed = strict.events.filter((event) => event.type === 'user.login_failed' && event.user_id !== null).at(-1);
+    assert.deepEqual(failed?.data, { reason: 'email_unverified' });
     assertError(await strict.post('/auth/login', { email, password: 'wrong password here' }), 401, 'invalid_credentials');
     assert.equal((await strict.post('/auth/email/verify', { token })).status, 200);
     assert.equal((await strict.post('/auth/login', { email, password: STRONG_PASSWORD })).status, 200);

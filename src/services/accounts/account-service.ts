@@ -150,7 +150,9 @@ export class AccountService {
    */
   async signIn(user: UserRecord, firstFactor: FirstFactor, slot: FailedAttemptSlot | undefined, meta: RequestMeta, noFactorWhenRead = false): Promise<LoginResult> {
     const refusal = this.signInRules.accountRefusal(user, this.context.clock.now());
-    if (refusal === 'account_disabled') await this.recordLoginFailure(user, 'account_disabled', meta, undefined, firstFactor);
+    // Spec 6: a failed login emits user.login_failed. A locked account's (invalid_credentials) was
+    // recorded when its slot was refused; a right password costs no slot.
+    if (refusal === 'account_disabled' || refusal === 'email_unverified') await this.recordLoginFailure(user, refusal, meta, undefined, firstFactor);
     if (refusal) throw accountRefusalError(refusal);
     const comparedPasswordHash = firstFactor.amr === 'pwd' ? firstFactor.comparedPasswordHash : undefined;
     const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method, comparedPasswordHash };
