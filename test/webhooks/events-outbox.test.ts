@@ -257,6 +257,21 @@ test('delivered and dead rows are pruned after retentionDays; pending ones stay'
   }
 });
 
+test("with worker: false the host's deliverDueEvents() prunes too: a delivered row goes after retentionDays", async () => {
+  const h = await Harness.start({ config: config({ retentionDays: 1, worker: false }) });
+  try {
+    await createOrg(h);
+    assert.ok((await h.identity.service.deliverDueEvents()).delivered >= 1);
+    const created = eventOf(h, 'org.created');
+    assert.equal((await deliveriesOf(h, created.id))[0]?.status, 'delivered');
+    h.clock.advance(24 * 3600 + 1);
+    await h.identity.service.deliverDueEvents();
+    assert.deepEqual(await deliveriesOf(h, created.id), [], 'pruned by the pass the host ran');
+  } finally {
+    await h.close();
+  }
+});
+
 // A pass of the worker (`deliverDueEvents`) records the listener's queued successes first. A
 // batch the 20 ms timer had already started was not waited for: the pass could end, and a
 // caller read the row, while that batch was still being written (the row still pending). Here

@@ -173,7 +173,20 @@ export class EventDelivery implements EventOutbox {
       if (claimed.length === 0) break;
       seen.push(...claimed);
     }
+    await this.pruneFinished();
     return totals;
+  }
+
+  /**
+   * `delivered` and `dead` rows go after `retentionDays` (CONTRACT 13), whoever runs the passes:
+   * the worker, or a host's `deliverDueEvents()` with `worker: false`. At most once a minute of
+   * the injected clock, as due times follow it.
+   */
+  private async pruneFinished(): Promise<void> {
+    const now = this.context.clock.now();
+    if (now - this.lastPrune < PRUNE_EVERY_MS) return;
+    this.lastPrune = now;
+    await this.context.store.repos.eventDeliveries.pruneFinishedBefore(now - this.settings.retentionDays * 24 * 3600 * 1000);
   }
 
   /** A replayed row is attempted now, like the rows of a change, if it is still due and free. */
@@ -255,14 +268,7 @@ export class EventDelivery implements EventOutbox {
   private poll(): void {
     if (this.polling || this.closing) return;
     this.polling = true;
-    const work = async () => {
-      await this.deliverDue();
-      if (Date.now() - this.lastPrune >= PRUNE_EVERY_MS) {
-        this.lastPrune = Date.now();
-        await this.context.store.repos.eventDeliveries.pruneFinishedBefore(this.context.clock.now() - this.settings.retentionDays * 24 * 3600 * 1000);
-      }
-    };
-    work()
+    this.deliverDue()
       .catch((error: unknown) => this.context.logger.error('identity-router: event delivery poll failed; retrying at the next poll', { error: describeError(error) }))
       .finally(() => {
         this.polling = false;
