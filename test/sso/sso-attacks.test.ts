@@ -168,9 +168,16 @@ describe('SSRF with exempt origins (the test and private-deployment allowance)',
     assert.equal(response.body.reason, 'issuer_mismatch');
   });
 
-  test('an endpoint on another origin is checked on its own: a private token or JWKS endpoint is refused', async () => {
+  test('an endpoint on another origin is checked on its own: a private token or JWKS endpoint, or an http: authorization endpoint, is refused', async () => {
     const org = await createOrg(h);
-    for (const endpoints of [{ token_endpoint: 'http://10.1.2.3/token' } as Record<string, string>, { jwks_uri: `${target.origin}/jwks` }, { userinfo_endpoint: 'http://169.254.169.254/latest/meta-data' }]) {
+    for (const endpoints of [
+      { token_endpoint: 'http://10.1.2.3/token' } as Record<string, string>,
+      { jwks_uri: `${target.origin}/jwks` },
+      { userinfo_endpoint: 'http://169.254.169.254/latest/meta-data' },
+      // CONTRACT 12.2 "every endpoint": the browser's one too, over http: or at a private address.
+      { authorization_endpoint: 'http://idp.example.com/authorize' },
+      { authorization_endpoint: 'https://10.1.2.3/authorize' },
+    ]) {
       idp.discovery = (origin) => ({ status: 200, body: discoveryDocument(origin, endpoints) });
       const response = await h.post(`/orgs/${org.id}/sso`, { issuer: idp.origin, client_id: 'c', client_secret: 's' }, { token: org.owner.token });
       assertError(response, 422, 'invalid_issuer', JSON.stringify(endpoints));

@@ -369,8 +369,10 @@ export class SsoService {
 
   /**
    * docs/sso.md at create and update: the issuer's form, then discovery through the guard,
-   * the discovered `issuer` equal to the configured one, and every server-side endpoint the
-   * document names checked by the guard on its own. Nothing is stored on a refusal.
+   * the discovered `issuer` equal to the configured one, and every endpoint the document names
+   * checked by the guard on its own (CONTRACT 12.2), the authorization endpoint too: only the
+   * browser goes there, but over `http:` or to a private address it is no IdP of the
+   * organization's this router should send its users to. Nothing is stored on a refusal.
    */
   private async checkIssuer(raw: string, clientId: string, clientSecret: string, method: TokenEndpointAuthMethod): Promise<string> {
     let url: URL;
@@ -390,7 +392,7 @@ export class SsoService {
       throw issuerFailure(error);
     });
     const metadata = configuration.serverMetadata();
-    for (const endpoint of [metadata.token_endpoint, metadata.jwks_uri, metadata.userinfo_endpoint]) {
+    for (const endpoint of [metadata.authorization_endpoint, metadata.token_endpoint, metadata.jwks_uri, metadata.userinfo_endpoint]) {
       if (endpoint === undefined) continue;
       await this.guard.check(endpoint).catch((error: unknown) => {
         throw issuerFailure(error);
