@@ -65,6 +65,14 @@ describe('12.3 answers', () => {
     assert.deepEqual(Object.keys(patched.body.data).sort(), CONNECTION_KEYS);
     assert.equal(patched.body.data.token_endpoint_auth_method, 'client_secret_post');
     assert.deepEqual(h.eventsOfType('sso.connection_updated').at(-1)?.data, { connection_id: created.body.data.id, changed: ['token_endpoint_auth_method'] });
+    // `changed` names what changed: values sent as they already were (the secret included) are not in it, and alone they emit nothing.
+    const updates = h.eventsOfType('sso.connection_updated').length;
+    const same = await h.patch(`/orgs/${org.id}/sso`, { token_endpoint_auth_method: 'client_secret_post', client_secret: CLIENT_SECRET, jit: created.body.data.jit }, { token: org.owner.token });
+    assert.equal(same.status, 200, same.text);
+    assert.equal(h.eventsOfType('sso.connection_updated').length, updates, 'nothing changed, no event');
+    const mixed = await h.patch(`/orgs/${org.id}/sso`, { client_id: CLIENT_ID, jit: !created.body.data.jit }, { token: org.owner.token });
+    assert.equal(mixed.status, 200, mixed.text);
+    assert.deepEqual(h.eventsOfType('sso.connection_updated').at(-1)?.data, { connection_id: created.body.data.id, changed: ['jit'] });
     const removed = await h.delete(`/orgs/${org.id}/sso`, { token: org.owner.token });
     assert.deepEqual(removed.body.data, { status: 'deleted' });
     assert.deepEqual(h.eventsOfType('sso.connection_deleted').at(-1)?.data, { connection_id: created.body.data.id });

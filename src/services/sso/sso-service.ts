@@ -325,11 +325,36 @@ export class SsoService {
         updatedAt: uow.now,
       };
       await uow.repos.ssoConnections.update(next);
-      const changed = Object.keys(input).filter((key) => input[key as keyof ConnectionInput] !== undefined).sort();
-      await uow.emit({ type: 'sso.connection_updated', actorId, organizationId, data: { connection_id: current.id, changed } });
+      const changed = this.changedFields(latest, next, input);
+      // CONTRACT 12.7: `changed` names what changed; a request that sent only what was already there emits nothing, as a webhook's update.
+      if (changed.length > 0) await uow.emit({ type: 'sso.connection_updated', actorId, organizationId, data: { connection_id: current.id, changed } });
       this.configurations.delete(current.id);
       return this.connectionView(next, await uow.repos.orgDomains.hasVerified(organizationId));
     });
+  }
+
+  /** The fields of `input` whose value differs from the connection's before (a secret compared in clear), sorted. */
+  private changedFields(before: SsoConnectionRecord, after: SsoConnectionRecord, input: ConnectionInput): string[] {
+    const view = (connection: SsoConnectionRecord) => ({
+      issuer: connection.issuer,
+      client_id: connection.clientId,
+      token_endpoint_auth_method: connection.tokenEndpointAuthMethod,
+      scopes: connection.scopes,
+      enabled: connection.enabled,
+      jit: connection.jit,
+      default_role: connection.defaultRole,
+      enforce: connection.enforce,
+    });
+    const was: Record<string, unknown> = view(before);
+    const is: Record<string, unknown> = view(after);
+    return (Object.keys(input) as (keyof ConnectionInput)[])
+      .filter((key) => input[key] !== undefined)
+      .filter((key) =>
+        key === 'client_secret'
+          ? input.client_secret !== decrypt(this.context.keys.socialFlowEncryption, before.clientSecretEnc, secretAad(before.id)).toString('utf8')
+          : JSON.stringify(was[key]) !== JSON.stringify(is[key]),
+      )
+      .sort();
   }
 
   async deleteConnection(grant: AccessGrant, meta: RequestMeta): Promise<void> {
