@@ -272,7 +272,7 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
 
   const restoreWanted = () => mode === 'none' && (typeof options.restore === 'function' ? options.restore() : options.restore !== false);
 
-  const ready = (async () => {
+  const initialised = (async () => {
     if (mode === 'session') {
       try {
         const saved = sessionStorage.getItem(storageKey);
@@ -284,6 +284,11 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     await takeOpenSession();
     if (!held && restoreWanted()) await restoreFromCookie();
   })();
+  /**
+   * CONTRACT 14: never longer than 500 ms. A cookie-mode recovery still on the network then goes
+   * on: getAccessToken(), request() and fetch() wait for it, and getSession() has it once it lands.
+   */
+  const ready: Promise<void> = Promise.race([initialised, new Promise<void>((resolve) => setTimeout(resolve, READY_WAIT_MS))]);
 
   /** One refresh for every caller that saw generation `seen`, in this tab and (under the lock) in every tab. */
   function refresh(seen: number): Promise<void> {
@@ -322,7 +327,7 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
   }
 
   async function getAccessToken(): Promise<string | null> {
-    await ready;
+    await initialised;
     if (held && held.expiresAt - Date.now() < EARLY_REFRESH_MS) await refreshOrEnd(held.stamp);
     return held?.access ?? null;
   }

@@ -82,9 +82,10 @@ export interface IdentityClientOptions {
   /** Other origins of the host's API that `client.fetch()` may send the access token to. */
   apiOrigins?: string[];
   /**
-   * `'none'` only: whether `ready` may recover the session with one refresh through the host's
-   * cookie when no open tab has it (default true). A function is asked at that moment, e.g. for a
-   * script-readable "signed in" hint cookie, so a signed-out visit sends no refresh that must fail.
+   * `'none'` only: whether the client recovers the session with one refresh through the host's
+   * cookie when no open tab has it (default true). `ready` waits for it 500 ms at most;
+   * getAccessToken(), request() and fetch() wait for it to end. A function is asked at that moment,
+   * e.g. for a script-readable "signed in" hint cookie, so a signed-out visit sends no refresh that must fail.
    */
   restore?: boolean | (() => boolean);
 }

@@ -131,6 +131,9 @@ identity.onSessionEnded(() => {
 });
 
 await identity.ready;
+// ready waits 500 ms at most (docs/client.md): a recovery through the cookie still on the
+// network is waited for here, so a reload never shows a signed-in visitor the signed-out pages.
+await identity.getAccessToken().catch(() => null);
 if (signedIn()) await ctx.reloadMe().catch(() => undefined);
 await render();
 document.body.dataset.ready = 'true';
