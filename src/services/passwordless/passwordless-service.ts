@@ -140,7 +140,8 @@ export class PasswordlessService {
     // Require SSO (docs/sso.md): decided by the address's domain before any code is compared, the
     // same with or without an account, counting toward nothing. Only a superadmin's right code passes;
     // a wrong one gets the same 403, and counts as it would anywhere else.
-    const requirement = await this.signInRules.ssoRequirement(this.addressOf(challenge, account) ?? '');
+    const address = this.addressOf(challenge, account);
+    const requirement = address === undefined ? undefined : await this.signInRules.ssoRequirement(address);
     const exempt = requirement !== undefined && account !== undefined && (await repos.roles.isSuperadmin(account.id));
     try {
       return await this.recordingRefusal(account, method, meta, async () => {
