@@ -29,10 +29,11 @@ const noControlCharacters = { 'string.pattern.name': '{{#label}} must not contai
 export const idSchema = Joi.string().min(1).max(64).pattern(NO_CONTROL_CHARACTERS, 'no control characters').messages(noControlCharacters);
 
 /**
- * Only bounded here, as on PATCH /users/{id}: the display-name rule itself (at most 120
- * characters, trimmed, no control characters) lives in services/shared/identity-rules.ts, one
- * rule for every route. Joi's `max` counts UTF-16 code units, so a copy of the rule here refused
- * names of 61 to 120 characters outside the Basic Multilingual Plane (spec 2.4, 8).
+ * Only bounded here, for registration and PATCH /users/{id} alike: the display-name rule itself
+ * (at most 120 characters, trimmed, no control characters) lives in
+ * services/shared/identity-rules.ts, one rule for every route. Joi's `max` counts UTF-16 code
+ * units, so a copy of the rule here refused names of 61 to 120 characters outside the Basic
+ * Multilingual Plane (spec 2.4, 8).
  */
 export const displayNameSchema = Joi.string().allow(null, '').max(1024);
 

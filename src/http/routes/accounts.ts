@@ -3,9 +3,6 @@ import type { IdentityServices } from '../../services/build-services.js';
 import { accepted, ok, type RouteDefinition } from '../route.js';
 import { displayNameSchema, emailSchema, idSchema, opaqueTokenSchema, passwordSchema, storedPasswordSchema } from '../schemas.js';
 
-/** Only bounded here: the display-name rule itself lives in services/shared/identity-rules.ts (one rule for every route). */
-const profileDisplayNameSchema = Joi.string().allow(null, '').max(1024);
-
 const userParams = Joi.object({ userId: idSchema.required() });
 
 const GENERIC_REGISTER = 'If the address can be registered, a verification e-mail is on its way.';
@@ -114,7 +111,7 @@ export function userRoutes(services: IdentityServices): RouteDefinition[] {
       // a user switch off a policy an administrator set.
       user: { permission: 'users.manage', self: true, exceptFields: ['mfa_enforced'] },
       params: userParams,
-      body: Joi.object({ display_name: profileDisplayNameSchema, mfa_enforced: Joi.boolean() }).min(1),
+      body: Joi.object({ display_name: displayNameSchema, mfa_enforced: Joi.boolean() }).min(1),
       handler: async ({ params, body, grant, meta }) =>
         ok(await services.users.updateProfile(grant, params.userId, { displayName: body.display_name, mfaEnforced: body.mfa_enforced }, meta)),
     },

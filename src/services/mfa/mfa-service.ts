@@ -148,12 +148,20 @@ export class MfaService {
     return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, socialProvider: ticket.socialProvider, signInMethod: ticket.signInMethod, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
   }
 
+  /**
+   * The account a ticket signs in, while it may still authenticate: one disabled or deleted
+   * since its first factor gets neither a login code nor a session (spec 3: login blocked).
+   */
+  private async accountOfTicket(ticket: MfaTicket): Promise<UserRecord> {
+    const user = await this.context.store.repos.users.findById(ticket.userId);
+    if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
+    return user;
+  }
+
   /** POST /auth/mfa/challenge: sends a login code for an SMS or e-mail factor. */
   async sendLoginCode(ticket: MfaTicket, factorId: string, meta: RequestMeta): Promise<CodeSent | PasskeyChallenge> {
     if (ticket.exhausted) throw errors.invalidCode();
-    // As verify refuses it: an account disabled or deleted since the first factor gets no login code (spec 3: login blocked).
-    const user = await this.context.store.repos.users.findById(ticket.userId);
-    if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
+    await this.accountOfTicket(ticket);
     return runUnitOfWork(this.context, meta, async (uow) => {
       const factor = await this.confirmedFactor(uow, ticket.userId, factorId);
       await this.assertSecondFactorAfter(uow, ticket, factor);
@@ -170,8 +178,7 @@ export class MfaService {
    */
   async verifyLogin(ticket: MfaTicket, input: SecondFactorProof & { factorId?: string; type?: string }, meta: RequestMeta): Promise<TokenResponse> {
     if (ticket.exhausted) return this.refuseOnExhaustedTicket(ticket, input.type === 'recovery' ? undefined : input.factorId, meta);
-    const user = await this.context.store.repos.users.findById(ticket.userId);
-    if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
+    const user = await this.accountOfTicket(ticket);
     const factorId = input.type === 'recovery' ? undefined : input.factorId;
     if (factorId !== undefined && ticket.firstFactor === 'email') {
       // Refused before any attempt is taken: no code of it is compared, so nothing counts.

@@ -335,18 +335,9 @@ export class SsoService {
 
   /** The fields of `input` whose value differs from the connection's before (a secret compared in clear), sorted. */
   private changedFields(before: SsoConnectionRecord, after: SsoConnectionRecord, input: ConnectionInput): string[] {
-    const view = (connection: SsoConnectionRecord) => ({
-      issuer: connection.issuer,
-      client_id: connection.clientId,
-      token_endpoint_auth_method: connection.tokenEndpointAuthMethod,
-      scopes: connection.scopes,
-      enabled: connection.enabled,
-      jit: connection.jit,
-      default_role: connection.defaultRole,
-      enforce: connection.enforce,
-    });
-    const was: Record<string, unknown> = view(before);
-    const is: Record<string, unknown> = view(after);
+    // The views name the fields as the input does; `status` and the times are no input.
+    const was = this.connectionView(before, false);
+    const is = this.connectionView(after, false);
     return (Object.keys(input) as (keyof ConnectionInput)[])
       .filter((key) => input[key] !== undefined)
       .filter((key) =>
