@@ -28,3 +28,30 @@ export function rawRequest(url: string, headers: Record<string, string | string[
     request.end();
   });
 }
+
+/**
+ * Any request through node:http: the path sent as given after `baseUrl`'s (a URL would normalise
+ * it), the headers exactly as given, and an optional body (a GET may carry one).
+ */
+export function rawHttp(baseUrl: string, method: string, path: string, headers: Record<string, string | string[]>, body?: string | Buffer): Promise<RawResponse> {
+  const { hostname, port, pathname } = new URL(baseUrl);
+  const sent = body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) };
+  return new Promise((resolve, reject) => {
+    const request = http.request({ hostname, port, path: pathname + path, method, headers: sent }, (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          parsed = undefined;
+        }
+        resolve({ status: response.statusCode ?? 0, body: parsed, text, headers: response.headers });
+      });
+    });
+    request.on('error', reject);
+    request.end(body);
+  });
+}

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { createHmac, createPublicKey } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
 import { after, before, test } from 'node:test';
 import express from 'express';
@@ -9,6 +8,7 @@ import type { RouteDefinition } from '../../src/http/route.js';
 import { allRoutes } from '../../src/http/routes/index.js';
 import { Harness, MOUNT, STRONG_PASSWORD, uniqueEmail, type LogLine, type SignedUpUser } from '../helpers/harness.js';
 import { superadmin } from '../helpers/orgs.js';
+import { rawHttp } from '../helpers/raw-request.js';
 import { StubDns, ssoConfig } from '../helpers/sso.js';
 
 // Issue 10, second pass: hostile input at the HTTP edge that hostile-input.test.ts and
@@ -104,21 +104,7 @@ function overSocket(baseUrl: string, bytes: string, timeoutMs?: number): Promise
 }
 
 /** node:http with the path sent as given (a URL would normalise it) and an optional body. */
-function viaHttp(baseUrl: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<Answer> {
-  const { hostname, port, pathname } = new URL(baseUrl);
-  return new Promise((resolve, reject) => {
-    const outgoing = httpRequest({ hostname, port, path: pathname + path, method, headers: body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (incoming) => {
-      const chunks: Buffer[] = [];
-      incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
-      incoming.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        resolve({ status: incoming.statusCode ?? 0, headers: incoming.headers, text, body: parsed(text) });
-      });
-    });
-    outgoing.on('error', reject);
-    outgoing.end(body);
-  });
-}
+const viaHttp = (baseUrl: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<Answer> => rawHttp(baseUrl, method, path, headers, body);
 
 /** The spec's shapes (SPEC.md section 1): `{data}` / `{message}` on success, `{errors: [...]}` on 422, else `{error, message}`. */
 function shapeProblem(answer: Answer, method = 'GET'): string | undefined {

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +9,7 @@ import express from 'express';
 import { createIdentityRouter, type IdentityConfig } from '../../src/index.js';
 import { Harness, MOUNT, PG_URL, STRONG_PASSWORD, TEST_DB, uniqueEmail, type LogLine, type SignedUpUser } from '../helpers/harness.js';
 import { assertError, assertValidationErrors } from '../helpers/account.js';
+import { rawHttp } from '../helpers/raw-request.js';
 import { servicesOf } from '../../src/create-identity-router.js';
 
 // Issue 10: hostile input and protocol edges at the HTTP boundary.
@@ -28,27 +28,7 @@ after(async () => {
 });
 
 /** node:http, so a GET can carry a body and headers are sent exactly as given. */
-function raw(method: string, path: string, headers: Record<string, string>, body?: string | Buffer): Promise<{ status: number; headers: Record<string, unknown>; body: any; text: string }> {
-  const { hostname, port, pathname } = new URL(h.baseUrl);
-  return new Promise((resolve, reject) => {
-    const outgoing = httpRequest({ hostname, port, path: pathname + path, method, headers: body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (incoming) => {
-      const chunks: Buffer[] = [];
-      incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
-      incoming.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(text);
-        } catch {
-          parsed = undefined;
-        }
-        resolve({ status: incoming.statusCode ?? 0, headers: incoming.headers, body: parsed, text });
-      });
-    });
-    outgoing.on('error', reject);
-    outgoing.end(body);
-  });
-}
+const raw = (method: string, path: string, headers: Record<string, string>, body?: string | Buffer) => rawHttp(h.baseUrl, method, path, headers, body);
 
 test('Content-Encoding gzip on a body that is not gzip is 400; an unknown Content-Encoding is 415; bodies on GET routes are ignored', async () => {
   const body = JSON.stringify({ email: 'a@example.com', password: STRONG_PASSWORD });
