@@ -4,6 +4,7 @@ import type { Repositories } from '../../store/store.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { addressDomain, normaliseEmail } from '../shared/identity-rules.js';
 import { runUnitOfWork } from '../shared/unit-of-work.js';
+import { loginFailed, type SignInWay } from '../sessions/sign-in-result.js';
 
 /** An address whose organization requires single sign-on (docs/sso.md). */
 export interface SsoRequirement {
@@ -93,15 +94,15 @@ export class SignInRules {
    * `signIn`'s answer, its refusal by a change of its account while it was under way recorded
    * first: a failed login like any other (`user.login_failed` with the change as `reason`,
    * docs/events.md), though its credential was right when compared, so it counts toward no
-   * lockout. `failed` is what the event says of the sign-in beside its reason.
+   * lockout. `failed` names the account, the way in and the organization the event names.
    */
-  async recordingChangedAccount<T>(signIn: Promise<T>, meta: RequestMeta, failed: { userId: string; organizationId?: string | undefined; data: Record<string, unknown> }): Promise<T> {
+  async recordingChangedAccount<T>(signIn: Promise<T>, meta: RequestMeta, failed: { userId: string; way: SignInWay; organizationId?: string | undefined }): Promise<T> {
     try {
       return await signIn;
     } catch (error) {
       if (error instanceof AccountChangedDuringSignIn) {
-        const { userId, organizationId, data } = failed;
-        await runUnitOfWork(this.context, meta, (uow) => uow.emit({ type: 'user.login_failed', userId, ...(organizationId ? { organizationId } : {}), data: { ...data, reason: error.reason } }));
+        const { userId, way, organizationId } = failed;
+        await runUnitOfWork(this.context, meta, (uow) => uow.emit(loginFailed(userId, way, error.reason, organizationId)));
       }
       throw error;
     }

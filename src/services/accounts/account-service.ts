@@ -6,7 +6,7 @@ import type { OneTimeTokenPurpose } from '../../store/session-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { MfaService } from '../mfa/mfa-service.js';
-import { type FirstFactor, type LoginResult, loginFailedMethod } from '../sessions/sign-in-result.js';
+import { type FirstFactor, firstFactorWay, type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import { assertPasswordAcceptable } from './password-policy.js';
 import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.js';
 import type { Principal } from '../access/principal.js';
@@ -161,7 +161,7 @@ export class AccountService {
     const passed = await this.signInRules.recordingChangedAccount(
       this.mfa.throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, comparedPasswordHash), noFactorWhenRead),
       meta,
-      { userId: user.id, data: loginFailedMethod(firstFactor) },
+      { userId: user.id, way: firstFactorWay(firstFactor) },
     );
     if (passed.kind === 'mfa_required') return passed;
     slot?.completedSignIn();
@@ -278,9 +278,8 @@ export class AccountService {
     slot?: FailedAttemptSlot,
     firstFactor?: FirstFactor,
   ): Promise<void> {
-    const data = { ...(firstFactor ? loginFailedMethod(firstFactor) : {}), reason };
     await runUnitOfWork(this.context, meta, async (uow) => {
-      await uow.emit({ type: 'user.login_failed', userId: user?.id ?? null, data });
+      await uow.emit(loginFailed(user?.id ?? null, firstFactor ? firstFactorWay(firstFactor) : {}, reason));
       if (slot) await slot.fail(uow, 'password');
     });
   }

@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { LoginResult } from '../sessions/sign-in-result.js';
+import { type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import type {
   AuthenticationResponseJSON,
   AuthenticatorTransport,
@@ -217,20 +217,20 @@ export class PasskeyService {
         if (!consumed || !user || user.deletedAt !== null || current?.id !== passkey.id) return uow.failAfterCommit(errors.invalidCode());
         // Like a password login: a locked account is not even checked.
         if (!slot) {
-          await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'locked' } });
+          await uow.emit(loginFailed(user.id, { method: 'passkey' }, 'locked'));
           return uow.failAfterCommit(errors.invalidCredentials());
         }
         await this.codes.assertVerifyBudget(uow.repos, user.id, uow.now);
         const check = await this.checkAssertion(uow, current, input.response, challenge, { requireUserVerification: true });
         if (check !== 'ok') {
-          await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: check === 'counter_regressed' ? 'counter_regressed' : 'invalid_assertion', factor_id: passkey.id } });
+          await uow.emit(loginFailed(user.id, { method: 'passkey', factor_id: passkey.id }, check === 'counter_regressed' ? 'counter_regressed' : 'invalid_assertion'));
           await this.codes.recordVerifyFailure(uow, user.id);
           await slot.fail(uow, 'second_factor');
           return uow.failAfterCommit(errors.invalidCode());
         }
         const refusal = this.signInRules.accountRefusal(user, uow.now);
         if (refusal) {
-          if (refusal === 'account_disabled') await uow.emit({ type: 'user.login_failed', userId: user.id, data: { method: 'passkey', reason: 'account_disabled' } });
+          if (refusal === 'account_disabled') await uow.emit(loginFailed(user.id, { method: 'passkey' }, 'account_disabled'));
           return uow.failAfterCommit(accountRefusalError(refusal));
         }
         // Require SSO (docs/sso.md); a superadmin's verified passkey is a right credential.

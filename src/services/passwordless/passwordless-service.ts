@@ -13,7 +13,7 @@ import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { recordFirstEmailProof } from '../accounts/credential-lifecycle.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
-import type { LoginResult, PasswordlessMethod } from '../sessions/sign-in-result.js';
+import { type LoginResult, loginFailed, type PasswordlessMethod } from '../sessions/sign-in-result.js';
 import { MfaCodes } from '../mfa/mfa-codes.js';
 import { assertWithinBudget, type BudgetBucket, destinationBudgetName, lockBudget, recordInBudget, spendSendBudget, trySpendSendBudget } from '../limits/send-budget.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
@@ -335,7 +335,7 @@ function isLocked(user: Pick<UserRecord, 'lockedUntil'>, now: number): boolean {
 
 /** A refused verify on an account's challenge (docs/passwordless.md): `reason` is the error code answered. */
 async function emitRefusal(uow: UnitOfWork, userId: string, method: PasswordlessMethod, reason: string = 'invalid_code'): Promise<void> {
-  await uow.emit({ type: 'user.login_failed', userId, data: { method, reason } });
+  await uow.emit(loginFailed(userId, { method }, reason));
 }
 
 /** Refusals whose own transaction rolls back, so `recordingRefusal` records them once it has. */

@@ -1,3 +1,4 @@
+import type { EventInput } from '../../events.js';
 import type { FactorType } from '../../store/mfa-repository.js';
 import type { TokenResponse } from './session-service.js';
 
@@ -29,7 +30,23 @@ export type FirstFactor = { amr: 'pwd'; method: 'password'; comparedPasswordHash
 /** A passwordless sign-in's proof of the address: its code or its link (docs/passwordless.md). */
 export type PasswordlessMethod = 'email_code' | 'email_link';
 
-/** What a failed sign-in's `user.login_failed` says of its first factor: nothing for a password (docs/events.md), the method for a passwordless one (docs/passwordless.md). */
-export function loginFailedMethod(firstFactor: FirstFactor): { method?: PasswordlessMethod } {
+/**
+ * What a sign-in's events say of the way it went in (docs/events.md): nothing for a password, the
+ * method for every other, with the passkey, provider or connection it went through.
+ */
+export type SignInWay =
+  | Record<string, never>
+  | { method: PasswordlessMethod }
+  | { method: 'passkey'; factor_id?: string }
+  | { method: 'social'; provider: string }
+  | { method: 'sso'; connection_id: string };
+
+/** The way in of a password or a passwordless first factor. */
+export function firstFactorWay(firstFactor: FirstFactor): SignInWay {
   return firstFactor.method === 'password' ? {} : { method: firstFactor.method };
+}
+
+/** `user.login_failed`, in its one shape whichever way in was refused (docs/events.md): the way, then why. */
+export function loginFailed(userId: string | null, way: SignInWay, reason: string, organizationId?: string): EventInput {
+  return { type: 'user.login_failed', userId, ...(organizationId ? { organizationId } : {}), data: { ...way, reason } };
 }

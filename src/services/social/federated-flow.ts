@@ -9,7 +9,7 @@ import type { SocialFlowPurpose, SocialFlowRecord } from '../../store/social-rep
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { CONTROL_CHARACTER, normaliseEmail } from '../shared/identity-rules.js';
-import type { LoginResult } from '../sessions/sign-in-result.js';
+import type { LoginResult, SignInWay } from '../sessions/sign-in-result.js';
 import type { MfaService } from '../mfa/mfa-service.js';
 import type { Principal } from '../access/principal.js';
 import type { AccessPolicy } from '../access/access-policy.js';
@@ -77,7 +77,7 @@ export type RefusalCode =
 /** A federated sign-in, as `FederatedFlow.openSession` opens it. */
 export interface FederatedSignIn {
   /** What `user.logged_in` and `user.login_failed` say of the sign-in (docs/events.md). */
-  method: { method: 'social'; provider: string } | { method: 'sso'; connection_id: string };
+  method: Extract<SignInWay, { method: 'social' | 'sso' }>;
   /** The organization the events name (single sign-on). */
   organizationId?: string;
   /** Runs in the session's transaction, with its id. */
@@ -284,7 +284,7 @@ export class FederatedFlows {
         }),
       ),
       meta,
-      { userId: user.id, organizationId, data: method },
+      { userId: user.id, way: method, organizationId },
     );
     if (passed.kind === 'mfa_required') return passed;
     // Tokens are signed only after commit (no token for a session that was never stored).

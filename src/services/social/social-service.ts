@@ -3,7 +3,7 @@ import { type ResolvedSocialConfig, type ResolvedSocialProvider, socialCallbackU
 import { errors, } from '../../errors.js';
 import type { SocialFlowPurpose, SocialFlowRecord, SocialIdentityRecord } from '../../store/social-repository.js';
 import type { AccessPolicy } from '../access/access-policy.js';
-import type { LoginResult } from '../sessions/sign-in-result.js';
+import { type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { Principal } from '../access/principal.js';
 import type { SessionService } from '../sessions/session-service.js';
@@ -137,7 +137,7 @@ export class SocialService {
   private async resolveLoginOnce(uow: UnitOfWork, provider: ResolvedSocialProvider, claims: ProviderClaims): Promise<{ outcome: SocialFlowOutcome; refusal?: undefined } | { refusal: SocialRefusal }> {
     const repos = uow.repos;
     const refuse = async (code: SocialRefusal['code'], userId: string | null) => {
-      if (userId) await uow.emit({ type: 'user.login_failed', userId, data: { method: 'social', provider: provider.id, reason: code } });
+      if (userId) await uow.emit(loginFailed(userId, { method: 'social', provider: provider.id }, code));
       else this.context.logger.warn('social sign-in refused', { provider: provider.id, reason: code });
       return { refusal: new SocialRefusal(code) };
     };

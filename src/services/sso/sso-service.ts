@@ -33,7 +33,7 @@ import {
 } from '../social/federated-flow.js';
 import { addressDomain, domainForm, normaliseEmail, providerDisplayName } from '../shared/identity-rules.js';
 import { iso } from '../shared/iso-time.js';
-import type { LoginResult } from '../sessions/sign-in-result.js';
+import { type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from '../social/social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { TOMBSTONE_EMAIL_DOMAIN } from '../accounts/user-admin-service.js';
@@ -587,7 +587,7 @@ export class SsoService {
    */
   private async recordRefusal(uow: UnitOfWork, connection: SsoConnectionRecord, decided: { refusal: FederatedRefusal; userId?: string }): Promise<void> {
     const reason = decided.refusal.code;
-    if (decided.userId) await uow.emit({ type: 'user.login_failed', userId: decided.userId, organizationId: connection.organizationId, data: { method: 'sso', connection_id: connection.id, reason } });
+    if (decided.userId) await uow.emit(loginFailed(decided.userId, { method: 'sso', connection_id: connection.id }, reason, connection.organizationId));
     else this.context.logger.warn('single sign-on refused', { connection_id: connection.id, reason });
   }
 
