@@ -76,6 +76,8 @@ describe('attack 2: ownership through a custom role', () => {
     const helper = await addMember(h, org, owner.token, ['member']);
     const fresh = await h.post(`/orgs/${org.id}/roles`, { name: 'Deputy', slug: 'deputy', permission_keys: ['org.read', 'org.delete'] }, { token: owner.token });
     assert.equal(fresh.status, 201, fresh.text);
+    const suspendedDeputy = await addMember(h, org, owner.token, ['deputy']);
+    assert.equal((await h.patch(`/orgs/${org.id}/members/${suspendedDeputy.userId}`, { status: 'suspended' }, { token: owner.token })).status, 200);
     const stale = await staleToken(owner.refreshToken);
     for (const keys of [['org.read', 'org.delete'], ['roles.manage']]) {
       assertStepUpRequired(await h.post(`/orgs/${org.id}/roles`, { name: 'Shadow', slug: `shadow-${keys.length}`, permission_keys: keys }, { token: stale }), `create ${keys}`);
@@ -86,7 +88,10 @@ describe('attack 2: ownership through a custom role', () => {
     assertStepUpRequired(await h.patch(`/orgs/${org.id}/roles/${fresh.body.data.id}`, { name: 'Deputy 2' }, { token: stale }), 'edit owner-equivalent');
     assertStepUpRequired(await h.patch(`/orgs/${org.id}/members/${helper.userId}/roles`, { role_slugs: ['deputy'] }, { token: stale }), 'grant');
     assertStepUpRequired(await h.post(`/orgs/${org.id}/invites`, { email: uniqueEmail('accomplice'), role_slugs: ['deputy'] }, { token: stale }), 'invite');
+    // Reactivation hands a suspended member's roles back: a grant of them like any other.
+    assertStepUpRequired(await h.patch(`/orgs/${org.id}/members/${suspendedDeputy.userId}`, { status: 'active' }, { token: stale }), 'reactivate');
     const members = await h.get(`/orgs/${org.id}/members`, { token: stale });
+    assert.equal(members.body.data.find((member: any) => member.user_id === suspendedDeputy.userId).status, 'suspended');
     assert.deepEqual(members.body.data.find((member: any) => member.user_id === helper.userId).roles, ['member']);
     assert.ok(await roleIdOf(h, org.id, stale, 'deputy'));
   });

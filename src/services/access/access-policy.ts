@@ -6,7 +6,7 @@ import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import { type AccessReads, type GateReads, uncachedReads } from './access-reads.js';
 import { type Answer, decide, decideLater, read, type Steps } from './decision-steps.js';
-import type { ResolvedAuthority } from './authority.js';
+import { assertHoldsEveryKey, type ResolvedAuthority } from './authority.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import { isWellFormedId } from '../shared/ids.js';
 import { OWNER_ROLE_SLUG, type PermissionCatalog } from './permission-catalog.js';
@@ -529,6 +529,18 @@ export class AccessPolicy {
    */
   assertStepUp(repos: Repositories, principal: Principal): Promise<void> {
     return decideLater(this.assertStepUpWith(uncachedReads(repos), principal));
+  }
+
+  /**
+   * Putting roles in a member's hands: a role change's added roles, an invitation's, and a
+   * suspended member's owner-equivalent ones at reactivation. No escalation (SPEC 3 rule 1:
+   * only permissions the actor holds, 403), and step-up for an owner-equivalent role
+   * (docs/organizations.md: ownership transfer). Called inside the write's transaction, after
+   * `grant.recheck`.
+   */
+  async assertMayGrantRoles(repos: Repositories, principal: Principal, actor: ResolvedAuthority, roles: readonly { slug: string; isSystem: boolean; permissionKeys: readonly string[] }[]): Promise<void> {
+    for (const role of roles) assertHoldsEveryKey(actor, role.permissionKeys);
+    if (roles.some(isOwnerEquivalent)) await this.assertStepUp(repos, principal);
   }
 
   private *assertStepUpWith(reads: GateReads, principal: Principal): Steps<void> {

@@ -3,8 +3,7 @@ import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import { errors } from '../../errors.js';
 import { isUniqueViolation } from '../../database-errors.js';
 import type { InviteRecord } from '../../store/organization-repository.js';
-import { type AccessGrant, isOwnerEquivalent, isOwnerRole, organizationOf, type AccessPolicy } from '../access/access-policy.js';
-import { assertHoldsEveryKey } from '../access/authority.js';
+import { type AccessGrant, isOwnerRole, organizationOf, type AccessPolicy } from '../access/access-policy.js';
 import { assertNotLastOwner } from './member-service.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { normaliseEmail } from '../shared/identity-rules.js';
@@ -76,9 +75,8 @@ export class InviteService {
       const roles = await uow.repos.roles.findBySlugs(organizationId, roleSlugs);
       const unknown = roleSlugs.filter((slug) => !roles.some((role) => role.slug === slug));
       if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
-      for (const role of roles) assertHoldsEveryKey(actor, role.permissionKeys);
       // Inviting with an owner-equivalent role is an ownership transfer (docs/organizations.md): step-up, like PATCH roles.
-      if (roles.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
+      await this.policy.assertMayGrantRoles(uow.repos, principal, actor, roles);
 
       const invitee = await uow.repos.users.findByEmail(email);
       const membership = invitee ? await uow.repos.memberships.find(organizationId, invitee.id) : undefined;

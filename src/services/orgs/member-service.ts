@@ -2,7 +2,7 @@ import { errors } from '../../errors.js';
 import type { MemberRow, MembershipRecord, RoleRecord } from '../../store/organization-repository.js';
 import { type AccessGrant, isOwnerEquivalent, isOwnerRole, mayActOnOwner, organizationOf, type AccessPolicy } from '../access/access-policy.js';
 import { revokeKeysOfMember } from '../api-keys/api-key-service.js';
-import { assertHoldsEveryKey, type ResolvedAuthority } from '../access/authority.js';
+import type { ResolvedAuthority } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
@@ -73,8 +73,7 @@ export class MemberService {
       if (unknown.length > 0) throw errors.validation(unknown.map((slug) => `"role_slugs" contains an unknown role "${slug}"`));
       const currentIds = new Set(target.roles.map((role) => role.id));
       const added = wanted.filter((role) => !currentIds.has(role.id));
-      for (const role of added) assertHoldsEveryKey(target.actor, role.permissionKeys);
-      if (added.some(isOwnerEquivalent)) await this.policy.assertStepUp(uow.repos, principal);
+      await this.policy.assertMayGrantRoles(uow.repos, principal, target.actor, added);
       if (target.isOwner && !wanted.some(isOwnerRole)) await assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.replaceRoles(target.membership.id, wanted.map((role) => role.id));
       await uow.emit({
@@ -100,6 +99,10 @@ export class MemberService {
         if (status === 'suspended') {
           if (target.isOwner) await assertNotLastOwner(uow, organizationId, target.membership, target.roles);
           await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_suspended', userId);
+        } else {
+          // Reactivation hands the member's roles back. An owner-equivalent one comes back as it is
+          // granted (its keys held, step-up); the others with no guard (SPEC 3, member status).
+          await this.policy.assertMayGrantRoles(uow.repos, principal, target.actor, target.roles.filter(isOwnerEquivalent));
         }
         await uow.repos.memberships.setStatus(target.membership.id, status, uow.now);
         await uow.emit({ type: 'member.status_changed', actorId: principal.userId, userId, organizationId, data: { from, to: status } });
