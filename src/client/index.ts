@@ -333,6 +333,9 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
   }
 
   function routerUrl(path: string, query?: Record<string, string | number | boolean | undefined>): string {
+    // Only a path from the mount's root names a route under it: `key + 'auth/me'` or `key + '.evil.example/x'`
+    // would be another host, and the session's bearer would go with it.
+    if (!path.startsWith('/')) throw new TypeError(`A router path starts with "/": ${JSON.stringify(path)} names no route under ${key}.`);
     const url = new URL(key + path);
     for (const [name, value] of Object.entries(query ?? {})) if (value !== undefined) url.searchParams.set(name, String(value));
     return url.href;
@@ -343,8 +346,9 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     const headers: Record<string, string> = { accept: 'application/json' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (bearer) headers.authorization = `Bearer ${bearer}`;
+    const url = routerUrl(path, query);
     try {
-      return await send(routerUrl(path, query), {
+      return await send(url, {
         method,
         headers,
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
