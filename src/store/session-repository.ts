@@ -283,6 +283,12 @@ export class SessionRepository extends Repository {
     if (userId) query.andWhere({ user_id: userId });
     return query.update({ revoked_at: now, revoked_reason: reason });
   }
+
+  /** Points a user's unrevoked sessions that are in an organization the user is no active member of at no organization. */
+  async leaveOrganizationsNotMemberOf(userId: string): Promise<number> {
+    const joined = this.db(this.table.memberships).where({ user_id: userId, status: 'active' }).select('organization_id');
+    return this.db(this.table.sessions).where({ user_id: userId }).whereNull('revoked_at').whereNotNull('organization_id').whereNotIn('organization_id', joined).update({ organization_id: null });
+  }
 }
 
 export interface RefreshTokenRecord {

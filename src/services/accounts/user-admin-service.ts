@@ -78,7 +78,12 @@ export class UserAdminService {
   async revokeSuperadmin(userId: string): Promise<void> {
     await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
       uow.invalidates({ user: userId });
-      if (await uow.repos.roles.revokeSuperadmin(userId)) await uow.emit({ type: 'user.superadmin_revoked', userId });
+      if (!(await uow.repos.roles.revokeSuperadmin(userId))) return;
+      // A session switched into an organization the user entered as a superadmin alone leaves it,
+      // as a member's removal ends the sessions in the organization: its refreshes are no longer
+      // that organization's events (its webhooks, its audit log), and its tokens already name none.
+      await uow.repos.sessions.leaveOrganizationsNotMemberOf(userId);
+      await uow.emit({ type: 'user.superadmin_revoked', userId });
     });
   }
 
