@@ -18,11 +18,16 @@ function replaceErrors(_key: string, value: unknown): unknown {
   return value;
 }
 
+// JSON escapes C0 (newlines, ESC) but not C1 (U+009B is the 8-bit CSI of terminal escapes, U+0085
+// a line break) nor U+2028/U+2029, which many log viewers break lines on. Meta quotes what clients
+// and providers sent (a passkey's origin, an IdP's error), so these are escaped too: still valid JSON.
+const UNESCAPED_BY_JSON = /[\u007f-\u009f\u2028\u2029]/g;
+
 function formatLine(level: string, msg: string, meta: object | undefined): string {
   if (meta === undefined) return `${PREFIX} ${level} ${msg}`;
   let serialized: string;
   try {
-    serialized = JSON.stringify(meta, replaceErrors) ?? '';
+    serialized = (JSON.stringify(meta, replaceErrors) ?? '').replace(UNESCAPED_BY_JSON, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`);
   } catch {
     // A circular meta object must not turn a log call into a thrown error.
     serialized = '"[unserializable meta]"';

@@ -1712,7 +1712,7 @@ export interface components {
         Id: string;
         /**
          * Format: email
-         * @description RFC 5321, at most 320 octets; compared case-insensitively.
+         * @description RFC 5321, at most 320 octets, no space (Unicode spaces included); compared case-insensitively.
          */
         EmailInput: string;
         /** @description Policy: 8 to 128 characters (configurable), not a common password, not the e-mail address; failures are 422. */

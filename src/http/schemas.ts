@@ -10,8 +10,14 @@ export const emailSchema = Joi.string()
   .prefs({ convert: true })
   .trim()
   .email({ tlds: { allow: false }, ignoreLength: true })
-  .custom((value: string, helpers) => (Buffer.byteLength(value, 'utf8') > 320 ? helpers.error('string.maxBytes') : value))
-  .messages({ 'string.maxBytes': '{{#label}} must be at most 320 octets' });
+  .custom((value: string, helpers) => {
+    if (Buffer.byteLength(value, 'utf8') > 320) return helpers.error('string.maxBytes');
+    // RFC 5321 has no unquoted space in an address, and mail libraries split on any Unicode one:
+    // nodemailer delivers `x\u00a0ada@example.com` to `ada@example.com`, so each spelling would be an
+    // account, invite and send budget of its own for one mailbox (docs/security.md).
+    return /\s/u.test(value) ? helpers.error('string.space') : value;
+  })
+  .messages({ 'string.maxBytes': '{{#label}} must be at most 320 octets', 'string.space': '{{#label}} must not contain a space' });
 
 /** Bounded before any hashing so a megabyte "password" costs nothing; the policy gives the precise message. */
 export const passwordSchema = Joi.string().min(1).max(1024);
