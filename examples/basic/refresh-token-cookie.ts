@@ -52,7 +52,9 @@ export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestH
     if (req.method !== 'POST') return next();
     const sendJson = res.json.bind(res);
     // Any answer that carries a refresh token (login, MFA verify, refresh, and whatever sign-in route comes
-    // next) hands it to the cookie instead of the page; the cookie is cleared when the session ends or the token is refused.
+    // next) hands it to the cookie instead of the page. The cookie goes at a logout, whatever its answer (the
+    // user asked to leave this browser), and when a refresh is refused (401). A refresh answered 429 or 5xx
+    // keeps it: the session lives, and the next refresh may pass.
     res.json = (body: { data?: { refresh_token?: string } } | undefined) => {
       const ok = res.statusCode >= 200 && res.statusCode < 300;
       if (ok && body?.data?.refresh_token) {
@@ -60,7 +62,7 @@ export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestH
         const { refresh_token: _moved, ...data } = body.data;
         return sendJson({ ...body, data });
       }
-      if (ENDS_SESSION.has(req.path) ? ok : req.path === REFRESH_PATH && !ok) clearCookie(res);
+      if (ENDS_SESSION.has(req.path) || (req.path === REFRESH_PATH && res.statusCode === 401)) clearCookie(res);
       return sendJson(body);
     };
     if (req.path !== REFRESH_PATH) return next();
