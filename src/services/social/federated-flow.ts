@@ -221,6 +221,11 @@ export class FederatedFlows {
       throw error instanceof IdentityError && error.code === 'provider_unavailable' ? new FederatedRefusal('provider_unavailable') : error;
     }
     const { client, configuration } = provided;
+    // The ID token's signature is checked against the provider's JWKS (docs/social-login.md).
+    // openid-client skips that check for a token from the token endpoint (OpenID Connect Core
+    // 3.1.3.7 lets TLS stand in for it) unless asked: a token endpoint answering for the issuer
+    // would otherwise sign in whichever subject it wrote, under no key the issuer publishes.
+    client.enableNonRepudiationChecks(configuration);
     const currentUrl = new URL(target.redirectUri);
     for (const [name, value] of Object.entries(parameters)) if (value !== undefined) currentUrl.searchParams.set(name, value);
     try {

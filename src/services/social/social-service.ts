@@ -144,7 +144,7 @@ export class SocialService {
 
     // Rule 1: the subject is the only link key.
     const linked = await repos.socialIdentities.findByProviderSubject(provider.id, claims.subject);
-    if (linked && linked.issuer !== provider.issuer) {
+    if (linked && !this.signsIn(linked)) {
       // Links never move silently to a new issuer.
       this.context.logger.warn('social link ignored: stored issuer differs from the configured one', { provider: provider.id, identity_id: linked.id });
       return refuse('account_link_required', null);
@@ -302,7 +302,8 @@ export class SocialService {
       await this.policy.assertSessionLive(uow.repos, principal);
       const identity = await uow.repos.socialIdentities.findOwned(identityId, principal.userId);
       if (!user || !identity) throw errors.notFound('Identity');
-      const otherLinks = (await uow.repos.socialIdentities.listForUser(user.id)).filter((candidate) => candidate.id !== identity.id);
+      // Another link is a way back in only while it can sign in: its provider configured, under the issuer it was made with.
+      const otherLinks = (await uow.repos.socialIdentities.listForUser(user.id)).filter((candidate) => candidate.id !== identity.id && this.signsIn(candidate));
       const passkeys = await uow.repos.socialIdentities.countPasskeys(user.id);
       if (!user.passwordHash && passkeys === 0 && otherLinks.length === 0) {
         throw errors.lastLoginMethodProtected();
@@ -313,6 +314,11 @@ export class SocialService {
   }
 
   // ---------------------------------------------------------------- internals
+
+  /** A link signs in only through its provider as configured now: a link made under another issuer is never matched (docs/social-login.md). */
+  private signsIn(identity: SocialIdentityRecord): boolean {
+    return this.social.providers.get(identity.provider)?.issuer === identity.issuer;
+  }
 
   private provider(providerId: string): ResolvedSocialProvider {
     const provider = this.social.providers.get(providerId);
