@@ -330,7 +330,7 @@ export class AccessPolicy {
     if (!found || found.session.userId !== claims.sub) throw errors.unauthorized('The session behind this token has ended.');
     const { session, user } = found;
     if (!mayAuthenticate(user)) throw errors.unauthorized('The account is not active.');
-    return { kind: 'session', userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, mfa: session.mfa, amr: session.amr, authTime: session.authTime, user };
+    return { kind: 'session', userId: user.id, sessionId: session.id, organizationId: claims.org ?? null, mfa: session.mfa && claims.mfa, amr: session.amr, authTime: tokenAuthTime(claims.auth_time, session.authTime), user };
   }
 
   /**
@@ -772,4 +772,13 @@ function enteredOrganization(body: unknown): string | undefined {
 
 export function mfaEnrollmentRequired(): IdentityError {
   return errors.mfaEnrollmentRequired();
+}
+
+/**
+ * The strong authentication an access token stands for (spec 2.1, 5): its own `auth_time`, in
+ * the session's milliseconds while the session has not been re-stamped since. A step-up on the
+ * session answers a new token; a copy of an older one (a stolen one) stays as stale as it was.
+ */
+function tokenAuthTime(claimSeconds: number, sessionAuthTime: number): number {
+  return claimSeconds === Math.floor(sessionAuthTime / 1000) ? sessionAuthTime : Math.min(sessionAuthTime, claimSeconds * 1000);
 }

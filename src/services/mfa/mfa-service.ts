@@ -187,6 +187,14 @@ export class MfaService {
     }
     // A locked account compares no code and verifies no assertion (the lock holds across passwords and second factors).
     const opened = await this.withSecondFactorAttempt(user.id, meta, () => errors.unauthorized('The MFA ticket is invalid or expired.'), async (uow, slot) => {
+      // The ticket again, under the account's lock every verify of it takes: guesses sent at once
+      // all read it open before any failure committed, and only otp.maxAttempts may be compared.
+      const current = await uow.repos.mfaTickets.findById(ticket.id);
+      if (!current || current.consumedAt !== null || current.expiresAt <= uow.now) throw errors.unauthorized('The MFA ticket is invalid or expired.');
+      if (current.failedAttempts >= this.context.config.otp.maxAttempts) {
+        await this.emitExhaustedTicketFailure(uow, ticket, factorId);
+        return undefined;
+      }
       const { accepted, method, factor } = await this.checkSecondFactor(uow, user.id, factorId, input, 'login_mfa', ticket.id);
       if (!accepted) {
         await uow.repos.mfaTickets.recordFailure(ticket.id);
@@ -219,12 +227,15 @@ export class MfaService {
    * neither the lockout nor the verify window; a factor id that is not the user's names nothing.
    */
   private async refuseOnExhaustedTicket(ticket: MfaTicket, factorId: string | undefined, meta: RequestMeta): Promise<never> {
-    await runUnitOfWork(this.context, meta, async (uow) => {
-      const factor = factorId === undefined ? undefined : await uow.repos.mfaFactors.findOwned(factorId, ticket.userId);
-      if (factorId !== undefined && !factor) return;
-      await uow.emit({ type: 'mfa.verify_failed', actorId: ticket.userId, userId: ticket.userId, data: { context: 'login', method: factor?.type ?? 'recovery', factor_id: factor?.id ?? null } });
-    });
+    await runUnitOfWork(this.context, meta, (uow) => this.emitExhaustedTicketFailure(uow, ticket, factorId));
     throw errors.invalidCode();
+  }
+
+  /** The `mfa.verify_failed` of a code sent with an exhausted ticket (`refuseOnExhaustedTicket`). */
+  private async emitExhaustedTicketFailure(uow: UnitOfWork, ticket: MfaTicket, factorId: string | undefined): Promise<void> {
+    const factor = factorId === undefined ? undefined : await uow.repos.mfaFactors.findOwned(factorId, ticket.userId);
+    if (factorId !== undefined && !factor) return;
+    await uow.emit({ type: 'mfa.verify_failed', actorId: ticket.userId, userId: ticket.userId, data: { context: 'login', method: factor?.type ?? 'recovery', factor_id: factor?.id ?? null } });
   }
 
   // ---------------------------------------------------------------- step-up

@@ -382,7 +382,8 @@ export class SessionService {
       await grant.recheck(uow.repos);
       if (!(await uow.repos.sessions.setOrganization(session.id, organizationId))) throw errors.sessionEnded();
       const user = await uow.repos.users.findById(principal.userId);
-      const subject = await this.accessSubjectFor(uow.repos, { ...session, organizationId }, user!);
+      // The asking token's strong authentication, not the session's: a switch lifts no stale token past step-up.
+      const subject = await this.accessSubjectFor(uow.repos, { ...session, organizationId, mfa: principal.mfa, authTime: principal.authTime }, user!);
       await uow.emit({
         type: 'auth.org_switched',
         actorId: principal.userId,
