@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { errors } from '../../errors.js';
+import { errors, IdentityError } from '../../errors.js';
 import type { EventInput } from '../../events.js';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import type { OneTimeTokenPurpose } from '../../store/session-repository.js';
@@ -136,7 +136,15 @@ export class AccountService {
       await this.context.hasher.burnVerification(password, abandoned);
       throw ssoRequired(requirement);
     }
-    return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned), read: undefined };
+    try {
+      return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned), read: undefined };
+    } catch (error) {
+      // Every slot held past the wait: nothing was compared, so the answer is everyone's here;
+      // a 429 would single the address out as a superadmin's (CONTRACT 12.6).
+      if (!(error instanceof IdentityError && error.code === 'rate_limited')) throw error;
+      await this.context.hasher.burnVerification(password, abandoned);
+      throw ssoRequired(requirement);
+    }
   }
 
   /**

@@ -149,7 +149,9 @@ export class PasswordlessService {
         return this.verifyChallenge(challenge, account, proof, method, meta);
       });
     } catch (error) {
-      if (requirement && error instanceof IdentityError && error.code === 'invalid_code') throw ssoRequired(requirement);
+      // Without a right code a superadmin answers what every address there gets: a wrong code's
+      // 422, and a budget's or a lock's 429 (its wrong codes are counted), would single it out.
+      if (requirement && error instanceof IdentityError && (error.code === 'invalid_code' || error.code === 'rate_limited')) throw ssoRequired(requirement);
       throw error;
     }
   }
