@@ -6,13 +6,13 @@
  */
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { Harness, STRONG_PASSWORD, uniqueEmail, type SignedUpUser } from '../helpers/harness.js';
 import { assertError, registerOnly } from '../helpers/account.js';
 import { enrollTotp, loginForTicket, nextTotpCode, signUpWithTotp, totpCodeAt, uniquePhone } from '../helpers/mfa.js';
 import { addMember, createOrg, roleIdOf, switchOrg } from '../helpers/orgs.js';
+import { listening } from '../helpers/host-app.js';
 
 let h: Harness;
 before(async () => {
@@ -106,13 +106,8 @@ async function hostApp(): Promise<{ url: string; close: () => Promise<void> }> {
   app.get('/host/org', h.identity.requirePermission('org.read'), (req, res) => {
     res.json({ caller: h.identity.caller(req) });
   });
-  const server = await new Promise<ReturnType<typeof app.listen>>((resolve) => {
-    const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
-  });
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
+  const { base, close } = await listening(app);
+  return { url: base, close };
 }
 
 async function hostGet(url: string, headers: Record<string, string> | Array<[string, string]>): Promise<{ status: number; body: any }> {

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { assertError, assertValidationErrors } from '../helpers/account.js';
 import { Harness } from '../helpers/harness.js';
 import { addMember, createOrg, switchOrg } from '../helpers/orgs.js';
 import { type RawResponse, rawRequest } from '../helpers/raw-request.js';
+import { listening } from '../helpers/host-app.js';
 
 /*
  * Audit of API keys (CONTRACT 10, docs/api-keys.md) and the host middleware (CONTRACT 6).
@@ -41,9 +41,7 @@ before(async () => {
   app.get('/invoices', identity.requirePermission('invoices.read', { apiKeys: true }), (req, res) => void res.json({ data: identity.caller(req) }));
   app.post('/invoices', identity.requirePermission('invoices.write', { apiKeys: true }), (req, res) => void res.json({ data: identity.caller(req) }));
   app.get('/whoami', identity.authenticate({ apiKeys: true }), (req, res) => void res.json({ data: identity.caller(req) }));
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  host = { base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  host = await listening(app);
 });
 after(async () => {
   await host.close();

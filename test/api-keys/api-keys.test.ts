@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { deriveKeys } from '../../src/crypto/derived-keys.js';
@@ -11,6 +10,7 @@ import { nextTotpCode, signUpWithTotp } from '../helpers/mfa.js';
 import { addMember, createOrg, superadmin, switchOrg, type CreatedOrg, type OrgMember } from '../helpers/orgs.js';
 import { servicesOf } from '../../src/create-identity-router.js';
 import { type RawResponse, rawRequest } from '../helpers/raw-request.js';
+import { listening } from '../helpers/host-app.js';
 
 /*
  * docs/api-keys.md, API keys. Threats: a key that outlives the authority that granted it (revoked,
@@ -50,12 +50,7 @@ async function startHostApp(h: Harness): Promise<HostApp> {
   app.get('/tokens-only/whoami', identity.authenticate(), (req, res) => {
     res.json({ data: { caller: identity.caller(req) } });
   });
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  return {
-    base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
+  return listening(app);
 }
 
 /** A raw request, so a test can send a header line twice (fetch would join them into one). */

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { Harness } from './harness.js';
+import { listening } from './host-app.js';
 
 /*
  * Two routers on one database, for the revocation guarantees of CONTRACT 7
@@ -34,15 +34,13 @@ async function listen(h: Harness): Promise<Instance> {
   app.get('/whoami', h.identity.authenticate(), (req, res) => {
     res.json({ caller: h.identity.caller(req) });
   });
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { base, close } = await listening(app);
   const status = async (path: string, credential: string) => (await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${credential}` } })).status;
   return {
     h,
     host: (credential) => status('/reports', credential),
     whoami: (credential) => status('/whoami', credential),
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    close,
   };
 }
 

@@ -7,7 +7,6 @@
  *   node scripts/run-tests.mjs test/mfa/mfa-ticket-downstream.test.ts
  */
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { expressjwt } from 'express-jwt';
@@ -15,6 +14,7 @@ import jwksRsa from 'jwks-rsa';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
 import { decodeJwtHeader, Harness } from '../helpers/harness.js';
 import { loginForTicket, signUpWithTotp } from '../helpers/mfa.js';
+import { listening } from '../helpers/host-app.js';
 
 const ISSUER = 'https://id.example.test';
 const AUDIENCE = 'https://api.example.test';
@@ -44,13 +44,8 @@ before(async () => {
   app.use((error: Error & { status?: number }, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
     res.status(error.status ?? 401).json({ error: error.name });
   });
-  const server = await new Promise<ReturnType<typeof app.listen>>((resolve) => {
-    const listening = app.listen(0, '127.0.0.1', () => resolve(listening));
-  });
-  resourceServer = {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
+  const { base, close } = await listening(app);
+  resourceServer = { url: base, close };
 });
 after(async () => {
   await resourceServer.close();

@@ -7,28 +7,26 @@
  * reload signed the user in again after they had asked to leave.
  */
 import assert from 'node:assert/strict';
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import { REFRESH_COOKIE, refreshTokenCookie } from '../../examples/basic/refresh-token-cookie.js';
 import { Harness } from '../helpers/harness.js';
+import { type ListeningApp, listening } from '../helpers/host-app.js';
 
 const REFRESHES_PER_WINDOW = 2;
 let h: Harness;
-let server: Server;
+let server: ListeningApp;
 let api: string;
 
 before(async () => {
   h = await Harness.start({ rateLimits: true, config: { auth: { rateLimits: { token_refresh: { limit: REFRESHES_PER_WINDOW, windowSec: 600 } } } } });
   const app = express();
   app.use('/api', refreshTokenCookie({ mountPath: '/api', maxAgeSeconds: 3600, secure: false }), h.identity);
-  server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  api = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api`;
+  server = await listening(app);
+  api = `${server.base}/api`;
 });
 after(async () => {
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await server.close();
   await h.close();
 });
 

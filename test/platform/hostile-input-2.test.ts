@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHmac, createPublicKey } from 'node:crypto';
-import { type AddressInfo, connect } from 'node:net';
+import { connect } from 'node:net';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import { servicesOf } from '../../src/create-identity-router.js';
@@ -10,6 +10,7 @@ import { Harness, MOUNT, STRONG_PASSWORD, uniqueEmail, type LogLine, type Signed
 import { superadmin } from '../helpers/orgs.js';
 import { rawHttp } from '../helpers/raw-request.js';
 import { StubDns, ssoConfig } from '../helpers/sso.js';
+import { listening } from '../helpers/host-app.js';
 
 // Issue 10, second pass: hostile input at the HTTP edge that hostile-input.test.ts and
 // fuzz-routes.test.ts do not send. Header tricks over raw sockets (duplicated lines, odd
@@ -129,9 +130,8 @@ async function hostApp(settings: Record<string, unknown>, identity = h.identity)
   const app = express();
   for (const [name, value] of Object.entries(settings)) app.set(name, value);
   app.use(MOUNT, identity);
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  return { baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}${MOUNT}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  const { base, close } = await listening(app);
+  return { baseUrl: `${base}${MOUNT}`, close };
 }
 
 // Fault: under `trust proxy` (docs/configuration.md tells hosts behind a proxy to set it), Express takes
@@ -413,9 +413,7 @@ test('the host middleware refuses hostile credentials with 401 in the router sha
   const app = express();
   app.get('/api/session', h.identity.authenticate(), (_req, res) => void res.json({ ok: true }));
   app.get('/api/keys', h.identity.requirePermission('org.read', { apiKeys: true }), (_req, res) => void res.json({ ok: true }));
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { base, close } = await listening(app);
   const failures: string[] = [];
   try {
     const refused: Array<Record<string, string>> = [
@@ -433,7 +431,7 @@ test('the host middleware refuses hostile credentials with 401 in the router sha
     assert.equal((await fetch(`${base}/api/keys`, { headers: { 'x-api-key': ` ${realKey} ` } })).status, 200, 'a key with surrounding spaces is the key');
     assert.equal((await fetch(`${base}/api/session`, { headers: { authorization: `bearer ${owner.accessToken}` } })).status, 200);
   } finally {
-    await new Promise((resolve) => server.close(resolve));
+    await close();
   }
   assert.deepEqual(failures, []);
   assert.deepEqual(unexpectedErrors(h.logs), []);

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { createSign } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { createIdentityClient } from '../../src/client/index.js';
@@ -11,6 +10,7 @@ import { decodeJwt, Harness, TEST_DB } from '../helpers/harness.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { loginForTicket, nextTotpCode, signUpWithTotp, totpCodeAt } from '../helpers/mfa.js';
 import { addMember, createOrg, switchOrg } from '../helpers/orgs.js';
+import { listening } from '../helpers/host-app.js';
 
 /*
  * Attacks on tokens and sessions (SPEC 2.1, 2.2, 3 "Session and refresh token", 4.1, 5; CONTRACT 5,
@@ -52,9 +52,7 @@ before(async () => {
   const app = express();
   app.get('/whoami', h.identity.authenticate(), (req, res) => void res.json({ data: h.identity.caller(req) }));
   app.get('/org', h.identity.requirePermission('org.read'), (req, res) => void res.json({ data: h.identity.caller(req) }));
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  host = { base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  host = await listening(app);
 });
 after(async () => {
   await host.close();
@@ -317,9 +315,7 @@ describe('the browser client keeps the bearer on the router', () => {
     // The router mounted at the root of its origin, as an identity origin of its own would be.
     const app = express();
     app.use(h.identity);
-    const server = app.listen(0, '127.0.0.1');
-    await new Promise((resolve) => server.once('listening', resolve));
-    const served = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const { base: served, server, close } = await listening(app);
     // The page and the router at https://id.example.test (a name with no port, as in production), served by `server`.
     const origin = 'https://id.example.test';
     const elsewhere: Array<{ url: string; authorization: string | null }> = [];
@@ -354,7 +350,7 @@ describe('the browser client keeps the bearer on the router', () => {
       globals.BroadcastChannel = savedChannel;
       delete globals.location;
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await close();
     }
   });
 });

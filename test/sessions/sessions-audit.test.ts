@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { createSign } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import jwt from 'jsonwebtoken';
@@ -9,6 +8,7 @@ import { assertError, assertNoInternals, assertUnauthorized } from '../helpers/a
 import { Harness, decodeJwt } from '../helpers/harness.js';
 import { addMember, createOrg, switchOrg } from '../helpers/orgs.js';
 import { type RawResponse, rawRequest } from '../helpers/raw-request.js';
+import { listening } from '../helpers/host-app.js';
 
 /*
  * Audit of access tokens and refresh tokens (SPEC 2.1, 5, 7; docs/security.md "Refresh tokens and
@@ -40,9 +40,7 @@ before(async () => {
   const app = express();
   app.get('/whoami', h.identity.authenticate(), (req, res) => void res.json({ data: h.identity.caller(req) }));
   app.get('/org', h.identity.requirePermission('org.read'), (req, res) => void res.json({ data: h.identity.caller(req) }));
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  host = { base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  host = await listening(app);
 });
 after(async () => {
   await host.close();
