@@ -59,3 +59,19 @@ export async function roleIdOf(h: Harness, orgId: string, token: string, slug: s
   assert.ok(role, `no role ${slug}`);
   return role.id as string;
 }
+
+/** A webhook as `POST /orgs/{id}/webhooks` answers it, its secret included (shown once). */
+export interface CreatedWebhook {
+  id: string;
+  url: string;
+  events: string[];
+  status: string;
+  secret: string;
+}
+
+/** Creates a webhook of `org` as its owner (`events` default: every event). */
+export async function createWebhook(h: Harness, org: CreatedOrg, url: string, events: string[] = ['*']): Promise<CreatedWebhook> {
+  const response = await h.post(`/orgs/${org.id}/webhooks`, { url, events }, { token: org.owner.token });
+  assert.equal(response.status, 201, response.text);
+  return response.body.data;
+}

@@ -8,7 +8,7 @@ import { countRows } from '../helpers/account.js';
 import { eventually } from '../helpers/eventually.js';
 import { decodeJwt, Harness, TEST_DB } from '../helpers/harness.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
-import { addMember, createOrg, type CreatedOrg, superadmin, switchOrg } from '../helpers/orgs.js';
+import { addMember, createOrg, createWebhook, type CreatedOrg, superadmin, switchOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 /*
@@ -39,12 +39,6 @@ after(async () => {
   await h.close();
 });
 
-async function createWebhook(org: CreatedOrg, url: string, events: string[] = ['*']): Promise<{ id: string; secret: string }> {
-  const response = await h.post(`/orgs/${org.id}/webhooks`, { url, events }, { token: org.owner.token });
-  assert.equal(response.status, 201, response.text);
-  return response.body.data;
-}
-
 async function deliveries(org: CreatedOrg, webhookId: string): Promise<any[]> {
   const response = await h.get(`/orgs/${org.id}/webhooks/${webhookId}/deliveries`, { token: org.owner.token });
   assert.equal(response.status, 200, response.text);
@@ -63,7 +57,7 @@ describe('API keys and webhooks', () => {
     const org = await createOrg(h);
     const receiver = await WebhookReceiver.start();
     try {
-      const webhook = await createWebhook(org, receiver.url());
+      const webhook = await createWebhook(h, org, receiver.url());
       const created = await h.post(`/orgs/${org.id}/api-keys`, { name: 'hooks', permission_keys: ['webhooks.manage'] }, { token: await freshOwnerToken(org) });
       assert.equal(created.status, 201, created.text);
       const key: string = created.body.data.key;
@@ -103,7 +97,7 @@ describe('API keys and webhooks', () => {
     const org = await createOrg(h);
     const receiver = await WebhookReceiver.start();
     try {
-      const webhook = await createWebhook(org, receiver.url(), ['api_key.created', 'api_key.revoked']);
+      const webhook = await createWebhook(h, org, receiver.url(), ['api_key.created', 'api_key.revoked']);
       const created = await h.post(`/orgs/${org.id}/api-keys`, { name: 'exported', permission_keys: ['org.read'] }, { token: await freshOwnerToken(org) });
       assert.equal(created.status, 201, created.text);
       const { id, key, start } = created.body.data as { id: string; key: string; start: string };
@@ -146,7 +140,7 @@ describe('deliveries', () => {
     const org = await createOrg(h);
     const receiver = await WebhookReceiver.start(() => ({ status: 503 }));
     try {
-      const webhook = await createWebhook(org, receiver.url(), ['org.updated']);
+      const webhook = await createWebhook(h, org, receiver.url(), ['org.updated']);
       assert.equal((await h.patch(`/orgs/${org.id}`, { name: 'Retried' }, { token: org.owner.token })).status, 200);
       await eventually(async () => (await deliveries(org, webhook.id))[0]?.attempts === 1, 'the first attempt failed');
       assert.equal(receiver.requests.length, 1);
@@ -181,7 +175,7 @@ describe('deliveries', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
       const org = await createOrg(h);
-      const webhook = await createWebhook(org, `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, ['org.updated']);
+      const webhook = await createWebhook(h, org, `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, ['org.updated']);
       const started = Date.now();
       assert.equal((await h.patch(`/orgs/${org.id}`, { name: 'Endless' }, { token: org.owner.token })).status, 200);
       await eventually(async () => (await deliveries(org, webhook.id))[0]?.status === 'delivered', 'the delivery is recorded');
@@ -203,7 +197,7 @@ describe('events of users outside the organization', () => {
     const org = await createOrg(h);
     const receiver = await WebhookReceiver.start();
     try {
-      await createWebhook(org, receiver.url(), ['auth.token_refreshed', 'auth.refresh_reuse_detected']);
+      await createWebhook(h, org, receiver.url(), ['auth.token_refreshed', 'auth.refresh_reuse_detected']);
       const root = await superadmin(h);
       await switchOrg(h, root.accessToken, org.id);
       const asRoot = await h.post('/auth/token/refresh', { refresh_token: root.refreshToken });

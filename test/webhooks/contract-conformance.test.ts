@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { assertError } from '../helpers/account.js';
 import { harnessesClosedAfterFile, type Harness, STRONG_PASSWORD } from '../helpers/harness.js';
-import { addMember, createOrg, type CreatedOrg } from '../helpers/orgs.js';
+import { addMember, createOrg, createWebhook, type CreatedOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 import { eventually } from '../helpers/eventually.js';
 
@@ -35,12 +35,6 @@ const stubDns = (answers: Record<string, string[]>) => ({
     return addresses.map((address) => ({ address, family: (address.includes(':') ? 6 : 4) as 4 | 6 }));
   },
 });
-
-async function createWebhook(h: Harness, org: CreatedOrg, url: string, events: string[] = ['*']): Promise<any> {
-  const response = await h.post(`/orgs/${org.id}/webhooks`, { url, events }, { token: org.owner.token });
-  assert.equal(response.status, 201, response.text);
-  return response.body.data;
-}
 
 async function deliveries(h: Harness, org: CreatedOrg, webhookId: string): Promise<any[]> {
   const response = await h.get(`/orgs/${org.id}/webhooks/${webhookId}/deliveries?limit=100`, { token: org.owner.token });

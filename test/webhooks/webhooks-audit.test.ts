@@ -11,7 +11,7 @@ import { eventually } from '../helpers/eventually.js';
 import { Harness, TEST_DB } from '../helpers/harness.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { enrollTotp, totpCodeAt } from '../helpers/mfa.js';
-import { createOrg, switchOrg, type CreatedOrg } from '../helpers/orgs.js';
+import { createOrg, createWebhook, switchOrg, type CreatedOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 /*
@@ -64,12 +64,6 @@ describe('outcomes, input and step-up', () => {
     await h.close();
   });
 
-  async function createWebhook(org: CreatedOrg, url: string, events: string[] = ['*']): Promise<{ id: string; secret: string }> {
-    const response = await h.post(`/orgs/${org.id}/webhooks`, { url, events }, { token: org.owner.token });
-    assert.equal(response.status, 201, response.text);
-    return response.body.data;
-  }
-
   async function lastDelivery(org: CreatedOrg, webhookId: string): Promise<any> {
     const response = await h.get(`/orgs/${org.id}/webhooks/${webhookId}/deliveries`, { token: org.owner.token });
     assert.equal(response.status, 200, response.text);
@@ -87,9 +81,9 @@ describe('outcomes, input and step-up', () => {
     const answering = await WebhookReceiver.start(() => ({ status: 503, headers: { 'x-internal-token': 'answer-header-secret' } }));
     try {
       const org = await createOrg(h);
-      const slow = await createWebhook(org, `http://127.0.0.1:${silent.port}/hook`);
-      const refused = await createWebhook(org, `http://127.0.0.1:${await closedPort()}/hook`);
-      const failing = await createWebhook(org, answering.url());
+      const slow = await createWebhook(h, org, `http://127.0.0.1:${silent.port}/hook`);
+      const refused = await createWebhook(h, org, `http://127.0.0.1:${await closedPort()}/hook`);
+      const failing = await createWebhook(h, org, answering.url());
       await rename(org, 'Outcomes');
       await eventually(async () => (await lastDelivery(org, slow.id))?.attempts === 1, 'the silent receiver timed out');
       await eventually(async () => (await lastDelivery(org, refused.id))?.attempts === 1 && (await lastDelivery(org, failing.id))?.attempts === 1, 'the other attempts are recorded');
@@ -115,7 +109,7 @@ describe('outcomes, input and step-up', () => {
     const receiver = await WebhookReceiver.start();
     try {
       const org = await createOrg(h);
-      const webhook = await createWebhook(org, receiver.url(), ['org.updated']);
+      const webhook = await createWebhook(h, org, receiver.url(), ['org.updated']);
       const eventId = await rename(org, 'Zoë Ünïcode ✓ 日本 😀');
       await eventually(() => receiver.withId(eventId).length === 1, 'delivered');
       const [request] = receiver.withId(eventId);
@@ -130,7 +124,7 @@ describe('outcomes, input and step-up', () => {
   test('bad input on every webhook route is a 4xx with no internals, never a 500', async () => {
     const org = await createOrg(h);
     const token = org.owner.token;
-    const webhook = await createWebhook(org, 'http://127.0.0.1:9/hook', ['org.updated']);
+    const webhook = await createWebhook(h, org, 'http://127.0.0.1:9/hook', ['org.updated']);
     const base = `/orgs/${org.id}/webhooks`;
     const cases: Array<[string, () => Promise<any>, number]> = [
       ['empty url', () => h.post(base, { url: '', events: ['*'] }, { token }), 422],
@@ -167,7 +161,7 @@ describe('outcomes, input and step-up', () => {
 
   test('PATCH: webhook.updated names the fields changed; a PATCH that changes nothing emits nothing', async () => {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, 'http://127.0.0.1:9/hook', ['org.updated']);
+    const webhook = await createWebhook(h, org, 'http://127.0.0.1:9/hook', ['org.updated']);
     const path = `/orgs/${org.id}/webhooks/${webhook.id}`;
     const updates = () => h.eventsOfType('webhook.updated').filter((event) => event.data.webhook_id === webhook.id).map((event) => event.data.fields);
     assert.equal((await h.patch(path, { url: 'http://127.0.0.1:9/other?token=capability', events: ['org.updated', 'member.joined'] }, { token: org.owner.token })).status, 200);
@@ -186,7 +180,7 @@ describe('outcomes, input and step-up', () => {
     try {
       const org = await createOrg(h);
       const totp = await enrollTotp(h, org.owner.token);
-      const webhook = await createWebhook(org, receiver.url());
+      const webhook = await createWebhook(h, org, receiver.url());
       const sent = await h.post(`/orgs/${org.id}/webhooks/${webhook.id}/test`, undefined, { token: org.owner.token });
       assert.equal(sent.status, 202, sent.text);
       await eventually(() => receiver.withId(sent.body.data.event_id).length === 1, 'the test event arrived');
@@ -222,7 +216,7 @@ describe('outcomes, input and step-up', () => {
     { skip: SKIP_PG, timeout: 60_000 },
     async () => {
       const org = await createOrg(h);
-      const webhook = await createWebhook(org, 'http://127.0.0.1:9/hook', ['auth.token_refreshed']);
+      const webhook = await createWebhook(h, org, 'http://127.0.0.1:9/hook', ['auth.token_refreshed']);
       // A second session of the owner: the deletion does not wait for the refreshed session's row.
       const login = await h.post('/auth/login', { email: org.owner.email, password: org.owner.password });
       assert.equal(login.status, 200, login.text);

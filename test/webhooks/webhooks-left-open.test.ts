@@ -4,7 +4,7 @@ import { Webhook } from 'standardwebhooks';
 import { encrypt } from '../../src/crypto/aead.js';
 import { deriveKeys } from '../../src/crypto/derived-keys.js';
 import { Harness } from '../helpers/harness.js';
-import { createOrg, type CreatedOrg } from '../helpers/orgs.js';
+import { createOrg, createWebhook, type CreatedOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 /*
@@ -45,12 +45,6 @@ async function sealElsewhere(webhookId: string, secret: string): Promise<void> {
   await h.knex(`${h.tablePrefix}webhooks`).where({ id: webhookId }).update({ secret_enc: encrypt(elsewhere, secret, `webhook-secret:${webhookId}`) });
 }
 
-async function createWebhook(org: CreatedOrg, url: string): Promise<{ id: string; secret: string }> {
-  const response = await h.post(`/orgs/${org.id}/webhooks`, { url, events: ['org.updated'] }, { token: org.owner.token });
-  assert.equal(response.status, 201, response.text);
-  return response.body.data;
-}
-
 /** Renames the organization: an `org.updated` event. Answers its id (the webhook's newest delivery's). */
 async function rename(org: CreatedOrg, webhookId: string, name: string): Promise<string> {
   const response = await h.patch(`/orgs/${org.id}`, { name }, { token: org.owner.token });
@@ -72,7 +66,7 @@ test('a webhook whose secret no longer decrypts: each attempt counts, the delive
   const receiver = await WebhookReceiver.start();
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url(), ['org.updated']);
     await sealElsewhere(webhook.id, webhook.secret);
     const eventId = await rename(org, webhook.id, 'Renamed with an unreadable secret');
     const logsBefore = h.logs.length;
@@ -105,7 +99,7 @@ test('after a rotation of an unreadable secret, deliveries are signed with the n
     // Back to wall time: standardwebhooks' verify() checks the timestamp against it.
     h.clock.set(Date.now());
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url(), ['org.updated']);
     await sealElsewhere(webhook.id, webhook.secret);
     const rotated = await h.post(`/orgs/${org.id}/webhooks/${webhook.id}/rotate-secret`, {}, { token: org.owner.token });
     assert.equal(rotated.status, 200, rotated.text);

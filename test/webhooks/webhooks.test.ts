@@ -6,7 +6,7 @@ import { Webhook } from 'standardwebhooks';
 import { migrateIdentityDatabase } from '../../src/index.js';
 import { assertError } from '../helpers/account.js';
 import { Harness } from '../helpers/harness.js';
-import { addMember, createOrg, type CreatedOrg } from '../helpers/orgs.js';
+import { addMember, createOrg, createWebhook, type CreatedOrg } from '../helpers/orgs.js';
 import { type ReceivedRequest, WebhookReceiver } from '../helpers/webhook-receiver.js';
 import { eventually } from '../helpers/eventually.js';
 
@@ -39,20 +39,6 @@ after(async () => {
   await h.close();
 });
 
-interface CreatedWebhook {
-  id: string;
-  url: string;
-  events: string[];
-  status: string;
-  secret: string;
-}
-
-async function createWebhook(org: CreatedOrg, url: string, events: string[] = ['*']): Promise<CreatedWebhook> {
-  const response = await h.post(`/orgs/${org.id}/webhooks`, { url, events }, { token: org.owner.token });
-  assert.equal(response.status, 201, response.text);
-  return response.body.data;
-}
-
 let renames = 0;
 /** A change in the organization: an `org.updated` event. Answers the event id. */
 async function touch(org: CreatedOrg): Promise<string> {
@@ -81,7 +67,7 @@ test('a delivery verifies with standardwebhooks; the body is {type, timestamp, d
   const receiver = await WebhookReceiver.start();
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url());
     assert.match(webhook.secret, /^whsec_[A-Za-z0-9+/]{43}=$/);
     const eventId = await touch(org);
     await eventually(() => receiver.withId(eventId).length === 1, 'the receiver got the event');
@@ -117,7 +103,7 @@ test('a token refresh in an organization reaches a webhook subscribed to auth.to
   const receiver = await WebhookReceiver.start();
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url(), ['auth.token_refreshed']);
+    const webhook = await createWebhook(h, org, receiver.url(), ['auth.token_refreshed']);
     const refreshed = await h.post('/auth/token/refresh', { refresh_token: org.owner.refreshToken });
     assert.equal(refreshed.status, 200, refreshed.text);
     const event = h.events.filter((candidate) => candidate.type === 'auth.token_refreshed' && candidate.organization_id === org.id).at(-1);
@@ -150,7 +136,7 @@ test('the Express receiver of docs/webhooks.md verifies deliveries with standard
   await new Promise((resolve) => server.once('listening', resolve));
   try {
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/identity`;
-    secret = (await createWebhook(org, url, ['org.updated'])).secret;
+    secret = (await createWebhook(h, org, url, ['org.updated'])).secret;
     const eventId = await touch(org);
     await eventually(() => seen.includes(eventId), 'the receiver verified the delivery');
     const webhookId = (await h.get(`/orgs/${org.id}/webhooks`, { token: org.owner.token })).body.data.webhooks[0].id;
@@ -173,7 +159,7 @@ test('the secret is shown once, by create and rotate, and never again in any ans
   const receiver = await WebhookReceiver.start();
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url('/secret-path?token=capability'));
+    const webhook = await createWebhook(h, org, receiver.url('/secret-path?token=capability'));
     const rotated = await h.post(`/orgs/${org.id}/webhooks/${webhook.id}/rotate-secret`, {}, { token: org.owner.token });
     assert.equal(rotated.status, 200, rotated.text);
     assert.match(rotated.body.data.secret, /^whsec_/);
@@ -212,7 +198,7 @@ test('a receiver answering 500, 500, 200 sees one webhook-id three times, then t
   const receiver = await WebhookReceiver.start((request) => ({ status: receiver.withId(String(request.headers['webhook-id'])).length < 3 ? 500 : 200 }));
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url(), ['org.updated']);
+    const webhook = await createWebhook(h, org, receiver.url(), ['org.updated']);
     const eventId = await touch(org);
     await eventually(async () => (await deliveries(org, webhook.id))[0]?.attempts === 1, 'attempt 1 recorded');
     let [delivery] = await deliveries(org, webhook.id);
@@ -247,7 +233,7 @@ test('retries end in dead after the maximum attempts; replay resends the same id
   const receiver = await WebhookReceiver.start(() => ({ status: answer }));
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url());
     const eventId = await touch(org);
     await eventually(async () => (await deliveries(org, webhook.id))[0]?.attempts === 1, 'attempt 1 recorded');
     h.clock.advance(5);
@@ -291,7 +277,7 @@ test('a 302 is a failed attempt (redirect) and its Location is never requested',
   const receiver = await WebhookReceiver.start(() => ({ status: 302, headers: { location: elsewhere.url('/stolen') } }));
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url());
     await touch(org);
     await eventually(async () => (await deliveries(org, webhook.id))[0]?.attempts === 1, 'attempt 1 recorded');
     const [delivery] = await deliveries(org, webhook.id);
@@ -312,7 +298,7 @@ test('a 410 disables the webhook (gone), ends its pending deliveries, and a re-e
   const slow = await WebhookReceiver.start(() => ({ status: 500 }));
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url());
     await touch(org);
     await eventually(async () => (await h.get(`/orgs/${org.id}/webhooks/${webhook.id}`, { token: org.owner.token })).body.data.status === 'disabled', 'the webhook is disabled');
     const read = await h.get(`/orgs/${org.id}/webhooks/${webhook.id}`, { token: org.owner.token });
@@ -340,7 +326,7 @@ test('a 410 disables the webhook (gone), ends its pending deliveries, and a re-e
     assert.equal(receiver.requests.length, before + 1);
 
     // Disabling by hand ends the pending deliveries (endpoint_disabled), with reason manual.
-    const other = await createWebhook(org, slow.url());
+    const other = await createWebhook(h, org, slow.url());
     await touch(org);
     await eventually(async () => (await deliveries(org, other.id))[0]?.attempts === 1, 'attempt 1 on the failing receiver');
     const manual = await h.patch(`/orgs/${org.id}/webhooks/${other.id}`, { status: 'disabled' }, { token: org.owner.token });
@@ -359,7 +345,7 @@ test('during the rotation overlap both secrets sign, the new one first; afterwar
   const receiver = await WebhookReceiver.start();
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url());
     const rotated = await h.post(`/orgs/${org.id}/webhooks/${webhook.id}/rotate-secret`, {}, { token: org.owner.token });
     const fresh = rotated.body.data.secret as string;
     const during = await touch(org);
@@ -383,8 +369,8 @@ test("another organization's webhooks answer 404, and its events never arrive; a
   try {
     const orgA = await createOrg(h);
     const orgB = await createOrg(h);
-    const hookA = await createWebhook(orgA, receiverA.url(), ['org.updated']);
-    const hookB = await createWebhook(orgB, receiverB.url(), ['member.invited']);
+    const hookA = await createWebhook(h, orgA, receiverA.url(), ['org.updated']);
+    const hookB = await createWebhook(h, orgB, receiverB.url(), ['member.invited']);
 
     // B's owner, in B, naming A's webhook under B's path: 404.
     for (const path of [`/webhooks/${hookA.id}`, `/webhooks/${hookA.id}/deliveries`, `/webhooks/${hookA.id}/test`]) {
@@ -416,8 +402,8 @@ test('test sends a webhook.test event to that webhook only, audited and never ha
   const bystander = await WebhookReceiver.start();
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url(), ['org.updated']);
-    await createWebhook(org, bystander.url());
+    const webhook = await createWebhook(h, org, receiver.url(), ['org.updated']);
+    await createWebhook(h, org, bystander.url());
     const sent = await h.post(`/orgs/${org.id}/webhooks/${webhook.id}/test`, undefined, { token: org.owner.token });
     assert.equal(sent.status, 202, sent.text);
     assert.deepEqual(Object.keys(sent.body.data).sort(), ['delivery_id', 'event_id']);
@@ -453,7 +439,7 @@ test('input: unknown or webhook.* types 422, a bad URL 422 invalid_webhook_url, 
   assertError(bad, 422, 'invalid_webhook_url');
   assert.equal(bad.body.reason, 'scheme');
   const ids: string[] = [];
-  for (let index = 0; index < MAX_PER_ORG; index += 1) ids.push((await createWebhook(org, url)).id);
+  for (let index = 0; index < MAX_PER_ORG; index += 1) ids.push((await createWebhook(h, org, url)).id);
   assertError(await h.post(`/orgs/${org.id}/webhooks`, { url, events: ['*'] }, { token: org.owner.token }), 409, 'webhook_limit');
   const deleted = await h.delete(`/orgs/${org.id}/webhooks/${ids[0]}`, { token: org.owner.token });
   assert.equal(deleted.status, 200, deleted.text);
@@ -472,7 +458,7 @@ test('deleting the organization deletes its webhooks and their pending deliverie
   const receiver = await WebhookReceiver.start(() => ({ status: 500 }));
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url());
+    const webhook = await createWebhook(h, org, receiver.url());
     await touch(org);
     await eventually(async () => (await deliveries(org, webhook.id))[0]?.attempts === 1, 'attempt 1 recorded');
     const deleted = await h.delete(`/orgs/${org.id}`, { token: org.owner.token });
@@ -491,7 +477,7 @@ test('the delivery log pages newest first with next_cursor', async () => {
   const receiver = await WebhookReceiver.start();
   try {
     const org = await createOrg(h);
-    const webhook = await createWebhook(org, receiver.url(), ['org.updated']);
+    const webhook = await createWebhook(h, org, receiver.url(), ['org.updated']);
     const first = await touch(org);
     h.clock.advance(1);
     const second = await touch(org);
