@@ -52,8 +52,3 @@ export async function registerOnly(h: Harness, email: string, password: string):
   assert.equal(response.status, 202, response.text);
   return h.tokenFromMail(email, 'verify_email');
 }
-
-export function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
-}
