@@ -27,12 +27,23 @@ export interface RefreshTokenCookieOptions {
   secure: boolean;
 }
 
+/**
+ * The cookie's value, or undefined when the header holds it not at all or more than once. Two means
+ * another cookie of the name was set beside ours (by a sibling subdomain, on a longer path, which the
+ * browser sends first): taking either could sign the page in as whoever set it.
+ */
 function readCookie(header: string | undefined, name: string): string | undefined {
-  for (const part of (header ?? '').split(';')) {
-    const [key, ...value] = part.trim().split('=');
-    if (key === name) return decodeURIComponent(value.join('='));
+  const values = (header ?? '')
+    .split(';')
+    .map((part) => part.trim().split('='))
+    .filter(([key]) => key === name)
+    .map(([, ...value]) => value.join('='));
+  if (values.length !== 1) return undefined;
+  try {
+    return decodeURIComponent(values[0]!);
+  } catch {
+    return undefined;
   }
-  return undefined;
 }
 
 export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestHandler {

@@ -337,6 +337,9 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     // would be another host, and the session's bearer would go with it.
     if (!path.startsWith('/')) throw new TypeError(`A router path starts with "/": ${JSON.stringify(path)} names no route under ${key}.`);
     const url = new URL(key + path);
+    // Nor does one whose dot segments (`/../`, `/%2e%2e/`, `/..\`) the URL parser resolves above the mount:
+    // an id taken from input (`/orgs/${id}`) would carry the bearer to any path of the router's origin.
+    if (!url.href.startsWith(`${key}/`)) throw new TypeError(`${JSON.stringify(path)} climbs out of ${key}: it names no route under it.`);
     for (const [name, value] of Object.entries(query ?? {})) if (value !== undefined) url.searchParams.set(name, String(value));
     return url.href;
   }

@@ -37,12 +37,12 @@ interface CookieAnswer {
   refreshCookie: string | undefined;
 }
 
-async function post(path: string, options: { cookie?: string; token?: string; body?: unknown } = {}): Promise<CookieAnswer> {
+async function post(path: string, options: { cookie?: string; cookieHeader?: string; token?: string; body?: unknown } = {}): Promise<CookieAnswer> {
   const response = await fetch(`${api}${path}`, {
     method: 'POST',
     headers: {
       'content-type': 'application/json',
-      ...(options.cookie !== undefined ? { cookie: `${REFRESH_COOKIE}=${encodeURIComponent(options.cookie)}` } : {}),
+      ...(options.cookie !== undefined ? { cookie: options.cookieHeader ?? `${REFRESH_COOKIE}=${encodeURIComponent(options.cookie)}` } : {}),
       ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
     },
     body: JSON.stringify(options.body ?? {}),
@@ -88,4 +88,17 @@ test('a logout clears the cookie whatever the router answers', async () => {
   const logout = await post('/auth/logout', { cookie: second.cookie, token: second.accessToken });
   assert.equal(logout.status, 200, JSON.stringify(logout.body));
   assert.equal(logout.refreshCookie, '');
+});
+
+test('a Cookie header holding the refresh cookie twice (one tossed beside ours) refreshes nothing and clears ours', async () => {
+  const victim = await signedIn();
+  const attacker = await signedIn();
+  // The browser sends the cookie of the longer path first: the attacker's, set on /api/auth/token.
+  const cookieHeader = `${REFRESH_COOKIE}=${encodeURIComponent(attacker.cookie)}; ${REFRESH_COOKIE}=${encodeURIComponent(victim.cookie)}`;
+  const tossed = await post('/auth/token/refresh', { cookie: '', cookieHeader });
+  assert.equal(tossed.status, 401, JSON.stringify(tossed.body));
+  assert.equal(tossed.body.data, undefined, 'no session is handed to the page');
+  assert.equal(tossed.refreshCookie, '');
+  const malformed = await post('/auth/token/refresh', { cookie: '', cookieHeader: `${REFRESH_COOKIE}=%E0%A4%A` });
+  assert.equal(malformed.status, 401, 'an undecodable cookie is no cookie');
 });
