@@ -87,11 +87,36 @@ function withTimeout<T>(work: Promise<T> | T): Promise<T> {
  * Wraps a store so that an outage (an error or no answer within 5 s) surfaces as 503
  * `unavailable`, never 500. With the group's `passOnStoreError`, express-rate-limit lets the
  * request through instead (fail open) and logs the outage through the host's logger.
+ *
+ * express-rate-limit runs a store's `init` once, when the router is created. A store whose
+ * init failed (its backend unreachable at start-up: rate-limit-redis keeps the failed script
+ * load and rethrows it on every count) is initialised again before its next use, until once
+ * succeeds, so the group recovers when the backend does instead of answering 503 for the life
+ * of the process.
  */
 export function guardStore(inner: RateLimitStore): RateLimitStore {
+  let initOptions: Options | undefined;
+  let initFailed = false;
+  let reinitialising: Promise<void> | undefined;
+  const initialise = async (options: Options): Promise<void> => {
+    initOptions = options;
+    try {
+      await inner.init!(options);
+      initFailed = false;
+    } catch (error) {
+      initFailed = true;
+      throw error;
+    }
+  };
+  const initialiseAgain = (): Promise<void> => {
+    reinitialising ??= initialise(initOptions!).finally(() => {
+      reinitialising = undefined;
+    });
+    return reinitialising;
+  };
   const guard = async <T>(call: () => Promise<T> | T): Promise<T> => {
     try {
-      return await withTimeout(call());
+      return await withTimeout(initFailed ? initialiseAgain().then(call) : call());
     } catch (error) {
       throw errors.unavailable(error);
     }
@@ -99,7 +124,7 @@ export function guardStore(inner: RateLimitStore): RateLimitStore {
   return {
     localKeys: inner.localKeys,
     prefix: inner.prefix,
-    init: inner.init ? (options) => inner.init!(options) : undefined,
+    init: inner.init ? (options) => initialise(options) : undefined,
     increment: (key) => guard(() => inner.increment(key)),
     decrement: (key) => guard(() => inner.decrement(key)),
     resetKey: (key) => guard(() => inner.resetKey(key)),

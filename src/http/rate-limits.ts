@@ -39,7 +39,7 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
         // A store outage: fail open when the host chose it for this group, else 503 unavailable.
         passOnStoreError: rule.passOnStoreError ?? false,
         logger: {
-          error: (error: unknown) => logger.warn(storeOrCheckMessage(group, error)),
+          error: (error: unknown, message?: string) => logger.warn(storeOrCheckMessage(group, error, message)),
           warn: (error, message) => logger.warn(`identity-router: express-rate-limit: ${message ?? (error as Error)?.message ?? 'warning'}`),
         },
         // The authenticated group runs on every authenticated request: its key comes from the
@@ -65,10 +65,14 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
  * without `trust proxy`, an address that is no IP), so a check is never logged as a store outage.
  * It is logged by its code: the library's message quotes `req.ip`, which a client may have written.
  */
-function storeOrCheckMessage(group: RateLimitGroup, error: unknown): string {
+function storeOrCheckMessage(group: RateLimitGroup, error: unknown, message?: string): string {
   const code = (error as { code?: unknown } | undefined)?.code;
   if (typeof code === 'string' && /^ERR_ERL_[A-Z0-9_]+$/.test(code)) {
     return `identity-router: express-rate-limit check ${code} (group ${group}); see https://express-rate-limit.github.io/${code}/`;
+  }
+  // A store that failed to start lets nothing through by that: guardStore starts it again at the group's next request.
+  if (message !== undefined && /initiali[sz]ation/.test(message)) {
+    return `identity-router: the rate-limit store of group ${group} failed to start; it is started again at the group's next request`;
   }
   return `identity-router: the rate-limit store of group ${group} is unavailable; the request passes without a limit (passOnStoreError)`;
 }

@@ -52,7 +52,14 @@ export function destinationBudgetName(channel: 'sms' | 'email', destination: str
 export async function spendSendBudget(uow: UnitOfWork, context: BudgetContext, buckets: BudgetBucket[]): Promise<void> {
   const hashed = buckets.map(({ name, budget }) => ({ bucket: bucketKey(context, name), budget }));
   await uow.repos.rateEvents.lockBuckets(hashed.map(({ bucket }) => bucket));
-  for (const { bucket, budget } of hashed) await assertWithin(uow.repos, bucket, budget, uow.now);
+  // Every bucket is read before refusing: Retry-After names the instant all of them have room,
+  // not the first one checked (which may reopen long before another).
+  let refusal: RateLimitRefusal | undefined;
+  for (const { bucket, budget } of hashed) {
+    const over = await overBudget(uow.repos, bucket, budget, uow.now);
+    if (over && (!refusal || over.resetsAt > refusal.resetsAt)) refusal = over;
+  }
+  if (refusal) throw refused(refusal, uow.now);
   for (const { bucket, budget } of hashed) await spend(uow, context, bucket, budget);
 }
 
@@ -104,12 +111,26 @@ function bucketKey(context: BudgetContext, name: string): string {
   return keyedHash(context.keys.identifierHash, name);
 }
 
-async function assertWithin(repos: Repositories, bucket: string, budget: WindowBudget, now: number): Promise<void> {
+interface RateLimitRefusal {
+  limit: number;
+  resetsAt: number;
+}
+
+/** A spent bucket's limit and the instant its oldest counted event leaves the window; undefined while it has room. */
+async function overBudget(repos: Repositories, bucket: string, budget: WindowBudget, now: number): Promise<RateLimitRefusal | undefined> {
   const since = now - budget.windowSec * 1000;
-  if ((await repos.rateEvents.countSince(bucket, since)) < budget.limit) return;
+  if ((await repos.rateEvents.countSince(bucket, since)) < budget.limit) return undefined;
   const oldest = (await repos.rateEvents.oldestSince(bucket, since)) ?? now;
-  const resetsAt = oldest + budget.windowSec * 1000;
-  throw errors.rateLimited((resetsAt - now) / 1000, 'rate_limited', { limit: budget.limit, resetsAt });
+  return { limit: budget.limit, resetsAt: oldest + budget.windowSec * 1000 };
+}
+
+function refused({ limit, resetsAt }: RateLimitRefusal, now: number): IdentityError {
+  return errors.rateLimited((resetsAt - now) / 1000, 'rate_limited', { limit, resetsAt });
+}
+
+async function assertWithin(repos: Repositories, bucket: string, budget: WindowBudget, now: number): Promise<void> {
+  const over = await overBudget(repos, bucket, budget, now);
+  if (over) throw refused(over, now);
 }
 
 async function spend(uow: UnitOfWork, context: BudgetContext, bucket: string, budget: WindowBudget): Promise<void> {
