@@ -361,6 +361,11 @@ export class MfaTicketRepository extends Repository {
     return changed === 1;
   }
 
+  /** Drops every ticket that ended before `before`: past its expiry it opens nothing, and no later login replaces it. */
+  async pruneEndedBefore(before: number): Promise<void> {
+    await this.db(this.table.mfaTickets).where('expires_at', '<=', before).delete();
+  }
+
   /** Ends every open ticket of a user (a password change or reset: a ticket won with the old password must not finish the login). */
   async endAllForUser(userId: string, now: number): Promise<void> {
     await this.db(this.table.mfaTickets).where({ user_id: userId }).whereNull('consumed_at').update({ consumed_at: now });

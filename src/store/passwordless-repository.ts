@@ -73,6 +73,14 @@ export class PasswordlessChallengeRepository extends Repository {
   }
 
   /**
+   * Drops every challenge that ended before `before`, whatever its address: most addresses a
+   * stranger types into start never start again, so their rows would never go with their own.
+   */
+  async pruneAllEnded(before: number): Promise<void> {
+    await this.db(this.table.passwordlessChallenges).where('expires_at', '<=', before).delete();
+  }
+
+  /**
    * Takes one attempt before the code is compared: of any number of concurrent guesses at
    * most `maxAttempts` get one, and only a caller that got one may compare. A challenge no
    * code opens, or one that has ended, gives none.

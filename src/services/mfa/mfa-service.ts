@@ -16,7 +16,7 @@ import type { AccessTokenResponse, SessionService, TokenResponse } from '../sess
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import { mayAuthenticate, type AccessPolicy } from '../access/access-policy.js';
 import type { SignInRules } from '../access/sign-in-rules.js';
-import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { describeError, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 
 /** A factor in the management list (docs/database.md): pending ones too. */
 export interface FactorView extends LoginFactorView {
@@ -38,6 +38,10 @@ export interface CodeSent {
 
 /** docs/database.md: a factor never confirmed is pruned after this long. */
 const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
+/** docs/database.md: an MFA ticket is deleted this long after its end, by a later login gate. */
+const ENDED_TICKET_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** Ended tickets are deleted at most this often per router (injected clock). */
+const TICKET_PRUNE_EVERY_MS = 60_000;
 const SECOND_FACTOR_AMR = ['pwd', 'otp'];
 /** How often a sign-in goes through the login gate when a factor is confirmed under it (`throughLoginGate`). */
 const LOGIN_GATE_PASSES = 3;
@@ -65,6 +69,7 @@ export type SecondFactorProof = { code: string; response?: undefined } | { code?
 /** Multi-factor authentication (docs/mfa.md): enrollment, the login gate, step-up and factor management. */
 export class MfaService {
   private readonly codes: MfaCodes;
+  private ticketsPrunedAt: number | undefined;
 
   constructor(
     private readonly context: ServiceContext,
@@ -129,8 +134,22 @@ export class MfaService {
     const ticket = { id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, socialProvider: origin.socialProvider, signInMethod: origin.signInMethod };
     // Like the session it stands for: not for an account disabled, deleted or given a new password since the sign-in read it.
     if (!(await repos.mfaTickets.insert(ticket, origin.comparedPasswordHash))) throw await this.signInRules.refusalOfRefusedWrite(repos, user.id, origin.comparedPasswordHash);
+    this.pruneEndedTicketsOccasionally(ticket.now);
     const offered = confirmed.filter((factor) => (factor.type !== 'webauthn' || this.passkeys.enabled) && !provesOnlyTheFirstFactor({ firstFactor }, factor, user.email));
     return { mfaToken: token, factors: offered.map(loginFactorView) };
+  }
+
+  /**
+   * Every login at the gate writes a ticket (with the client's IP and user agent) that opens
+   * nothing past its five minutes, and no later login replaces it: without this a row per login
+   * stayed for ever. Not awaited: the login answers without waiting for the delete.
+   */
+  private pruneEndedTicketsOccasionally(now: number): void {
+    if (this.ticketsPrunedAt !== undefined && now - this.ticketsPrunedAt < TICKET_PRUNE_EVERY_MS) return;
+    this.ticketsPrunedAt = now;
+    this.context.store.repos.mfaTickets
+      .pruneEndedBefore(now - ENDED_TICKET_RETENTION_MS)
+      .catch((error: unknown) => this.context.logger.warn('identity-router: pruning ended MFA tickets failed; the next login gate tries again', { error: describeError(error) }));
   }
 
   /**

@@ -39,8 +39,10 @@ export interface PasswordlessSignIn {
 /** AAD of a sealed sign-up address: a ciphertext copied onto another challenge does not open. */
 const sealedAddressContext = (challengeId: string) => `passwordless-challenge:${challengeId}:address`;
 
-/** Challenges that ended this long ago are pruned on the address's own starts. */
+/** Challenges that ended this long ago are pruned on the address's own starts, and every minute or so by any start. */
 const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** Every address's ended challenges are deleted at most this often per router (injected clock). */
+const PRUNE_ALL_EVERY_MS = 60_000;
 
 /**
  * Passwordless sign-in by e-mail (docs/passwordless.md): a one-time code and,
@@ -54,6 +56,7 @@ const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
  */
 export class PasswordlessService {
   private readonly codes: MfaCodes;
+  private lastPrunedAllAt: number | undefined;
 
   constructor(
     private readonly context: ServiceContext,
@@ -87,6 +90,7 @@ export class PasswordlessService {
         throw errors.rateLimited((resetsAt - uow.now) / 1000, 'rate_limited', { limit: 1, resetsAt });
       }
       await uow.repos.passwordlessChallenges.pruneEnded(addressHash, uow.now - ENDED_CHALLENGE_RETENTION_MS);
+      this.pruneAllEndedOccasionally(uow);
 
       const user = await uow.repos.users.findByEmail(address);
       const eligible = user ? mayAuthenticate(user) && !isLocked(user, uow.now) : this.settings.allowSignup;
@@ -154,6 +158,18 @@ export class PasswordlessService {
       if (requirement && error instanceof IdentityError && (error.code === 'invalid_code' || error.code === 'rate_limited')) throw ssoRequired(requirement);
       throw error;
     }
+  }
+
+  /**
+   * Start is public and writes a row for any well-formed address, and most addresses a stranger
+   * types never start again: their ended challenges (a sealed address among them) would stay for
+   * ever. After commit and outside the start's transaction, so the delete takes no lock a start waits for.
+   */
+  private pruneAllEndedOccasionally(uow: UnitOfWork): void {
+    if (this.lastPrunedAllAt !== undefined && uow.now - this.lastPrunedAllAt < PRUNE_ALL_EVERY_MS) return;
+    this.lastPrunedAllAt = uow.now;
+    const before = uow.now - ENDED_CHALLENGE_RETENTION_MS;
+    uow.afterCommit(() => this.context.store.repos.passwordlessChallenges.pruneAllEnded(before));
   }
 
   /** The address a challenge was started for: its account's, or a sign-in with no account's, sealed. */

@@ -123,6 +123,8 @@ export class SsoService {
   private readonly guard: OutboundGuard;
   private readonly resolveTxt: (name: string) => Promise<string[][]>;
   private readonly configurations = new Map<string, { version: number; configuration: ProviderConfiguration; expiresAt: number }>();
+  /** Discoveries under way, per connection and version: sign-ins that find none cached wait for the one in flight. */
+  private readonly discovering = new Map<string, Promise<ProviderConfiguration>>();
   /** `blockedDomains` as domains are compared: an entry written in Unicode, or with a trailing dot, still blocks. */
   private readonly blockedDomains: ReadonlySet<string>;
 
@@ -404,21 +406,30 @@ export class SsoService {
       if (error instanceof OutboundRefusal && error.reason === 'scheme') throw invalidIssuer('insecure_scheme', 'The issuer must be an https: URL.');
       throw invalidIssuer('discovery_failed', 'The issuer is not a URL the router may request.');
     }
-    const configuration = await this.discover(raw, clientId, clientSecret, method).catch((error: unknown) => {
+    await this.discover(raw, clientId, clientSecret, method).catch((error: unknown) => {
       throw issuerFailure(error);
     });
-    const metadata = configuration.serverMetadata();
-    for (const endpoint of [metadata.authorization_endpoint, metadata.token_endpoint, metadata.jwks_uri, metadata.userinfo_endpoint]) {
-      if (endpoint === undefined) continue;
-      await this.guard.check(endpoint).catch((error: unknown) => {
-        throw issuerFailure(error);
-      });
-    }
     return raw;
   }
 
-  /** openid-client with the guard as its fetch: discovery, token, JWKS and UserInfo all go through it. */
+  /**
+   * openid-client with the guard as its fetch: discovery, token, JWKS and UserInfo all go through
+   * it. Every endpoint the document names is checked by the guard on its own, at configuration
+   * and at every sign-in alike: the document may change after the connection was checked, and
+   * the authorization endpoint is where the router sends the browser (an `http:`, private or
+   * `javascript:` URL is no IdP's). A document without the endpoints of the code flow is unusable.
+   */
   private async discover(issuer: string, clientId: string, clientSecret: string, method: TokenEndpointAuthMethod): Promise<ProviderConfiguration> {
+    const configuration = await this.discoverUnchecked(issuer, clientId, clientSecret, method);
+    const metadata = configuration.serverMetadata();
+    if (typeof metadata.authorization_endpoint !== 'string' || typeof metadata.token_endpoint !== 'string') throw new Error('The discovery document lacks an authorization or token endpoint.');
+    for (const endpoint of [metadata.authorization_endpoint, metadata.token_endpoint, metadata.jwks_uri, metadata.userinfo_endpoint]) {
+      if (endpoint !== undefined) await this.guard.check(endpoint, Date.now() + HTTP_TIMEOUT_MS);
+    }
+    return configuration;
+  }
+
+  private async discoverUnchecked(issuer: string, clientId: string, clientSecret: string, method: TokenEndpointAuthMethod): Promise<ProviderConfiguration> {
     const client = await loadOpenIdClient();
     const fetch = providerFetch(this.guard) as unknown as NonNullable<OpenIdClient.DiscoveryRequestOptions[typeof client.customFetch]>;
     const authentication = method === 'client_secret_post' ? client.ClientSecretPost(clientSecret) : client.ClientSecretBasic(clientSecret);
@@ -535,11 +546,16 @@ export class SsoService {
     return { login, isNewUser: outcome.isNewUser, organizationId: connection.organizationId };
   }
 
-  private async resolveOnce(uow: UnitOfWork, connection: SsoConnectionRecord, claims: ProviderClaims): Promise<{ userId: string; isNewUser: boolean } | { refusal: FederatedRefusal }> {
+  private async resolveOnce(uow: UnitOfWork, looked: SsoConnectionRecord, claims: ProviderClaims): Promise<{ userId: string; isNewUser: boolean } | { refusal: FederatedRefusal }> {
     // The organization before the account (decide locks a linked one): a JIT join's membership
     // insert needs the organization's key lock, which an invite or a member write holding the
     // organization and then wanting the account would otherwise meet in a deadlock.
-    if (!(await uow.repos.organizations.holdActive(connection.organizationId))) throw invalidExchangeCode();
+    if (!(await uow.repos.organizations.holdActive(looked.organizationId))) throw invalidExchangeCode();
+    // The connection as it is now that the organization is held (every change to it locks the
+    // organization first), not as it was looked up before: one deleted, disabled or left without
+    // a verified domain meanwhile signs no one in, and JIT and the default role are the latest.
+    const connection = await uow.repos.ssoConnections.findById(looked.id);
+    if (!connection?.enabled || !(await uow.repos.orgDomains.hasVerified(connection.organizationId))) throw invalidExchangeCode();
     const decided = await this.decide(uow.repos, connection, claims, uow.now, true);
     if ('refusal' in decided) {
       await this.recordRefusal(uow, connection, decided);
@@ -686,6 +702,18 @@ export class SsoService {
   private async configuration(connection: SsoConnectionRecord): Promise<ProviderConfiguration> {
     const cached = this.configurations.get(connection.id);
     if (cached && cached.version === connection.updatedAt && cached.expiresAt > this.context.clock.now()) return cached.configuration;
+    // Authorize is public: requests that find no discovery cached (at start-up, hourly, after an
+    // edit, and on every one while the IdP fails) share one request to the IdP, as social login's do.
+    const key = `${connection.id}:${connection.updatedAt}`;
+    let discovering = this.discovering.get(key);
+    if (!discovering) {
+      discovering = this.discoverForSignIn(connection).finally(() => this.discovering.delete(key));
+      this.discovering.set(key, discovering);
+    }
+    return discovering;
+  }
+
+  private async discoverForSignIn(connection: SsoConnectionRecord): Promise<ProviderConfiguration> {
     const secret = decrypt(this.context.keys.socialFlowEncryption, connection.clientSecretEnc, secretAad(connection.id)).toString('utf8');
     try {
       const configuration = await this.discover(connection.issuer, connection.clientId, secret, connection.tokenEndpointAuthMethod);

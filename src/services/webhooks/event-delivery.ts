@@ -17,6 +17,13 @@ const ATTEMPT_CONCURRENCY = 10;
 /** A pass stops after this many rows; the next one carries on (keeps its exclusion list bounded). */
 const PASS_LIMIT = 5000;
 const CLOSE_WAIT_MS = 5000;
+/**
+ * Webhook attempts of this instance's own changes (and replays) in flight at once. Each holds a
+ * socket for up to `webhooks.timeoutMs`; past the bound a row is given back to the worker, whose
+ * passes attempt ATTEMPT_CONCURRENCY at a time: a tenant's silent receiver and a loop of changes
+ * cannot hold sockets without bound (docs/webhooks.md).
+ */
+const IMMEDIATE_WEBHOOK_ATTEMPTS = 50;
 const PRUNE_EVERY_MS = 60_000;
 const DELIVERED_BATCH = 200;
 const DELIVERED_FLUSH_MS = 20;
@@ -38,6 +45,8 @@ export class EventDelivery implements EventOutbox {
   private closing = false;
   private lastPrune = 0;
   private readonly inFlight = new Set<Promise<unknown>>();
+  /** Webhook attempts started by `attemptWritten` and `attemptNow` still running (IMMEDIATE_WEBHOOK_ATTEMPTS). */
+  private immediateWebhookAttempts = 0;
   /** The lease of the rows this instance writes and attempts at once; claims take fresh ones. */
   private readonly ownLease = randomUUID();
   private readonly deliveredQueue: string[] = [];
@@ -121,10 +130,21 @@ export class EventDelivery implements EventOutbox {
             else return this.record(asRecord(row), owner, result);
           }),
         );
+      } else if (this.immediateWebhookAttempts >= IMMEDIATE_WEBHOOK_ATTEMPTS) {
+        // Its lease ends now: the worker's next pass claims it (a failed attempt would wait longer).
+        this.track(this.context.store.repos.eventDeliveries.renewLease(row.id, owner, this.context.clock.now()));
       } else {
-        this.track(this.attemptWebhookRow(asRecord(row), owner, event));
+        this.track(this.immediately(() => this.attemptWebhookRow(asRecord(row), owner, event)));
       }
     }
+  }
+
+  /** Counts a webhook attempt against IMMEDIATE_WEBHOOK_ATTEMPTS while it runs. */
+  private immediately<T>(attempt: () => Promise<T>, count = 1): Promise<T> {
+    this.immediateWebhookAttempts += count;
+    return attempt().finally(() => {
+      this.immediateWebhookAttempts -= count;
+    });
   }
 
   /**
@@ -192,7 +212,9 @@ export class EventDelivery implements EventOutbox {
   /** A replayed row is attempted now, like the rows of a change, if it is still due and free. */
   attemptNow(ids: string[]): void {
     if (!this.settings.worker || this.closing || ids.length === 0) return;
-    this.track(this.claimAndAttempt({ limit: ids.length, exclude: [], only: ids }, { attempted: 0, delivered: 0, failed: 0 }));
+    // Past the bound the row stays due and unleased: the worker's next pass claims it.
+    if (this.immediateWebhookAttempts >= IMMEDIATE_WEBHOOK_ATTEMPTS) return;
+    this.track(this.immediately(() => this.claimAndAttempt({ limit: ids.length, exclude: [], only: ids }, { attempted: 0, delivered: 0, failed: 0 }), ids.length));
   }
 
   /** One claim and one attempt on each row it took; answers the ids it claimed. */
