@@ -116,4 +116,12 @@ export class PasswordlessChallengeRepository extends Repository {
   async recordFailure(id: string): Promise<void> {
     await this.db(this.table.passwordlessChallenges).where({ id }).whereNull('consumed_at').increment('attempts', 1);
   }
+
+  /**
+   * An account's deletion: its challenges go with its other pending tokens. Each kept the
+   * tombstone's id beside a keyed hash of the address, which the tombstone itself never holds.
+   */
+  async deleteAllForUser(userId: string): Promise<void> {
+    await this.db(this.table.passwordlessChallenges).where({ user_id: userId }).delete();
+  }
 }

@@ -260,6 +260,11 @@ export class SsoIdentityRepository extends Repository {
     return inserted.length === 1;
   }
 
+  /** An account's deletion (docs/security.md "Deleted users"): its identities go with it, as its social links do. */
+  async deleteAllForUser(userId: string): Promise<void> {
+    await this.db(this.table.ssoIdentities).where({ user_id: userId }).delete();
+  }
+
   async recordLogin(id: string, email: string, now: number): Promise<void> {
     await this.db(this.table.ssoIdentities).where({ id }).update({ email, last_login_at: now });
   }

@@ -21,10 +21,15 @@ export async function evictLinksNotVouchingForProvenEmail(uow: UnitOfWork, user:
   return unproven.length;
 }
 
-/** docs/social-login.md: deleting a user (tombstone) deletes their links. */
+/**
+ * docs/social-login.md: deleting a user (tombstone) deletes their links, single sign-on identities
+ * included (docs/sso.md reuses the rule): a (connection, subject) left on the tombstone would keep
+ * the IdP's address and resolve every later sign-in of that subject to the deleted account.
+ */
 export async function deleteLinksOfDeletedUser(uow: UnitOfWork, userId: string, actorId: string): Promise<void> {
   const removed = await uow.repos.socialIdentities.deleteAllForUser(userId);
   for (const identity of removed) {
     await uow.emit({ type: 'user.social_unlinked', actorId, userId, data: { identity_id: identity.id, provider: identity.provider, reason: 'user_deleted' } });
   }
+  await uow.repos.ssoIdentities.deleteAllForUser(userId);
 }

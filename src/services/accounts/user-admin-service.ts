@@ -91,7 +91,8 @@ export class UserAdminService {
   async setMfaEnforced(userId: string, on: boolean): Promise<void> {
     await runUnitOfWork(this.context, HOST_CODE, async (uow) => {
       const user = await uow.repos.users.findByIdForUpdate(userId);
-      if (!user) throw errors.notFound('User');
+      // A tombstone changes no more, as grantSuperadmin and PATCH /users/{id} answer it.
+      if (!user || user.deletedAt !== null) throw errors.notFound('User');
       uow.invalidates({ user: userId });
       await this.changeMfaEnforcement(uow, userId, on, null);
     });
@@ -153,6 +154,7 @@ export class UserAdminService {
       await uow.repos.users.anonymize(user.id, tombstoneEmail, uow.now);
       await uow.repos.users.deleteSecondFactorData(user.id);
       await uow.repos.oneTimeTokens.deleteAllForUser(user.id);
+      await uow.repos.passwordlessChallenges.deleteAllForUser(user.id);
       await deleteLinksOfDeletedUser(uow, user.id, principal.userId);
       const revoked = await uow.repos.sessions.revokeAllForUser(user.id, uow.now, 'user_deleted');
       // API keys go with the user (docs/api-keys.md); the row stays a tombstone, so the cascade would not fire.
@@ -189,18 +191,35 @@ export class UserAdminService {
    * changes no account (docs/security.md).
    */
   private async lockUser(uow: UnitOfWork, userId: string, grant: AccessGrant): Promise<UserRecord> {
-    const user = await uow.repos.users.findByIdForUpdate(userId);
+    const user = await this.lockTargetAndCaller(uow, userId, grant);
     if (!user) throw errors.notFound('User');
     await grant.recheck(uow.repos);
     return user;
   }
 
   /**
+   * The target's account and, when someone else acts on it, the caller's, in id order, before
+   * the caller's session (`grant.recheck`). Revoking the caller's sessions (an administrator
+   * disabling or deleting the caller at that moment) locks the caller's account first, so two
+   * administrators acting on each other run one after the other, the second finding its own
+   * session ended (401), instead of each holding its own session while waiting on the other's:
+   * a deadlock, paid with deadlock_timeout, and a 500 when the rerun met the other again.
+   */
+  private async lockTargetAndCaller(uow: UnitOfWork, userId: string, grant: AccessGrant): Promise<UserRecord | undefined> {
+    let target: UserRecord | undefined;
+    for (const id of [...new Set([userId, grant.principal.userId])].sort()) {
+      const locked = await uow.repos.users.findByIdForUpdate(id);
+      if (id === userId) target = locked;
+    }
+    return target;
+  }
+
+  /**
    * `lockUser` for a deletion, in every decision's order (docs/database.md): the organizations
-   * the account belongs to (their owners are counted under these locks), then the account, then
-   * the caller's session (`grant.recheck`). Taking the account first would wait, holding it, on
-   * an organization whose holder waits for the account or the session: a deadlock, paid with
-   * PostgreSQL's deadlock_timeout and a rerun.
+   * the account belongs to (their owners are counted under these locks), then the account (with
+   * the caller's, `lockTargetAndCaller`), then the caller's session (`grant.recheck`). Taking the
+   * account first would wait, holding it, on an organization whose holder waits for the account
+   * or the session: a deadlock, paid with PostgreSQL's deadlock_timeout and a rerun.
    *
    * The memberships are read before the account is locked, so they are read again under that
    * lock. A membership made in between (an invitation accepted, an organization created) took
@@ -216,7 +235,7 @@ export class UserAdminService {
       for (const id of unlocked) locked.add(id);
     };
     await lockMemberOrganizations();
-    const user = await uow.repos.users.findByIdForUpdate(userId);
+    const user = await this.lockTargetAndCaller(uow, userId, grant);
     if (!user) throw errors.notFound('User');
     await lockMemberOrganizations();
     await grant.recheck(uow.repos);

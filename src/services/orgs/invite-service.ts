@@ -78,7 +78,13 @@ export class InviteService {
       // Inviting with an owner-equivalent role is an ownership transfer (docs/organizations.md): step-up, like PATCH roles.
       await this.policy.assertMayGrantRoles(uow.repos, principal, actor, roles);
 
-      const invitee = await uow.repos.users.findByEmail(email);
+      // The invitee's account locked after the organization, as its deletion takes them, and read
+      // again under the lock: a deletion that committed meanwhile has freed the address (no
+      // account, no `invited` row), and one that comes later waits, then ends the row and revokes
+      // the invitation with the rest.
+      const found = await uow.repos.users.findByEmail(email);
+      const locked = found && (await uow.repos.users.findByIdForUpdate(found.id));
+      const invitee = locked?.email === email ? locked : undefined;
       const membership = invitee ? await uow.repos.memberships.find(organizationId, invitee.id) : undefined;
       if (membership?.status === 'active') throw errors.conflict('That address already belongs to an active member.');
       if (membership?.status === 'suspended') {
