@@ -2,11 +2,11 @@ import { createHash } from 'node:crypto';
 import type { ClientRateLimitInfo, IncrementResponse, Options, Store as RateLimitStore } from 'express-rate-limit';
 import type { RateLimitGroup } from '../config/types.js';
 import { errors } from '../errors.js';
+import { Occasional, PRUNE_EVERY_MS } from '../services/shared/occasional.js';
 
 /** A store that does not answer within this long counts as down (docs/getting-started.md: never a hang). */
 const STORE_TIMEOUT_MS = 5000;
 /** Ended windows are deleted at most this often per instance. */
-const PRUNE_EVERY_MS = 60_000;
 /** Longer client keys are hashed to fit the key column. */
 const MAX_KEY_LENGTH = 200;
 
@@ -28,7 +28,7 @@ export class DatabaseRateLimitStore implements RateLimitStore {
   readonly localKeys = false;
   readonly prefix: string;
   private windowMs = 60_000;
-  private lastPrunedAt = Date.now();
+  private readonly pruning = new Occasional(PRUNE_EVERY_MS, Date.now());
 
   constructor(
     private readonly counters: RateLimitCounters,
@@ -68,8 +68,7 @@ export class DatabaseRateLimitStore implements RateLimitStore {
   }
 
   private pruneOccasionally(now: number): void {
-    if (now - this.lastPrunedAt < PRUNE_EVERY_MS) return;
-    this.lastPrunedAt = now;
+    if (!this.pruning.due(now)) return;
     this.counters.pruneEnded(now).catch(() => undefined);
   }
 }

@@ -5,6 +5,7 @@ import type { Repositories } from '../../store/store.js';
 import { addressDomain, normaliseEmail } from '../shared/identity-rules.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
+import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 
 /**
  * A sliding-window budget of one bucket: `otp.sendBudget`, `otp.verifyBudget` and
@@ -140,15 +141,14 @@ async function spend(uow: UnitOfWork, context: BudgetContext, bucket: string, bu
   pruneEndedOccasionally(uow, context);
 }
 
-/** Every bucket's ended events are deleted at most this often per router (injected clock). */
-const PRUNE_EVERY_MS = 60_000;
 /**
  * Events are kept at least this long whatever the windows here: the default longest window
  * (`invites.sendBudget.perAddress`), so another instance on the database with the default
  * windows loses no event it still counts.
  */
 const MIN_RETENTION_SEC = 86_400;
-const lastPrunedAt = new WeakMap<object, number>();
+/** Per router (its resolved config), by its clock. */
+const pruning = new WeakMap<object, Occasional>();
 
 /**
  * Most buckets are spent once and never again (an address a stranger typed into passwordless
@@ -157,9 +157,9 @@ const lastPrunedAt = new WeakMap<object, number>();
  * outside the send's transaction, so the delete takes no lock a send waits for.
  */
 function pruneEndedOccasionally(uow: UnitOfWork, context: BudgetContext): void {
-  const last = lastPrunedAt.get(context.config);
-  if (last !== undefined && uow.now - last < PRUNE_EVERY_MS) return;
-  lastPrunedAt.set(context.config, uow.now);
+  const occasional = pruning.get(context.config) ?? new Occasional(PRUNE_EVERY_MS);
+  pruning.set(context.config, occasional);
+  if (!occasional.due(uow.now)) return;
   const { otp, invites } = context.config;
   const longestSec = Math.max(
     MIN_RETENTION_SEC,

@@ -17,6 +17,7 @@ import { FailedAttemptSlot } from '../limits/lockout.js';
 import { mayAuthenticate, type AccessPolicy } from '../access/access-policy.js';
 import type { SignInRules } from '../access/sign-in-rules.js';
 import { describeError, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 
 /** A factor in the management list (docs/database.md): pending ones too. */
 export interface FactorView extends LoginFactorView {
@@ -40,8 +41,6 @@ export interface CodeSent {
 const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
 /** docs/database.md: an MFA ticket is deleted this long after its end, by a later login gate. */
 const ENDED_TICKET_RETENTION_MS = 24 * 60 * 60 * 1000;
-/** Ended tickets are deleted at most this often per router (injected clock). */
-const TICKET_PRUNE_EVERY_MS = 60_000;
 const SECOND_FACTOR_AMR = ['pwd', 'otp'];
 /** How often a sign-in goes through the login gate when a factor is confirmed under it (`throughLoginGate`). */
 const LOGIN_GATE_PASSES = 3;
@@ -69,7 +68,7 @@ export type SecondFactorProof = { code: string; response?: undefined } | { code?
 /** Multi-factor authentication (docs/mfa.md): enrollment, the login gate, step-up and factor management. */
 export class MfaService {
   private readonly codes: MfaCodes;
-  private ticketsPrunedAt: number | undefined;
+  private readonly ticketPruning = new Occasional(PRUNE_EVERY_MS);
 
   constructor(
     private readonly context: ServiceContext,
@@ -145,8 +144,7 @@ export class MfaService {
    * stayed for ever. Not awaited: the login answers without waiting for the delete.
    */
   private pruneEndedTicketsOccasionally(now: number): void {
-    if (this.ticketsPrunedAt !== undefined && now - this.ticketsPrunedAt < TICKET_PRUNE_EVERY_MS) return;
-    this.ticketsPrunedAt = now;
+    if (!this.ticketPruning.due(now)) return;
     this.context.store.repos.mfaTickets
       .pruneEndedBefore(now - ENDED_TICKET_RETENTION_MS)
       .catch((error: unknown) => this.context.logger.warn('identity-router: pruning ended MFA tickets failed; the next login gate tries again', { error: describeError(error) }));

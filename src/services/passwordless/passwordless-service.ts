@@ -17,6 +17,7 @@ import { type LoginResult, loginFailed, type PasswordlessMethod } from '../sessi
 import { MfaCodes } from '../mfa/mfa-codes.js';
 import { assertWithinBudget, type BudgetBucket, destinationBudgetName, lockBudget, recordInBudget, spendSendBudget, trySpendSendBudget } from '../limits/send-budget.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 
 type PasswordlessSettings = NonNullable<ResolvedConfig['passwordless']>;
 
@@ -41,8 +42,6 @@ const sealedAddressContext = (challengeId: string) => `passwordless-challenge:${
 
 /** Challenges that ended this long ago are pruned on the address's own starts, and every minute or so by any start. */
 const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
-/** Every address's ended challenges are deleted at most this often per router (injected clock). */
-const PRUNE_ALL_EVERY_MS = 60_000;
 
 /**
  * Passwordless sign-in by e-mail (docs/passwordless.md): a one-time code and,
@@ -56,7 +55,7 @@ const PRUNE_ALL_EVERY_MS = 60_000;
  */
 export class PasswordlessService {
   private readonly codes: MfaCodes;
-  private lastPrunedAllAt: number | undefined;
+  private readonly endedPruning = new Occasional(PRUNE_EVERY_MS);
 
   constructor(
     private readonly context: ServiceContext,
@@ -166,8 +165,7 @@ export class PasswordlessService {
    * ever. After commit and outside the start's transaction, so the delete takes no lock a start waits for.
    */
   private pruneAllEndedOccasionally(uow: UnitOfWork): void {
-    if (this.lastPrunedAllAt !== undefined && uow.now - this.lastPrunedAllAt < PRUNE_ALL_EVERY_MS) return;
-    this.lastPrunedAllAt = uow.now;
+    if (!this.endedPruning.due(uow.now)) return;
     const before = uow.now - ENDED_CHALLENGE_RETENTION_MS;
     uow.afterCommit(() => this.context.store.repos.passwordlessChallenges.pruneAllEnded(before));
   }

@@ -9,6 +9,7 @@ import { describeError, eventFromAuditRecord } from '../shared/unit-of-work.js';
 import { timeOrderedUuid } from '../shared/ids.js';
 import { attemptWebhook, type AttemptResult } from './webhook-attempt.js';
 import { disableWebhook } from './webhook-service.js';
+import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 
 /** Rows one claim takes; a pass claims again until nothing is due. */
 const CLAIM_BATCH = 100;
@@ -24,7 +25,6 @@ const CLOSE_WAIT_MS = 5000;
  * cannot hold sockets without bound (docs/webhooks.md).
  */
 const IMMEDIATE_WEBHOOK_ATTEMPTS = 50;
-const PRUNE_EVERY_MS = 60_000;
 const DELIVERED_BATCH = 200;
 const DELIVERED_FLUSH_MS = 20;
 
@@ -43,7 +43,7 @@ export class EventDelivery implements EventOutbox {
   private timer: NodeJS.Timeout | undefined;
   private polling = false;
   private closing = false;
-  private lastPrune = 0;
+  private readonly finishedPruning = new Occasional(PRUNE_EVERY_MS);
   private readonly inFlight = new Set<Promise<unknown>>();
   /** Webhook attempts started by `attemptWritten` and `attemptNow` still running (IMMEDIATE_WEBHOOK_ATTEMPTS). */
   private immediateWebhookAttempts = 0;
@@ -204,8 +204,7 @@ export class EventDelivery implements EventOutbox {
    */
   private async pruneFinished(): Promise<void> {
     const now = this.context.clock.now();
-    if (now - this.lastPrune < PRUNE_EVERY_MS) return;
-    this.lastPrune = now;
+    if (!this.finishedPruning.due(now)) return;
     await this.context.store.repos.eventDeliveries.pruneFinishedBefore(now - this.settings.retentionDays * 24 * 3600 * 1000);
   }
 
