@@ -103,6 +103,15 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const database = openDatabase(resolved.database, logger);
   const table = tableNames(resolved.tablePrefix);
   const store = new Store(database.knex, table, database.dialect);
+  // Before anything else starts: a rate-limit store the host returned for two groups is a
+  // configuration error, and the database handle opened above is closed with it.
+  let limiters: ReturnType<typeof buildRateLimiters>;
+  try {
+    limiters = buildRateLimiters(resolved, store.repos.rateLimitCounters, logger);
+  } catch (error) {
+    void database.knex.destroy();
+    throw error;
+  }
   const keys = deriveKeys(resolved.secret);
   const hasher = new PasswordHasher({
     algorithm: resolved.password.algorithm,
@@ -176,7 +185,6 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
     () => undefined,
   );
 
-  const limiters = buildRateLimiters(resolved, store.repos.rateLimitCounters, logger);
   const router = buildRouter({ services, routes: allRoutes(services), limiters, readiness, logger }) as IdentityRouter;
   const host = { services, readiness, logger, authenticatedLimiter: limiters.authenticated };
   router.ready = ready;

@@ -3,6 +3,7 @@ import { ipKeyGenerator, MemoryStore, rateLimit, type Store as RateLimitStore } 
 import type { Logger } from '../adapters/types.js';
 import type { RateLimitGroup, ResolvedConfig } from '../config/types.js';
 import { errors } from '../errors.js';
+import { IdentityConfigError } from '../config/schema.js';
 import { RATE_LIMIT_GROUPS } from '../config/defaults.js';
 import { findApiKeyPrincipal, principalOf, routeOf } from './request-state.js';
 import { DatabaseRateLimitStore, guardStore, type RateLimitCounters } from './rate-limit-stores.js';
@@ -10,11 +11,17 @@ import { DatabaseRateLimitStore, guardStore, type RateLimitCounters } from './ra
 const passThrough: RequestHandler = (_req, _res, next) => next();
 
 /** The store of one group: in memory (per instance), in the router's database, or the host's (e.g. Redis). */
-function storeFor(group: RateLimitGroup, config: ResolvedConfig, counters: RateLimitCounters): RateLimitStore {
+function storeFor(group: RateLimitGroup, config: ResolvedConfig, counters: RateLimitCounters, hostStores: Map<RateLimitStore, RateLimitGroup>): RateLimitStore {
   const choice = config.auth.rateLimitStore;
   if (choice === 'memory') return new MemoryStore();
   if (choice === 'database') return guardStore(new DatabaseRateLimitStore(counters, group));
-  return guardStore(choice(group));
+  const store = choice(group);
+  // express-rate-limit refuses a store two limiters share (ERR_ERL_STORE_REUSE), but it sees only
+  // the guard around each: two groups would count each other's requests in one window, silently.
+  const sharedWith = hostStores.get(store);
+  if (sharedWith) throw new IdentityConfigError([`"auth.rateLimitStore" returned one store for the groups "${sharedWith}" and "${group}": return a new store, with a prefix of its own, for each group`]);
+  hostStores.set(store, group);
+  return guardStore(store);
 }
 
 /**
@@ -24,6 +31,7 @@ function storeFor(group: RateLimitGroup, config: ResolvedConfig, counters: RateL
  * the key's id instead, so each key has its own budget (docs/api-keys.md).
  */
 export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCounters, logger: Logger): Record<RateLimitGroup, RequestHandler> {
+  const hostStores = new Map<RateLimitStore, RateLimitGroup>();
   return Object.fromEntries(
     RATE_LIMIT_GROUPS.map((group) => {
       const rule = config.auth.rateLimits[group];
@@ -35,7 +43,7 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
         legacyHeaders: true,
         standardHeaders: false,
         identifier: group,
-        store: storeFor(group, config, counters),
+        store: storeFor(group, config, counters, hostStores),
         // A store outage: fail open when the host chose it for this group, else 503 unavailable.
         passOnStoreError: rule.passOnStoreError ?? false,
         logger: {

@@ -60,7 +60,7 @@ test('passOnStoreError: true lets the group fail open, logged; other groups stil
 
 test('a rate-limit store that does not answer counts as down after 5 s', async () => {
   const hanging: Store = { increment: () => new Promise(() => undefined), decrement: () => undefined, resetKey: () => undefined };
-  const h = await start({ rateLimits: true, config: { auth: { rateLimitStore: () => hanging } } });
+  const h = await start({ rateLimits: true, config: { auth: { rateLimitStore: () => ({ ...hanging }) } } });
   const startedAt = performance.now();
   assertError(await h.post('/auth/login', { email: uniqueEmail(), password: 'whatever password' }), 503, 'unavailable');
   assert.ok(performance.now() - startedAt < 7000);
@@ -70,4 +70,10 @@ test('rateLimitStore accepts memory, database or a function, and nothing else', 
   const base = { database: { client: 'better-sqlite3', connection: { filename: ':memory:' } }, secret: 'x'.repeat(32), issuer: 'https://id.example.test' };
   assert.throws(() => createIdentityRouter({ ...base, auth: { rateLimitStore: 'redis' } } as never), IdentityConfigError);
   assert.throws(() => createIdentityRouter({ ...base, auth: { rateLimits: { login: { limit: 1, windowSec: 1, passOnStoreError: 'yes' } } } } as never), /passOnStoreError/);
+});
+
+test('one store returned for two groups is a config error: they would count each other\'s requests in one window', () => {
+  const base = { database: { client: 'better-sqlite3', connection: { filename: ':memory:' } }, secret: 'x'.repeat(32), issuer: 'https://id.example.test' };
+  const shared = failingStore();
+  assert.throws(() => createIdentityRouter({ ...base, auth: { rateLimitStore: () => shared } } as never), (error: unknown) => error instanceof IdentityConfigError && /one store for the groups "\w+" and "\w+"/.test(error.message));
 });
