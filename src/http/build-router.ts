@@ -147,10 +147,11 @@ const requireJsonBody: RequestHandler = (req, _res, next) => {
     next(new IdentityError(415, 'unsupported_media_type', 'The request body must be JSON (Content-Type: application/json).'));
     return;
   }
-  // Only an unencoded body's length is its size; a compressed one is measured as it inflates. A
-  // body the host's own parser has already read is left to the JSON parser, which skips it.
-  const encoding = (req.headers['content-encoding'] ?? 'identity').toLowerCase();
-  if (encoding === 'identity' && declaredLength > BODY_LIMIT_BYTES && req.body === undefined) {
+  // Whatever its Content-Encoding: a compressed body over the limit inflates over it, and the
+  // parser's refusal of one (too large, or bytes that do not decode) also waits for the whole
+  // announced length first. A body the host's own parser has already read is left to the JSON
+  // parser, which skips it.
+  if (declaredLength > BODY_LIMIT_BYTES && req.body === undefined) {
     next(new IdentityError(413, 'payload_too_large', 'The request body is too large (limit 100 kB).', { headers: { Connection: 'close' } }));
     return;
   }

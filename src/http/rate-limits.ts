@@ -54,8 +54,9 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
         // credential, not the IP, and it is counted once by construction, so the library's
         // per-request double-count bookkeeping (a map per request) is left out.
         ...(group === 'authenticated' ? { keyGenerator: (_req: Request, res: Response) => authenticatedBudgetKey(res), validate: false } : {}),
-        // docs/social-login.md: the social group counts each of its routes separately, per IP.
-        ...(group === 'social' ? { keyGenerator: (req: Request, res: Response) => `${ipKeyGenerator(req.ip ?? '')}|${req.method} ${routeOf(res)?.path ?? ''}` } : {}),
+        // docs/social-login.md: the social group counts each of its routes separately, per IP. The
+        // route's own method, not the request's: HEAD runs the GET route and spends its budget.
+        ...(group === 'social' ? { keyGenerator: (req: Request, res: Response) => `${ipKeyGenerator(req.ip ?? '')}|${socialRouteKey(req, res)}` } : {}),
         handler: (req, _res, next) => {
           const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
           next(errors.rateLimited(resetTime ? (resetTime.getTime() - Date.now()) / 1000 : rule.windowSec));
@@ -83,6 +84,12 @@ function storeOrCheckMessage(group: RateLimitGroup, error: unknown, message?: st
     return `identity-router: the rate-limit store of group ${group} failed to start; it is started again at the group's next request`;
   }
   return `identity-router: the rate-limit store of group ${group} is unavailable; the request passes without a limit (passOnStoreError)`;
+}
+
+/** The route a social request counts against, as the route table found it (HEAD is the GET route). */
+function socialRouteKey(req: Request, res: Response): string {
+  const route = routeOf(res);
+  return route ? `${route.method.toUpperCase()} ${route.path}` : `${req.method} `;
 }
 
 function authenticatedBudgetKey(res: Response): string {
