@@ -31,7 +31,11 @@ const configSchema = Joi.object<IdentityConfig>({
   tablePrefix: tablePrefixSchema,
   migrate: Joi.boolean(),
   // CONTRACT 2: "at least 32 characters"; Joi counts UTF-16 units, so 16 emoji would pass as 32.
-  secret: Joi.string().min(32).required().custom((value: string, helpers) => (value.length >= 32 && [...value].length < 32 ? helpers.error('string.min', { limit: 32, value }) : value)),
+  // A lone surrogate has no UTF-8 form: HKDF reads each as the same three bytes (U+FFFD), so
+  // different secrets would derive the same keys.
+  secret: Joi.string().min(32).required().custom((value: string, helpers) =>
+    !value.isWellFormed() ? helpers.error('secret.wellFormed') : value.length >= 32 && [...value].length < 32 ? helpers.error('string.min', { limit: 32, value }) : value)
+    .messages({ 'secret.wellFormed': '"secret" must be well-formed Unicode text (it holds a lone surrogate, which has no UTF-8 form)' }),
   issuer: Joi.string().min(1).required(),
   audience: Joi.string().min(1),
   appName: Joi.string().min(1),

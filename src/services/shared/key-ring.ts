@@ -106,6 +106,10 @@ export class KeyRing {
       // Two rotations at once (two instances) take turns, each promoting the key the other published.
       await repos.signingKeys.lockForRotation();
       let next = await repos.signingKeys.findBySlot('next');
+      // A process whose secret differs (a job with a mis-set secret) would make a key the others
+      // cannot open the next to sign: it may rotate only keys it can open itself.
+      const promoted = next ?? (await repos.signingKeys.findBySlot('active'));
+      if (promoted) this.openPrivateKey(promoted);
       if (!next) {
         // A database from before next keys were published ahead: the fresh key signs at once.
         await repos.signingKeys.insert(await this.generate(), 'next');
@@ -219,9 +223,20 @@ export class KeyRing {
     const jwk = known?.jwk ?? toJwk(record, publicKey);
     // Only the active key signs, so only its private half is decrypted.
     const privateKey = record.state === 'active'
-      ? known?.privateKey ?? createPrivateKey(decrypt(this.encryptionKey, record.privateKeySealed, `signing-key:${record.kid}`).toString('utf8'))
+      ? known?.privateKey ?? this.openPrivateKey(record)
       : undefined;
     return { kid: record.kid, state: record.state, publishedUntil: record.publishedUntil, publicKey, privateKey, jwk };
+  }
+
+  /** The private half of a stored key; one sealed under another `config.secret` is named as such (docs/security.md "The secret"). */
+  private openPrivateKey(record: SigningKeyRecord): KeyObject {
+    let pem: string;
+    try {
+      pem = decrypt(this.encryptionKey, record.privateKeySealed, `signing-key:${record.kid}`).toString('utf8');
+    } catch {
+      throw new Error(`The signing key ${record.kid} does not open under this config.secret: the database's keys were sealed under another secret, which cannot be changed in place (docs/security.md "The secret")`);
+    }
+    return createPrivateKey(pem);
   }
 
   private async generate(): Promise<GeneratedKey> {
