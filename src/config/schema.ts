@@ -1,4 +1,5 @@
 import Joi from 'joi';
+import { parse as parseHost } from 'tldts';
 import { DEFAULTS, DEFAULT_RATE_LIMITS, RATE_LIMIT_GROUPS } from './defaults.js';
 import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } from './types.js';
 import { resolveSocialConfig, socialConfigProblems, socialConfigSchema } from './social.js';
@@ -243,6 +244,11 @@ const HOST_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]
 function webauthnProblems(webauthn: NonNullable<IdentityConfig['webauthn']>): string[] {
   const problems: string[] = [];
   if (!HOST_NAME.test(webauthn.rpId)) problems.push('"webauthn.rpId" must be a lower-case host name such as example.com (no scheme, port or path)');
+  // Browsers refuse a public suffix (ICANN or private, such as github.io) as an RP id; localhost and intranet names are not listed.
+  const host = parseHost(webauthn.rpId, { allowPrivateDomains: true });
+  if (host.publicSuffix === webauthn.rpId && (host.isIcann === true || host.isPrivate === true)) {
+    problems.push(`"webauthn.rpId" (${webauthn.rpId}) is a public suffix; use your registrable domain such as example.${webauthn.rpId}`);
+  }
   for (const origin of webauthn.origins) {
     let url: URL;
     try {

@@ -128,7 +128,10 @@ export class PasskeyService {
           // User verification is demanded where it matters: at passwordless login.
           requireUserVerification: false,
         });
-        registration = verification.verified ? verification.registrationInfo : undefined;
+        registration =
+          verification.verified && !namesTopOrigin(input.response) && isUsableCredentialId(verification.registrationInfo.credential.id, input.response.id)
+            ? verification.registrationInfo
+            : undefined;
       } catch (error) {
         this.context.logger.info('passkey registration refused', { reason: describeError(error) });
       }
@@ -359,6 +362,19 @@ export class PasskeyService {
 
 }
 
+/** WebAuthn Level 3, 7.1 step 24: a credential id longer than this many bytes fails the registration. */
+const MAX_CREDENTIAL_ID_BYTES = 1023;
+
+/**
+ * The attested credential id (from the signed authenticator data, not the client's unsigned
+ * `id`) within the WebAuthn limit, and the id the client reported: a passkey is found at login
+ * by the id the browser sends, so one attested under another id, or too long for the column
+ * (a 500 on PostgreSQL), would be stored yet never sign in.
+ */
+function isUsableCredentialId(attested: string, reported: string): boolean {
+  return attested === reported && Buffer.from(attested, 'base64url').length <= MAX_CREDENTIAL_ID_BYTES;
+}
+
 /** The transports of the WebAuthn registry (Level 3, "AuthenticatorTransport"). */
 const KNOWN_TRANSPORTS: ReadonlySet<string> = new Set(['usb', 'nfc', 'ble', 'smart-card', 'hybrid', 'internal']);
 
@@ -371,15 +387,32 @@ function knownTransports(transports: readonly string[] | undefined): string[] {
   return [...new Set((transports ?? []).filter((transport) => KNOWN_TRANSPORTS.has(transport)))];
 }
 
-/** The challenge the browser signed, from the response's clientDataJSON; undefined when unreadable. */
-function challengeOf(response: { response?: { clientDataJSON?: unknown } } | undefined): string | undefined {
+type ClientDataCarrier = { response?: { clientDataJSON?: unknown } } | undefined;
+
+/** The response's clientDataJSON, parsed; undefined when unreadable. */
+function clientDataOf(response: ClientDataCarrier): { challenge?: unknown; topOrigin?: unknown } | undefined {
   const encoded = response?.response?.clientDataJSON;
   if (typeof encoded !== 'string' || encoded.length > 4096) return undefined;
   try {
     const clientData: unknown = JSON.parse(Buffer.from(encoded, 'base64url').toString('utf8'));
-    const challenge = (clientData as { challenge?: unknown } | null)?.challenge;
-    return typeof challenge === 'string' && challenge.length > 0 && challenge.length <= 512 ? challenge : undefined;
+    return typeof clientData === 'object' && clientData !== null ? clientData : undefined;
   } catch {
     return undefined;
   }
+}
+
+/** The challenge the browser signed, from the response's clientDataJSON; undefined when unreadable. */
+function challengeOf(response: ClientDataCarrier): string | undefined {
+  const challenge = clientDataOf(response)?.challenge;
+  return typeof challenge === 'string' && challenge.length > 0 && challenge.length <= 512 ? challenge : undefined;
+}
+
+/**
+ * A ceremony run in a frame under another site's page (WebAuthn Level 3, 7.1 and 7.2: a
+ * `topOrigin` must be one the RP expects to be framed in). No top origin is configured, so
+ * any is refused; the library refuses it at login, this refuses it at registration too.
+ */
+function namesTopOrigin(response: ClientDataCarrier): boolean {
+  const topOrigin = clientDataOf(response)?.topOrigin;
+  return topOrigin !== undefined && topOrigin !== null;
 }
