@@ -100,6 +100,15 @@ export const DEFAULT_ARGON2: Argon2Parameters = { memoryCost: 19_456, timeCost: 
 const BCRYPT_HASH = /^\$2[abxy]\$(\d{2})\$/;
 const ARGON2ID_HASH = /^\$argon2id\$v=19\$m=(\d+),t=(\d+),p=(\d+)\$/;
 
+/**
+ * The one form a password is judged and hashed in (docs/security.md "Passwords"): Unicode NFC,
+ * so the same password typed on a keyboard that sends accented letters decomposed (NFD) is the
+ * same password (NIST SP 800-63B 5.1.1.2).
+ */
+export function canonicalPassword(password: string): string {
+  return password.normalize('NFC');
+}
+
 export class PasswordHasher {
   private readonly workers: PoolWorker[] = [];
   private readonly queue: PendingJob[] = [];
@@ -128,7 +137,7 @@ export class PasswordHasher {
   }
 
   hash(password: string): Promise<string> {
-    const prehashed = this.prehash(password);
+    const prehashed = this.prehash(canonicalPassword(password));
     const job: Job = this.algorithm === 'argon2id'
       ? { op: 'hash-argon2id', password: prehashed, argon2: this.argon2 }
       : { op: 'hash-bcrypt', password: prehashed, cost: this.options.cost };
@@ -143,8 +152,12 @@ export class PasswordHasher {
    * clients that time out would otherwise keep the pool busy with answers nobody reads. A
    * comparison a thread has taken always runs to its end and resolves as usual.
    */
-  verify(password: string, hash: string, abandoned?: AbortSignal): Promise<boolean> {
-    return this.run({ op: 'compare', password: this.prehash(password), hash }, abandoned) as Promise<boolean>;
+  async verify(password: string, hash: string, abandoned?: AbortSignal): Promise<boolean> {
+    const canonical = canonicalPassword(password);
+    if (await this.run({ op: 'compare', password: this.prehash(canonical), hash }, abandoned)) return true;
+    // A hash made before passwords were normalised holds the password as it was typed then.
+    // Not abandonable: a guess whose first form was compared is answered in full.
+    return canonical !== password && ((await this.run({ op: 'compare', password: this.prehash(password), hash })) as boolean);
   }
 
   /** Whether a stored hash differs from what `hash` would make now (algorithm, cost or parameters). */

@@ -67,6 +67,14 @@ export class PasswordlessChallengeRepository extends Repository {
     await this.db(this.table.passwordlessChallenges).where({ address_hash: addressHash }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ expires_at: now });
   }
 
+  /**
+   * A new password (a reset or a change) ends the account's open challenges: their codes and
+   * links went to the mailbox before the password changed, perhaps to whoever the owner took it back from.
+   */
+  async expireOutstandingForUser(userId: string, now: number): Promise<void> {
+    await this.db(this.table.passwordlessChallenges).where({ user_id: userId }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ expires_at: now });
+  }
+
   /** Drops the address's challenges that ended before `before` (pruned on the address's own starts, so no scheduler is needed). */
   async pruneEnded(addressHash: string, before: number): Promise<void> {
     await this.db(this.table.passwordlessChallenges).where({ address_hash: addressHash }).andWhere('expires_at', '<=', before).delete();

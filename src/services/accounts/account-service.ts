@@ -271,11 +271,13 @@ export class AccountService {
 
   /**
    * A new password ends what the old one (or the mailbox before it) had opened: pending MFA
-   * tickets, whose holder proved the old password, and outstanding reset links.
+   * tickets, whose holder proved the old password, outstanding reset links, and passwordless
+   * codes and links sent before it.
    */
   private async endPasswordBoundCredentials(uow: UnitOfWork, userId: string): Promise<void> {
     await uow.repos.mfaTickets.endAllForUser(userId, uow.now);
     await uow.repos.oneTimeTokens.expireOutstanding(userId, 'password_reset', uow.now);
+    await uow.repos.passwordlessChallenges.expireOutstandingForUser(userId, uow.now);
   }
 
   /** Only a wrong password counts toward the lockout (its slot stays taken); unknown, locked and disabled accounts are only recorded. */
