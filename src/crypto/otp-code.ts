@@ -24,9 +24,12 @@ export function maskPhone(phone: string): string {
   return `+${'*'.repeat(Math.max(0, digits.length - kept.length))}${kept}`;
 }
 
-/** docs/security.md: `a***@example.com`, keeping the first character and the domain. */
+/**
+ * docs/security.md: `a***@example.com`, keeping the first character (a whole code point: half of
+ * a surrogate pair is no text, and strict JSON readers refuse it) and the domain.
+ */
 export function maskEmail(email: string): string {
   const at = email.lastIndexOf('@');
   if (at <= 0) return '***';
-  return `${email[0]}***${email.slice(at)}`;
+  return `${String.fromCodePoint(email.codePointAt(0)!)}***${email.slice(at)}`;
 }

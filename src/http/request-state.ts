@@ -6,6 +6,7 @@ import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
 import type { Principal } from '../services/access/principal.js';
 import type { Request } from 'express';
 import { errors } from '../errors.js';
+import { CONTROL_CHARACTER } from '../services/shared/identity-rules.js';
 import type { RouteDefinition } from './route.js';
 
 /*
@@ -80,8 +81,20 @@ export function ticketOf(res: Response): MfaTicket {
 }
 
 export function requestMeta(req: Request): RequestMeta {
-  const userAgent = req.get('user-agent');
-  return { ip: clientAddress(req), userAgent: userAgent ? userAgent.slice(0, 512) : null };
+  return { ip: clientAddress(req), userAgent: userAgentOf(req) };
+}
+
+const CONTROL_CHARACTERS = new RegExp(CONTROL_CHARACTER, 'g');
+
+/**
+ * The `User-Agent` as sessions keep and list it (`GET /auth/sessions`): at most 512 characters,
+ * without control characters. Node passes a header's tab and bytes 0x80-0xFF (read as C1
+ * controls U+0080-U+009F, the 8-bit CSI and NEL among them) through, so a thief's sign-in could
+ * put terminal escapes in the owner's session list; they are dropped, as from a provider's name.
+ */
+function userAgentOf(req: Request): string | null {
+  const userAgent = req.get('user-agent')?.replace(CONTROL_CHARACTERS, '').trim();
+  return userAgent ? userAgent.slice(0, 512) : null;
 }
 
 /** The `ip` columns (sessions, audit events, MFA tickets) hold 64 characters. */
