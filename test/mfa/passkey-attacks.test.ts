@@ -159,15 +159,16 @@ function refused(response: { status: number; text: string; body: any }, error = 
   assert.equal(response.body.error, error, response.text);
 }
 
-describe(`the soft authenticator itself on ${TEST_DB}`, () => {
-  let h: Harness;
-  before(async () => {
-    h = await Harness.start({ config: { ...generous, webauthn } });
-  });
-  after(async () => {
-    await h.close();
-  });
+/** One router for every ceremony below: each test signs up accounts of its own. */
+let h: Harness;
+before(async () => {
+  h = await Harness.start({ config: { ...generous, webauthn } });
+});
+after(async () => {
+  await h.close();
+});
 
+describe(`the soft authenticator itself on ${TEST_DB}`, () => {
   test('registers, signs in without a password, passes the gate and steps up', async () => {
     const user = await h.signUp();
     const { authenticator, factorId } = await registerSoft(h, user.accessToken);
@@ -188,19 +189,13 @@ describe(`the soft authenticator itself on ${TEST_DB}`, () => {
 });
 
 describe(`a challenge carried to another purpose, or past its expiry, on ${TEST_DB}`, () => {
-  let h: Harness;
   let user: SignedUpUser;
   let authenticator: SoftAuthenticator;
   let factorId: string;
   before(async () => {
-    h = await Harness.start({ config: { ...generous, webauthn } });
     user = await h.signUp();
     ({ authenticator, factorId } = await registerSoft(h, user.accessToken));
   });
-  after(async () => {
-    await h.close();
-  });
-
   test('a passwordless-login challenge does not register a passkey', async () => {
     const { challenge } = await loginOptions(h);
     const fresh = await h.signUp();
@@ -259,19 +254,13 @@ describe(`a challenge carried to another purpose, or past its expiry, on ${TEST_
 });
 
 describe(`what the authenticator and the browser signed on ${TEST_DB}`, () => {
-  let h: Harness;
   let user: SignedUpUser;
   let authenticator: SoftAuthenticator;
   let factorId: string;
   before(async () => {
-    h = await Harness.start({ config: { ...generous, webauthn } });
     user = await h.signUp();
     ({ authenticator, factorId } = await registerSoft(h, user.accessToken));
   });
-  after(async () => {
-    await h.close();
-  });
-
   async function atGate(response: (challenge: string) => unknown) {
     const { ticket } = await loginForTicket(h, user);
     const challenge = await h.post('/auth/mfa/challenge', { factor_id: factorId }, { token: ticket });
@@ -355,14 +344,6 @@ describe(`what the authenticator and the browser signed on ${TEST_DB}`, () => {
 });
 
 describe(`credential ids on ${TEST_DB}`, () => {
-  let h: Harness;
-  before(async () => {
-    h = await Harness.start({ config: { ...generous, webauthn } });
-  });
-  after(async () => {
-    await h.close();
-  });
-
   test('a credential id past 1023 bytes (WebAuthn 7.1 step 24), or other than the one reported, is refused with 422, never stored, never a 500', async () => {
     const user = await h.signUp();
     const options = await h.post('/auth/passkeys/register/options', {}, { token: user.accessToken });
@@ -422,14 +403,6 @@ describe(`credential ids on ${TEST_DB}`, () => {
 });
 
 describe(`attestation formats and a registration challenge raced on ${TEST_DB}`, () => {
-  let h: Harness;
-  before(async () => {
-    h = await Harness.start({ config: { ...generous, webauthn } });
-  });
-  after(async () => {
-    await h.close();
-  });
-
   async function register(user: SignedUpUser, statement: Statement) {
     const options = await h.post('/auth/passkeys/register/options', {}, { token: user.accessToken });
     assert.equal(options.status, 200, options.text);
@@ -463,14 +436,6 @@ describe(`attestation formats and a registration challenge raced on ${TEST_DB}`,
 });
 
 describe(`account states and a passkey removed mid-ceremony on ${TEST_DB}`, () => {
-  let h: Harness;
-  before(async () => {
-    h = await Harness.start({ config: { ...generous, webauthn } });
-  });
-  after(async () => {
-    await h.close();
-  });
-
   test('a disabled account: 403 account_disabled at passwordless login, no session at the gate', async () => {
     const user = await h.signUp();
     const { authenticator, factorId } = await registerSoft(h, user.accessToken);
@@ -515,14 +480,6 @@ describe(`account states and a passkey removed mid-ceremony on ${TEST_DB}`, () =
 });
 
 describe(`one assertion raced at the gate on ${TEST_DB}`, () => {
-  let h: Harness;
-  before(async () => {
-    h = await Harness.start({ config: { ...generous, webauthn } });
-  });
-  after(async () => {
-    await h.close();
-  });
-
   test('one gate assertion sent ten times at once opens one session', async () => {
     const user = await h.signUp();
     const { authenticator, factorId } = await registerSoft(h, user.accessToken);
