@@ -15,115 +15,35 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { build } from 'esbuild';
 import type { BrowserContext, Frame, Page } from 'playwright-core';
-import { BrowserSuite, browserSkipReason, expectHeading, STRONG_PASSWORD, uniqueEmail } from './browser-harness.js';
+import { type BrowserSuite, browserSkipReason, expectHeading, STRONG_PASSWORD, uniqueEmail } from './browser-harness.js';
+import { ClientPages, inPage, type Json, startClient } from './client-page.js';
 import { signedInPerson, signIn } from './flows.js';
 
 const skip = browserSkipReason();
 
-const PAGE = `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>client test page</title></head>
-<body><main><h1>client test page</h1></main>
-<script type="module" src="/app.js"></script></body></html>`;
-
-const LOADER = `import * as identity from '/__client/identity-client.js';
-globalThis.identity = identity;
-document.body.dataset.ready = 'true';`;
-
-type Json = Record<string, any>;
-type Scope = Page | Frame;
-
 describe('identity-router/client and the example app under attack in Chromium', { skip }, () => {
+  let pages: ClientPages;
   let suite: BrowserSuite;
-  let bundle: string;
-  /** The router as node reaches it (the browser uses localhost). */
-  let api: string;
   /** The app's origin in the browser (localhost) and another site on the same server (127.0.0.1). */
   let app: string;
   let otherSite: string;
 
   before(async () => {
-    suite = await BrowserSuite.start('client-attacks', { publicHost: 'localhost' });
+    pages = await ClientPages.start('client-attacks');
+    suite = pages.suite;
     app = suite.url;
     otherSite = suite.url.replace('//localhost:', '//127.0.0.1:');
-    api = `${otherSite}/identity`;
-    const built = await build({ entryPoints: ['src/client/index.ts'], bundle: true, format: 'esm', platform: 'browser', target: 'es2020', write: false });
-    bundle = built.outputFiles[0]!.text;
   });
   after(async () => {
-    await suite?.close();
+    await pages?.close();
   });
 
-  /** A context whose /__client/ paths (on any host) serve the test page and the client; `/app.js` is the loader. */
-  async function newContext(): Promise<BrowserContext> {
-    const context = await suite.browser.newContext({ bypassCSP: true });
-    context.setDefaultTimeout(10_000);
-    await context.route(
-      (url) => url.pathname.startsWith('/__client/') || url.pathname === '/app.js',
-      (route) => {
-        const path = new URL(route.request().url()).pathname;
-        if (path === '/__client/identity-client.js') return route.fulfill({ status: 200, contentType: 'text/javascript', body: bundle });
-        if (path === '/app.js') return route.fulfill({ status: 200, contentType: 'text/javascript', body: LOADER });
-        if (path === '/__client/framing') {
-          return route.fulfill({ status: 200, contentType: 'text/html', body: `<!doctype html><title>another site</title><iframe src="${app}/__client/page"></iframe>` });
-        }
-        return route.fulfill({ status: 200, contentType: 'text/html', body: PAGE });
-      },
-    );
-    return context;
-  }
-
-  async function openTab(context: BrowserContext, path = '/__client/page'): Promise<Page> {
-    const page = await context.newPage();
-    page.on('dialog', (dialog) => void dialog.accept());
-    await page.goto(app + path);
-    await page.waitForSelector('body[data-ready="true"]');
-    return page;
-  }
-
-  async function startClient(scope: Scope, options: Json | string = { baseUrl: '/identity' }): Promise<void> {
-    const expression = typeof options === 'string' ? options : JSON.stringify(options);
-    await scope.evaluate(`(async () => {
-      globalThis.ended = [];
-      globalThis.client = globalThis.identity.createIdentityClient(${expression});
-      globalThis.client.onSessionEnded((event) => globalThis.ended.push(event.reason));
-      await globalThis.client.ready;
-    })()`);
-  }
-
-  /** Runs `body` (an async function's text taking `client`) in the page; a rejection comes back as `{error}`. */
-  function inPage<T = any>(scope: Scope, body: string, arg?: unknown): Promise<T> {
-    return scope.evaluate(
-      async ({ body, arg }) => {
-        const global = globalThis as any;
-        try {
-          return await new Function('client', 'arg', `return (${body})(client, arg);`)(global.client, arg);
-        } catch (error: any) {
-          return { error: { name: error.name, code: error.code, status: error.status, message: String(error.message) } };
-        }
-      },
-      { body, arg },
-    ) as Promise<T>;
-  }
-
-  async function call(method: string, path: string, body?: unknown, token?: string): Promise<{ status: number; body: Json }> {
-    const response = await fetch(api + path, {
-      method,
-      headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    return { status: response.status, body: (await response.json()) as Json };
-  }
-
-  async function verifiedAccount(name: string): Promise<string> {
-    const email = uniqueEmail(name);
-    assert.equal((await call('POST', '/auth/register', { email, password: STRONG_PASSWORD })).status, 202);
-    const mail = suite.example.inbox!.messages.find((message) => message.to === email && /token=/.test(message.text));
-    const token = decodeURIComponent(/token=([^\s&"<>]+)/.exec(mail!.text)![1]!);
-    assert.equal((await call('POST', '/auth/email/verify', { token })).status, 200);
-    return email;
-  }
+  /** A context that also serves, at /__client/framing, a page of another site framing the app's page. */
+  const newContext = () => pages.newContext({ pages: { '/__client/framing': `<!doctype html><title>another site</title><iframe src="${app}/__client/page"></iframe>` } });
+  const openTab = (context: BrowserContext, path?: string) => pages.openTab(context, path);
+  const call = (method: string, path: string, body?: unknown, token?: string) => pages.call(method, path, body, token);
+  const verifiedAccount = (name: string) => pages.verifiedAccount(name);
 
   /**
    * What a script injected into the page can gather without the client object: every web

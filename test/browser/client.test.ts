@@ -14,121 +14,30 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { build } from 'esbuild';
-import type { BrowserContext, Page, Request } from 'playwright-core';
+import type { BrowserContext, Request } from 'playwright-core';
 import speakeasy from 'speakeasy';
 import { addVirtualAuthenticator } from '../helpers/virtual-authenticator.js';
-import { BrowserSuite, browserSkipReason, STRONG_PASSWORD, uniqueEmail } from './browser-harness.js';
+import { type BrowserSuite, browserSkipReason, STRONG_PASSWORD, uniqueEmail } from './browser-harness.js';
+import { ClientPages, inPage, type Json, startClient } from './client-page.js';
 
 const skip = browserSkipReason();
 
-const PAGE = `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>client test page</title></head>
-<body><main><h1>client test page</h1></main>
-<script type="module" src="/app.js"></script></body></html>`;
-
-const LOADER = `import * as identity from '/__client/identity-client.js';
-globalThis.identity = identity;
-document.body.dataset.ready = 'true';`;
-
-type Json = Record<string, any>;
-
 describe('identity-router/client in Chromium', { skip }, () => {
+  let pages: ClientPages;
   let suite: BrowserSuite;
-  let bundle: string;
-  /** The router as node reaches it (the browser uses localhost, which passkeys need). */
-  let api: string;
 
   before(async () => {
-    suite = await BrowserSuite.start('client', { publicHost: 'localhost' });
-    api = `${suite.url.replace('//localhost:', '//127.0.0.1:')}/identity`;
-    const built = await build({ entryPoints: ['src/client/index.ts'], bundle: true, format: 'esm', platform: 'browser', target: 'es2020', write: false });
-    bundle = built.outputFiles[0]!.text;
+    pages = await ClientPages.start('client');
+    suite = pages.suite;
   });
   after(async () => {
-    await suite?.close();
+    await pages?.close();
   });
 
-  /**
-   * A context whose /__client/ paths serve the test page and the client. The example's own shell
-   * script is replaced by the loader too, so on the app's pages (the social return page, which a
-   * redirect reaches and a route cannot replace) only the client runs. CSP is bypassed for the
-   * test's `new Function` in the page, not for the client.
-   */
-  async function newContext(init?: string): Promise<BrowserContext> {
-    const context = await suite.browser.newContext({ bypassCSP: true });
-    context.setDefaultTimeout(10_000);
-    if (init) await context.addInitScript(init);
-    await context.route(
-      (url) => url.pathname.startsWith('/__client/') || url.pathname === '/app.js',
-      (route) => {
-        const path = new URL(route.request().url()).pathname;
-        if (path === '/__client/identity-client.js') return route.fulfill({ status: 200, contentType: 'text/javascript', body: bundle });
-        if (path === '/app.js') return route.fulfill({ status: 200, contentType: 'text/javascript', body: LOADER });
-        return route.fulfill({ status: 200, contentType: 'text/html', body: PAGE });
-      },
-    );
-    return context;
-  }
-
-  async function openTab(context: BrowserContext, path = '/__client/page'): Promise<Page> {
-    const page = await context.newPage();
-    page.on('dialog', (dialog) => void dialog.accept());
-    await page.goto(suite.url + path);
-    await page.waitForSelector('body[data-ready="true"]');
-    return page;
-  }
-
-  /**
-   * Creates `globalThis.client` in the page and waits for `ready`; records ended sessions in
-   * `globalThis.ended`. Answers how long `ready` took, in ms of the page's clock.
-   */
-  async function startClient(page: Page, options: Json | string = { baseUrl: '/identity' }): Promise<number> {
-    // A string is a script expression, for options JSON cannot carry (a function, the page's origin).
-    const expression = typeof options === 'string' ? options : JSON.stringify(options);
-    return page.evaluate(`(async () => {
-      globalThis.ended = [];
-      const started = performance.now();
-      globalThis.client = globalThis.identity.createIdentityClient(${expression});
-      globalThis.client.onSessionEnded((event) => globalThis.ended.push(event.reason));
-      await globalThis.client.ready;
-      return performance.now() - started;
-    })()`) as Promise<number>;
-  }
-
-  /** Runs `body` (an async function's text taking `client`) in the page; a rejection comes back as `{error}`. */
-  function inPage<T = any>(page: Page, body: string, arg?: unknown): Promise<T> {
-    return page.evaluate(
-      async ({ body, arg }) => {
-        const scope = globalThis as any;
-        try {
-          return await new Function('client', 'arg', `return (${body})(client, arg);`)(scope.client, arg);
-        } catch (error: any) {
-          return { error: { name: error.name, code: error.code, status: error.status } };
-        }
-      },
-      { body, arg },
-    ) as Promise<T>;
-  }
-
-  async function call(method: string, path: string, body?: unknown, token?: string): Promise<{ status: number; body: Json }> {
-    const response = await fetch(api + path, {
-      method,
-      headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    return { status: response.status, body: (await response.json()) as Json };
-  }
-
-  /** A registered, verified account (through the development inbox's mail). */
-  async function verifiedAccount(name: string): Promise<string> {
-    const email = uniqueEmail(name);
-    assert.equal((await call('POST', '/auth/register', { email, password: STRONG_PASSWORD })).status, 202);
-    const mail = suite.example.inbox!.messages.find((message) => message.to === email && /token=/.test(message.text));
-    const token = decodeURIComponent(/token=([^\s&"<>]+)/.exec(mail!.text)![1]!);
-    assert.equal((await call('POST', '/auth/email/verify', { token })).status, 200);
-    return email;
-  }
+  const newContext = (init?: string) => pages.newContext(init ? { init } : {});
+  const openTab = (context: BrowserContext, path?: string) => pages.openTab(context, path);
+  const call = (method: string, path: string, body?: unknown, token?: string) => pages.call(method, path, body, token);
+  const verifiedAccount = (name: string) => pages.verifiedAccount(name);
 
   const totp = (secret: string) => speakeasy.totp({ secret, encoding: 'base32', time: Math.floor(suite.clock.now() / 1000) });
 
