@@ -6,7 +6,7 @@ import type { MfaTicket } from '../services/mfa/mfa-ticket.js';
 import type { Principal } from '../services/access/principal.js';
 import type { Request } from 'express';
 import { errors } from '../errors.js';
-import { CONTROL_CHARACTER } from '../services/shared/identity-rules.js';
+import { withoutControlCharacters } from '../services/shared/identity-rules.js';
 import type { RouteDefinition } from './route.js';
 
 /*
@@ -84,8 +84,6 @@ export function requestMeta(req: Request): RequestMeta {
   return { ip: clientAddress(req), userAgent: userAgentOf(req) };
 }
 
-const CONTROL_CHARACTERS = new RegExp(CONTROL_CHARACTER, 'g');
-
 /**
  * The `User-Agent` as sessions keep and list it (`GET /auth/sessions`): at most 512 characters,
  * without control characters. Node passes a header's tab and bytes 0x80-0xFF (read as C1
@@ -93,7 +91,7 @@ const CONTROL_CHARACTERS = new RegExp(CONTROL_CHARACTER, 'g');
  * put terminal escapes in the owner's session list; they are dropped, as from a provider's name.
  */
 function userAgentOf(req: Request): string | null {
-  const userAgent = req.get('user-agent')?.replace(CONTROL_CHARACTERS, '').trim();
+  const userAgent = withoutControlCharacters(req.get('user-agent') ?? '');
   return userAgent ? userAgent.slice(0, 512) : null;
 }
 

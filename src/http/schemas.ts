@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import { CONTROL_CHARACTERS_ALLOWED } from './validate.js';
+import { CONTROL_CHARACTER } from '../services/shared/identity-rules.js';
 
 /**
  * docs/database.md: RFC 5321 address, at most 320 octets. Bodies are validated without type
@@ -28,11 +29,10 @@ export const storedPasswordSchema = passwordSchema.meta(CONTROL_CHARACTERS_ALLOW
 /** Opaque tokens we issued are 43 base64url characters; anything far longer is not one of ours. */
 export const opaqueTokenSchema = Joi.string().min(1).max(512);
 
-/** PostgreSQL refuses a NUL byte in text with an error; control characters have no place in names or ids anyway. */
-const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f\u007f]*$/;
-const noControlCharacters = { 'string.pattern.name': '{{#label}} must not contain control characters' };
+/** PostgreSQL refuses a NUL byte in text with an error; control characters have no place in names or ids anyway (the one rule, CONTROL_CHARACTER). */
+const noControlCharacters = { 'string.pattern.invert.name': '{{#label}} must not contain control characters' };
 
-export const idSchema = Joi.string().min(1).max(64).pattern(NO_CONTROL_CHARACTERS, 'no control characters').messages(noControlCharacters);
+export const idSchema = Joi.string().min(1).max(64).pattern(CONTROL_CHARACTER, { name: 'no control characters', invert: true }).messages(noControlCharacters);
 
 /**
  * Only bounded here, for registration and PATCH /users/{id} alike: the display-name rule itself

@@ -56,5 +56,12 @@ export function normaliseDisplayName(value: string | null | undefined): string |
  */
 export function providerDisplayName(name: string | null): string | null {
   if (!name) return null;
-  return [...name.replace(new RegExp(CONTROL_CHARACTER, 'g'), '').trim()].slice(0, DISPLAY_NAME_MAX_LENGTH).join('') || null;
+  return [...withoutControlCharacters(name)].slice(0, DISPLAY_NAME_MAX_LENGTH).join('') || null;
+}
+
+const CONTROL_CHARACTERS = new RegExp(CONTROL_CHARACTER, 'g');
+
+/** Text someone else wrote, kept to be shown (a provider's name, a sign-in's User-Agent): its control characters dropped, trimmed. */
+export function withoutControlCharacters(text: string): string {
+  return text.replace(CONTROL_CHARACTERS, '').trim();
 }
