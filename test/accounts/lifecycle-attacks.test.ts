@@ -13,7 +13,7 @@ import { HOST_PERMISSION, InstancePair } from '../helpers/instance-pair.js';
 import { countingDeadlocks, withRequestInTheWindow } from '../helpers/interleaving.js';
 import { newSubject, socialRoundTrip, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
 import { addMember, createOrg, type OrgMember } from '../helpers/orgs.js';
-import { addressAt, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, ssoLogin, ssoOrg, StubDns, withSsoHarness } from '../helpers/sso.js';
 import { signUpSuperadmin, tableOf } from '../helpers/users.js';
 import { InviteRepository } from '../../src/store/organization-repository.js';
 import { SessionRepository } from '../../src/store/session-repository.js';
@@ -31,14 +31,7 @@ describe('an account deletion leaves no single sign-on identity behind', () => {
   let op: TestOpenIdProvider;
   let h: Harness;
   const dns = new StubDns();
-  before(async () => {
-    op = await TestOpenIdProvider.start();
-    h = await startSsoHarness(op, dns);
-  });
-  after(async () => {
-    await h.close();
-    await op.close();
-  });
+  withSsoHarness(dns, (started) => ({ op, h } = started));
 
   // Threat: the IdP link of a deleted account kept pointing at its tombstone. The row kept the
   // address in clear (the tombstone is meant to hold nothing that identifies the person), and the

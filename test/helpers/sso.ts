@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
+import { after, before } from 'node:test';
 import { Harness, type HarnessOptions, uniqueEmail } from './harness.js';
-import { authorizeAtProvider, callRouterCallback, CLIENT_ID, CLIENT_SECRET, handoffPair, REDIRECT_BASE, RETURN_URL, type ProviderAccount, type TestOpenIdProvider } from './oidc.js';
+import { authorizeAtProvider, callRouterCallback, CLIENT_ID, CLIENT_SECRET, handoffPair, REDIRECT_BASE, RETURN_URL, type ProviderAccount, TestOpenIdProvider } from './oidc.js';
 import { createOrg, type CreatedOrg } from './orgs.js';
 
 /*
@@ -128,4 +129,21 @@ export async function ssoLogin(h: Harness, op: TestOpenIdProvider, account: Prov
   if (!trip.code) return { trip, exchanged: undefined };
   const exchanged = await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier });
   return { trip, exchanged };
+}
+
+/**
+ * The test IdP and a router for it, started before the tests of the file (or describe) that calls
+ * this and closed after them; `started` hands both over for the caller's `op` and `h`.
+ */
+export function withSsoHarness(dns: StubDns, started: (running: { op: TestOpenIdProvider; h: Harness }) => void): void {
+  let running: { op: TestOpenIdProvider; h: Harness } | undefined;
+  before(async () => {
+    const op = await TestOpenIdProvider.start();
+    running = { op, h: await startSsoHarness(op, dns) };
+    started(running);
+  });
+  after(async () => {
+    await running?.h.close();
+    await running?.op.close();
+  });
 }

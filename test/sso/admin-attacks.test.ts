@@ -5,9 +5,9 @@ import { after, before, describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
 import { type Harness, TEST_DB } from '../helpers/harness.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
-import { authorizeAtProvider, callRouterCallback, handoffPair, newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
+import { authorizeAtProvider, callRouterCallback, handoffPair, newSubject, type TestOpenIdProvider } from '../helpers/oidc.js';
 import { createOrg, memberOf } from '../helpers/orgs.js';
-import { addressAt, addVerifiedDomain, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, addVerifiedDomain, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, withSsoHarness } from '../helpers/sso.js';
 import { OrgDomainRepository } from '../../src/store/sso-repository.js';
 
 /*
@@ -28,14 +28,7 @@ let op: TestOpenIdProvider;
 let h: Harness;
 const dns = new StubDns();
 
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSsoHarness(dns, (started) => ({ op, h } = started));
 
 const skipUnlessPg = TEST_DB !== 'pg' && "SQLite runs one write transaction at a time: no request can commit inside another's";
 

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { assertError } from '../helpers/account.js';
 import type { Harness } from '../helpers/harness.js';
-import { CLIENT_ID, CLIENT_SECRET, handoffPair, newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
+import { CLIENT_ID, CLIENT_SECRET, handoffPair, newSubject, type TestOpenIdProvider } from '../helpers/oidc.js';
 import { addMember, createOrg } from '../helpers/orgs.js';
-import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
+import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, StubDns, uniqueDomain, withSsoHarness } from '../helpers/sso.js';
 
 /*
  * CONTRACT 12 taken sentence by sentence (docs/sso.md): the points the other single sign-on
@@ -18,14 +18,7 @@ let op: TestOpenIdProvider;
 let h: Harness;
 const dns = new StubDns();
 
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSsoHarness(dns, (started) => ({ op, h } = started));
 
 const DOMAIN_KEYS = ['created_at', 'domain', 'id', 'status', 'txt_name', 'txt_value', 'verified_at'];
 const CONNECTION_KEYS = ['client_id', 'created_at', 'default_role', 'enabled', 'enforce', 'id', 'issuer', 'jit', 'redirect_uri', 'scopes', 'status', 'token_endpoint_auth_method', 'updated_at'];

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { Harness, TEST_DB, type TestResponse } from '../helpers/harness.js';
-import { CLIENT_ID, newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
+import { CLIENT_ID, newSubject, type TestOpenIdProvider } from '../helpers/oidc.js';
 import { countingDeadlocks, withRequestInTheWindow } from '../helpers/interleaving.js';
 import { createOrg, memberOf } from '../helpers/orgs.js';
-import { addressAt, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, connect, ssoLogin, ssoOrg, ssoRoundTrip, StubDns, withSsoHarness } from '../helpers/sso.js';
 import { MembershipRepository } from '../../src/store/organization-repository.js';
 import { UserRepository } from '../../src/store/user-repository.js';
 import { WebhookRepository } from '../../src/store/webhook-repository.js';
@@ -20,14 +20,7 @@ let h: Harness;
 const dns = new StubDns();
 const skip = TEST_DB !== 'pg' && "SQLite runs one write transaction at a time: no request can commit inside another's";
 
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSsoHarness(dns, (started) => ({ op, h } = started));
 
 test('JIT: an invite accepted while the exchange looks up the membership waits for the organization the exchange holds; the invited roles stand', { skip }, async () => {
   const { org, domain } = await ssoOrg(h, dns, op, { jit: true, default_role: 'member' });

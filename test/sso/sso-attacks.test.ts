@@ -7,7 +7,7 @@ import { type Harness, TEST_DB, type TestResponse } from '../helpers/harness.js'
 import { SsoIdentityRepository } from '../../src/store/sso-repository.js';
 import { callRouterCallback, CLIENT_ID, CLIENT_SECRET, newSubject, socialConfig, TestOpenIdProvider } from '../helpers/oidc.js';
 import { createOrg } from '../helpers/orgs.js';
-import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, withSsoHarness } from '../helpers/sso.js';
 
 /*
  * docs/sso.md, and the attacks on single sign-on it lists:
@@ -300,14 +300,7 @@ describe('PostgreSQL: two concurrent first sign-ins of one user', { skip: TEST_D
   let op: TestOpenIdProvider;
   let h: Harness;
   const dns = new StubDns();
-  before(async () => {
-    op = await TestOpenIdProvider.start();
-    h = await startSsoHarness(op, dns);
-  });
-  after(async () => {
-    await h.close();
-    await op.close();
-  });
+  withSsoHarness(dns, (started) => ({ op, h } = started));
 
   test('create one user, one identity and one membership', async () => {
     const { org, domain } = await ssoOrg(h, dns, op, { jit: true });

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { assertError, assertNoInternals, countRows } from '../helpers/account.js';
 import { type Harness, STRONG_PASSWORD } from '../helpers/harness.js';
-import { newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
+import { newSubject, type TestOpenIdProvider } from '../helpers/oidc.js';
 import { enrollTotp, nextTotpCode } from '../helpers/mfa.js';
 import { addMember, createOrg, superadmin } from '../helpers/orgs.js';
-import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
+import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain, withSsoHarness } from '../helpers/sso.js';
 
 /*
  * docs/sso.md and CONTRACT 12, audited as an attacker would:
@@ -27,14 +27,7 @@ let op: TestOpenIdProvider;
 let h: Harness;
 const dns = new StubDns();
 
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSsoHarness(dns, (started) => ({ op, h } = started));
 
 /**
  * An organization with two verified domains and a JIT connection, and an account its IdP

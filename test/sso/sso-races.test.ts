@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
 import type { Harness, TestResponse } from '../helpers/harness.js';
-import { CLIENT_ID, CLIENT_SECRET, TestOpenIdProvider } from '../helpers/oidc.js';
+import { CLIENT_ID, CLIENT_SECRET, type TestOpenIdProvider } from '../helpers/oidc.js';
 import { addMember, createOrg, type CreatedOrg } from '../helpers/orgs.js';
-import { addVerifiedDomain, connect, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
+import { addVerifiedDomain, connect, StubDns, uniqueDomain, withSsoHarness } from '../helpers/sso.js';
 
 /*
  * docs/sso.md under concurrent administration, on every database (PostgreSQL runs the
@@ -26,14 +26,7 @@ let h: Harness;
 const dns = new StubDns();
 const ROUNDS = 3;
 
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSsoHarness(dns, (started) => ({ op, h } = started));
 
 const eventsOf = (type: string, where: (data: Record<string, unknown>) => boolean) => h.events.filter((event) => event.type === type && where(event.data as Record<string, unknown>));
 const statusesOf = (answers: TestResponse[]) => answers.map((answer) => answer.status).sort((a, b) => a - b);

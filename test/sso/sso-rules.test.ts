@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
 import type { Harness } from '../helpers/harness.js';
 import { enrollTotp } from '../helpers/mfa.js';
-import { CLIENT_ID, CLIENT_SECRET, newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
+import { CLIENT_ID, CLIENT_SECRET, newSubject, type TestOpenIdProvider } from '../helpers/oidc.js';
 import { addMember, createOrg, superadmin, switchOrg } from '../helpers/orgs.js';
-import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
+import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain, withSsoHarness } from '../helpers/sso.js';
 
 /*
  * docs/sso.md and the start-up checks of section 2, for single sign-on:
@@ -24,14 +24,7 @@ let op: TestOpenIdProvider;
 let h: Harness;
 const dns = new StubDns();
 
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSsoHarness(dns, (started) => ({ op, h } = started));
 
 async function createRole(orgId: string, token: string, slug: string, permissionKeys: string[]): Promise<void> {
   const created = await h.post(`/orgs/${orgId}/roles`, { name: slug, slug, permission_keys: permissionKeys }, { token });

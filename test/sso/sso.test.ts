@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
 import { decodeJwt, type Harness, STRONG_PASSWORD, uniqueEmail } from '../helpers/harness.js';
-import { newSubject, TestOpenIdProvider } from '../helpers/oidc.js';
+import { newSubject, type TestOpenIdProvider } from '../helpers/oidc.js';
 import { addMember, createOrg } from '../helpers/orgs.js';
-import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain } from '../helpers/sso.js';
+import { addressAt, addVerifiedDomain, connect, ssoLogin, ssoOrg, ssoRoundTrip, startSsoHarness, StubDns, uniqueDomain, withSsoHarness } from '../helpers/sso.js';
 
 // docs/sso.md: single sign-on per organization against a real oidc-provider playing the
 // organization's IdP; DNS is a stub adapter. Attacks and enforcement are in sso-attacks.test.ts.
@@ -13,14 +13,7 @@ let op: TestOpenIdProvider;
 let h: Harness;
 const dns = new StubDns();
 
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSsoHarness(op, dns);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSsoHarness(dns, (started) => ({ op, h } = started));
 
 describe('domains and TXT verification', () => {
   test('add answers 201 pending with txt_name and a random txt_value; verify reads the TXT record', async () => {
