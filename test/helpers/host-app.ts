@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Express } from 'express';
+import express, { type Express } from 'express';
+import type { IdentityRouter } from '../../src/index.js';
 
 /** A host app listening on 127.0.0.1: its origin (`http://127.0.0.1:<port>`) and how to stop it. */
 export interface ListeningApp {
@@ -21,4 +22,12 @@ export async function listening(app: Express): Promise<ListeningApp> {
     server,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
+}
+
+/** The router's host middlewares on a host app: `GET /whoami` behind authenticate(), `GET /org` behind requirePermission('org.read'); each answers `{data: caller}`. */
+export function callerHostApp(identity: IdentityRouter): Promise<ListeningApp> {
+  const app = express();
+  app.get('/whoami', identity.authenticate(), (req, res) => void res.json({ data: identity.caller(req) }));
+  app.get('/org', identity.requirePermission('org.read'), (req, res) => void res.json({ data: identity.caller(req) }));
+  return listening(app);
 }

@@ -1,16 +1,15 @@
 import assert from 'node:assert/strict';
-import { createSign } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { createIdentityClient } from '../../src/client/index.js';
-import { servicesOf } from '../../src/create-identity-router.js';
 import { SessionRepository } from '../../src/store/session-repository.js';
 import { assertError, assertUnauthorized } from '../helpers/account.js';
 import { decodeJwt, Harness, TEST_DB } from '../helpers/harness.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { loginForTicket, nextTotpCode, signUpWithTotp, totpCodeAt } from '../helpers/mfa.js';
 import { addMember, createOrg, switchOrg } from '../helpers/orgs.js';
-import { listening } from '../helpers/host-app.js';
+import { callerHostApp, listening } from '../helpers/host-app.js';
+import { signWithRouterKey } from '../helpers/forged-tokens.js';
 
 /*
  * Attacks on tokens and sessions (SPEC 2.1, 2.2, 3 "Session and refresh token", 4.1, 5; CONTRACT 5,
@@ -25,14 +24,6 @@ const PG_ONLY = { skip: TEST_DB !== 'pg' && "SQLite runs one write transaction a
 
 let h: Harness;
 let host: { base: string; close(): Promise<void> };
-
-const b64 = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-
-async function signWithRouterKey(header: Record<string, unknown>, claims: Record<string, unknown>): Promise<string> {
-  const { kid, privateKey } = await servicesOf(h.identity).keyRing.signingKey();
-  const input = `${b64({ alg: 'RS256', typ: 'at+jwt', kid, ...header })}.${b64(claims)}`;
-  return `${input}.${createSign('sha256').update(input).sign(privateKey).toString('base64url')}`;
-}
 
 /** GET on the host app: `/whoami` behind authenticate(), `/org` behind requirePermission('org.read'). */
 async function hostStatus(path: '/whoami' | '/org', token: string): Promise<number> {
@@ -49,10 +40,7 @@ const reuseEventsOf = (sessionId: string) => h.eventsOfType('auth.refresh_reuse_
 
 before(async () => {
   h = await Harness.start({ config: { auth: { lockout: { threshold: 1000 } }, otp: { verifyBudget: { limit: 1000, windowSec: 900 } } } });
-  const app = express();
-  app.get('/whoami', h.identity.authenticate(), (req, res) => void res.json({ data: h.identity.caller(req) }));
-  app.get('/org', h.identity.requirePermission('org.read'), (req, res) => void res.json({ data: h.identity.caller(req) }));
-  host = await listening(app);
+  host = await callerHostApp(h.identity);
 });
 after(async () => {
   await host.close();
@@ -94,13 +82,13 @@ describe('one kind of token where another is due', () => {
     const org = await createOrg(h);
     const claims = decodeJwt(org.owner.token) as Record<string, unknown>;
     // The same claims re-signed pass everywhere: only nbf differs below.
-    const genuine = await signWithRouterKey({}, claims);
+    const genuine = await signWithRouterKey(h, {}, claims);
     assert.equal((await h.get('/auth/me', { token: genuine })).status, 200);
     assert.equal(await hostStatus('/whoami', genuine), 200);
     assert.equal(await hostStatus('/org', genuine), 200);
     const now = Math.floor(h.clock.now() / 1000);
     for (const [name, extra] of [['nbf an hour ahead', { nbf: now + 3600 }], ['another issuer', { iss: 'https://evil.example.test' }]] as const) {
-      const token = await signWithRouterKey({}, { ...claims, ...extra });
+      const token = await signWithRouterKey(h, {}, { ...claims, ...extra });
       assertUnauthorized(await h.get('/auth/me', { token }), name);
       assert.equal(await hostStatus('/whoami', token), 401, `${name}: authenticate()`);
       assert.equal(await hostStatus('/org', token), 401, `${name}: requirePermission()`);

@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
 import { createSign } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import express from 'express';
 import jwt from 'jsonwebtoken';
 import { servicesOf } from '../../src/create-identity-router.js';
 import { assertError, assertNoInternals, assertUnauthorized } from '../helpers/account.js';
 import { Harness, decodeJwt } from '../helpers/harness.js';
 import { addMember, createOrg, switchOrg } from '../helpers/orgs.js';
 import { type RawResponse, rawRequest } from '../helpers/raw-request.js';
-import { listening } from '../helpers/host-app.js';
+import { callerHostApp } from '../helpers/host-app.js';
+import { b64, signWithRouterKey } from '../helpers/forged-tokens.js';
 
 /*
  * Audit of access tokens and refresh tokens (SPEC 2.1, 5, 7; docs/security.md "Refresh tokens and
@@ -21,15 +21,6 @@ import { listening } from '../helpers/host-app.js';
 let h: Harness;
 let host: { base: string; close(): Promise<void> };
 
-const b64 = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-
-/** Signs claims with the router's own active private key, so only the claim or header under test is wrong. */
-async function signWithRouterKey(header: Record<string, unknown>, claims: Record<string, unknown>): Promise<string> {
-  const { kid, privateKey } = await servicesOf(h.identity).keyRing.signingKey();
-  const input = `${b64({ alg: 'RS256', typ: 'at+jwt', kid, ...header })}.${b64(claims)}`;
-  const signature = createSign('sha256').update(input).sign(privateKey).toString('base64url');
-  return `${input}.${signature}`;
-}
 
 function hostRequest(path: string, headers: Record<string, string | string[]>): Promise<RawResponse> {
   return rawRequest(`${host.base}${path}`, headers);
@@ -37,10 +28,7 @@ function hostRequest(path: string, headers: Record<string, string | string[]>): 
 
 before(async () => {
   h = await Harness.start();
-  const app = express();
-  app.get('/whoami', h.identity.authenticate(), (req, res) => void res.json({ data: h.identity.caller(req) }));
-  app.get('/org', h.identity.requirePermission('org.read'), (req, res) => void res.json({ data: h.identity.caller(req) }));
-  host = await listening(app);
+  host = await callerHostApp(h.identity);
 });
 after(async () => {
   await host.close();
@@ -53,7 +41,7 @@ describe('forged and foreign access tokens', () => {
     const claims = decodeJwt(user.accessToken) as Record<string, unknown>;
     const header = JSON.parse(Buffer.from(user.accessToken.split('.')[0]!, 'base64url').toString('utf8')) as Record<string, unknown>;
     // The genuine token re-signed with the real key works: the probes below differ in one point only.
-    const genuine = await signWithRouterKey({}, claims);
+    const genuine = await signWithRouterKey(h, {}, claims);
     assert.equal((await h.get('/auth/me', { token: genuine })).status, 200);
     const jwks = (await h.get('/auth/.well-known/jwks.json')).body.keys as Array<Record<string, string>>;
     const publicJwk = jwks.find((key) => key.kid === header.kid)!;
@@ -62,12 +50,12 @@ describe('forged and foreign access tokens', () => {
     const forged: Record<string, string> = {
       'alg none': `${b64({ alg: 'none', typ: 'at+jwt', kid: header.kid })}.${b64(claims)}.`,
       'HS256 with the public key': jwt.sign(claims, publicPem, { algorithm: 'HS256', header: { alg: 'HS256', typ: 'at+jwt', kid: header.kid as string } as any, noTimestamp: true }),
-      'another issuer': await signWithRouterKey({}, { ...claims, iss: 'https://evil.example.test' }),
-      'typ JWT': await signWithRouterKey({ typ: 'JWT' }, claims),
-      'no exp': await signWithRouterKey({}, { ...claims, exp: undefined }),
-      'issued an hour ahead': await signWithRouterKey({}, { ...claims, iat: (claims.iat as number) + 3600, exp: (claims.exp as number) + 3600 }),
-      'unknown kid': await signWithRouterKey({ kid: 'not-a-published-kid' }, claims),
-      'a purpose claim (an MFA ticket\'s)': await signWithRouterKey({}, { ...claims, purpose: 'login_mfa' }),
+      'another issuer': await signWithRouterKey(h, {}, { ...claims, iss: 'https://evil.example.test' }),
+      'typ JWT': await signWithRouterKey(h, { typ: 'JWT' }, claims),
+      'no exp': await signWithRouterKey(h, {}, { ...claims, exp: undefined }),
+      'issued an hour ahead': await signWithRouterKey(h, {}, { ...claims, iat: (claims.iat as number) + 3600, exp: (claims.exp as number) + 3600 }),
+      'unknown kid': await signWithRouterKey(h, { kid: 'not-a-published-kid' }, claims),
+      'a purpose claim (an MFA ticket\'s)': await signWithRouterKey(h, {}, { ...claims, purpose: 'login_mfa' }),
     };
     for (const [name, token] of Object.entries(forged)) {
       assertUnauthorized(await h.get('/auth/me', { token }), name);
