@@ -5,7 +5,7 @@ import express from 'express';
 import { assertError, countRows } from '../helpers/account.js';
 import { Harness, STRONG_PASSWORD, TEST_DB, uniqueEmail, type SignedUpUser } from '../helpers/harness.js';
 import { enrollTotp, uniquePhone } from '../helpers/mfa.js';
-import { newSubject, PROVIDER_ID, RETURN_URL, handoffPair, socialLogin, socialRoundTrip, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import { newSubject, PROVIDER_ID, RETURN_URL, handoffPair, socialLogin, socialRoundTrip, startSocialHarness, TestOpenIdProvider, withSocialHarness } from '../helpers/oidc.js';
 import { createOrg, switchOrg, addMember } from '../helpers/orgs.js';
 import { fixtures, fixtureWebauthnConfig, passwordlessLogin, registerRecorded } from '../helpers/passkeys.js';
 import { servicesOf } from '../../src/create-identity-router.js';
@@ -285,14 +285,7 @@ describe(`findings 3 and 4: a stale token mints no passkey and no API key; recov
 describe(`finding 5: return_to refuses encoded traversal (${TEST_DB})`, () => {
   let op: TestOpenIdProvider;
   let h: Harness;
-  before(async () => {
-    op = await TestOpenIdProvider.start();
-    h = await startSocialHarness(op);
-  });
-  after(async () => {
-    await h.close();
-    await op.close();
-  });
+  withSocialHarness((started) => ({ op, h } = started));
 
   for (const path of ['/..%2fadmin', '/..%2Fadmin', '/%2e%2e%2fadmin', '/%2E%2E/admin', '/..;/admin', '/x;y', '/a%5cb', '/./x', '/../x']) {
     test(`return_to ${RETURN_URL}${path} answers 422`, async () => {

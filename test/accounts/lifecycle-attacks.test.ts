@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { decodeJwt, type Harness, harnessesClosedAfterFile, TEST_DB, uniqueEmail } from '../helpers/harness.js';
 import { HOST_PERMISSION, InstancePair } from '../helpers/instance-pair.js';
 import { countingDeadlocks, withRequestInTheWindow } from '../helpers/interleaving.js';
-import { newSubject, socialRoundTrip, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import { newSubject, socialRoundTrip, type TestOpenIdProvider, withSocialHarness } from '../helpers/oidc.js';
 import { addMember, createOrg, type OrgMember } from '../helpers/orgs.js';
 import { addressAt, ssoLogin, ssoOrg, StubDns, withSsoHarness } from '../helpers/sso.js';
 import { signUpSuperadmin, tableOf } from '../helpers/users.js';
@@ -271,14 +271,7 @@ describe('a deleted or disabled owner\'s API key on another instance', () => {
 describe('a registration racing a social sign-up of the same address (PostgreSQL)', () => {
   let op: TestOpenIdProvider;
   let h: Harness;
-  before(async () => {
-    op = await TestOpenIdProvider.start();
-    h = await startSocialHarness(op);
-  });
-  after(async () => {
-    await h.close();
-    await op.close();
-  });
+  withSocialHarness((started) => ({ op, h } = started));
 
   // Threat: a pre-hijacker registers the victim's address with a password of theirs while the
   // victim signs up through a provider: two accounts for one address, or the provider's link

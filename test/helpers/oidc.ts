@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { after, before } from 'node:test';
 // oidc-provider ships no types; the tests use the small surface docs/social-login.md names.
 // eslint-disable-next-line @typescript-eslint/ban-ts-comment
 // @ts-expect-error
@@ -178,7 +179,7 @@ export async function authorizeAtProvider(authorizationUrl: string): Promise<str
     const location = response.headers.get('location');
     if (!location) throw new Error(`the provider stopped at ${url} with ${response.status}`);
     const next = new URL(location, url).href;
-    if (next.startsWith(REDIRECT_BASE + '/')) return next.slice(REDIRECT_BASE.length);
+    if (next.startsWith(`${REDIRECT_BASE}/`)) return next.slice(REDIRECT_BASE.length);
     url = next;
   }
   throw new Error('too many redirects at the provider');
@@ -250,4 +251,22 @@ let subjectCounter = 0;
 export function newSubject(): string {
   subjectCounter += 1;
   return `sub-${subjectCounter}-${randomBytes(4).toString('hex')}`;
+}
+
+/**
+ * The test provider and a router configured for it, started before the tests of the file (or
+ * describe) that calls this and closed after them; `started` hands both over for the caller's
+ * `op` and `h`.
+ */
+export function withSocialHarness(started: (running: { op: TestOpenIdProvider; h: Harness }) => void): void {
+  let running: { op: TestOpenIdProvider; h: Harness } | undefined;
+  before(async () => {
+    const op = await TestOpenIdProvider.start();
+    running = { op, h: await startSocialHarness(op) };
+    started(running);
+  });
+  after(async () => {
+    await running?.h.close();
+    await running?.op.close();
+  });
 }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { assertError, countRows } from '../helpers/account.js';
 import { Harness, uniqueEmail } from '../helpers/harness.js';
 import {
@@ -16,9 +16,10 @@ import {
   socialRoundTripAndExchange,
   startLogin,
   startSocialHarness,
-  TestOpenIdProvider,
+  type TestOpenIdProvider,
   type ProviderAccount,
   type SocialStart,
+  withSocialHarness,
 } from '../helpers/oidc.js';
 
 // docs/social-login.md: each attack the issue lists, refused as section 9 says, against a real provider.
@@ -26,15 +27,7 @@ import {
 
 let op: TestOpenIdProvider;
 let h: Harness;
-
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSocialHarness(op);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSocialHarness((started) => ({ op, h } = started));
 
 function verifiedAccount(overrides: Partial<ProviderAccount> = {}): ProviderAccount {
   return { sub: newSubject(), email: uniqueEmail('social'), email_verified: true, ...overrides };

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { countRows } from '../helpers/account.js';
 import { type Harness, TEST_DB, uniqueEmail } from '../helpers/harness.js';
-import { authorizeAtProvider, newSubject, socialLogin, startLogin, startSocialHarness, TestOpenIdProvider } from '../helpers/oidc.js';
+import { authorizeAtProvider, newSubject, socialLogin, startLogin, type TestOpenIdProvider, withSocialHarness } from '../helpers/oidc.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { totpCodeAt } from '../helpers/mfa.js';
 import { MfaFactorRepository } from '../../src/store/mfa-repository.js';
@@ -14,15 +14,7 @@ import { SocialIdentityRepository } from '../../src/store/social-repository.js';
 
 let op: TestOpenIdProvider;
 let h: Harness;
-
-before(async () => {
-  op = await TestOpenIdProvider.start();
-  h = await startSocialHarness(op);
-});
-after(async () => {
-  await h.close();
-  await op.close();
-});
+withSocialHarness((started) => ({ op, h } = started));
 
 test('one callback URL sent 20 times at once yields exactly one social_code', async () => {
   // Threat: a replayed callback racing the real one to obtain a second sign-in.
