@@ -155,14 +155,21 @@ export class MfaService {
    * An exhausted ticket is still a ticket: its codes answer 422 invalid_code (docs/mfa.md).
    */
   async authenticateTicket(token: string): Promise<MfaTicket> {
-    const invalid = () => errors.unauthorized('The MFA ticket is invalid or expired.');
     const claims = await this.context.jwt.verifyMfaTicket(token);
-    if (!claims) throw invalid();
+    if (!claims) throw invalidTicket();
     const ticket = await this.context.store.repos.mfaTickets.findById(claims.jti);
-    const now = this.context.clock.now();
-    if (!ticket || ticket.userId !== claims.sub || ticket.consumedAt !== null || ticket.expiresAt <= now) throw invalid();
-    // docs/mfa.md: failed codes of any kind count against the ticket; exhausted, no code is looked at.
-    return { id: ticket.id, userId: ticket.userId, firstFactor: ticket.firstFactor, ssoConnectionId: ticket.ssoConnectionId, socialProvider: ticket.socialProvider, signInMethod: ticket.signInMethod, exhausted: ticket.failedAttempts >= this.context.config.otp.maxAttempts };
+    const state = ticket && ticket.userId === claims.sub ? this.ticketState(ticket, this.context.clock.now()) : 'ended';
+    if (state === 'ended') throw invalidTicket();
+    return { id: ticket!.id, userId: ticket!.userId, firstFactor: ticket!.firstFactor, ssoConnectionId: ticket!.ssoConnectionId, socialProvider: ticket!.socialProvider, signInMethod: ticket!.signInMethod, exhausted: state === 'exhausted' };
+  }
+
+  /**
+   * A ticket's one rule (docs/mfa.md): ended once consumed or expired; exhausted once
+   * `otp.maxAttempts` codes of any kind failed on it, when no code is looked at any more.
+   */
+  private ticketState(ticket: { consumedAt: number | null; expiresAt: number; failedAttempts: number } | undefined, now: number): 'ended' | 'exhausted' | 'open' {
+    if (!ticket || ticket.consumedAt !== null || ticket.expiresAt <= now) return 'ended';
+    return ticket.failedAttempts >= this.context.config.otp.maxAttempts ? 'exhausted' : 'open';
   }
 
   /**
@@ -171,7 +178,7 @@ export class MfaService {
    */
   private async accountOfTicket(ticket: MfaTicket): Promise<UserRecord> {
     const user = await this.context.store.repos.users.findById(ticket.userId);
-    if (!user || !mayAuthenticate(user)) throw errors.unauthorized('The MFA ticket is invalid or expired.');
+    if (!user || !mayAuthenticate(user)) throw invalidTicket();
     return user;
   }
 
@@ -203,12 +210,12 @@ export class MfaService {
       if (factor && factor.confirmedAt !== null) await this.assertSecondFactorAfter(this.context.store, ticket, factor);
     }
     // A locked account compares no code and verifies no assertion (the lock holds across passwords and second factors).
-    const opened = await this.withSecondFactorAttempt(user.id, meta, () => errors.unauthorized('The MFA ticket is invalid or expired.'), async (uow, slot) => {
+    const opened = await this.withSecondFactorAttempt(user.id, meta, invalidTicket, async (uow, slot) => {
       // The ticket again, under the account's lock every verify of it takes: guesses sent at once
       // all read it open before any failure committed, and only otp.maxAttempts may be compared.
-      const current = await uow.repos.mfaTickets.findById(ticket.id);
-      if (!current || current.consumedAt !== null || current.expiresAt <= uow.now) throw errors.unauthorized('The MFA ticket is invalid or expired.');
-      if (current.failedAttempts >= this.context.config.otp.maxAttempts) {
+      const state = this.ticketState(await uow.repos.mfaTickets.findById(ticket.id), uow.now);
+      if (state === 'ended') throw invalidTicket();
+      if (state === 'exhausted') {
         await this.emitExhaustedTicketFailure(uow, ticket, factorId);
         return undefined;
       }
@@ -220,7 +227,7 @@ export class MfaService {
       }
       // Single use: of concurrent verifies only the one whose update takes the ticket goes on.
       if (!(await uow.repos.mfaTickets.consume(ticket.id, uow.now, this.context.config.otp.maxAttempts))) {
-        throw errors.unauthorized('The MFA ticket is invalid or expired.');
+        throw invalidTicket();
       }
       // The sign-in is complete: only now do earlier failures stop counting.
       await uow.repos.users.clearFailedLogins(user.id);
@@ -571,4 +578,8 @@ function secondFactorAmr(method: CodeMethod): string[] {
 
 function assertCodeCanBeSent(factor: MfaFactorRecord): void {
   if (factor.type === 'totp') throw errors.unsupportedFactor('TOTP factors need no challenge; submit the code from the authenticator app.');
+}
+
+function invalidTicket(): Error {
+  return errors.unauthorized('The MFA ticket is invalid or expired.');
 }
