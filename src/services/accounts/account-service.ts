@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { errors, IdentityError } from '../../errors.js';
+import { errors } from '../../errors.js';
 import type { EventInput } from '../../events.js';
 import { keyedHash, randomToken } from '../../crypto/keyed-hash.js';
 import type { OneTimeTokenPurpose } from '../../store/session-repository.js';
@@ -17,7 +17,7 @@ import { type AccessPolicy, mayAuthenticate } from '../access/access-policy.js';
 import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
-import { accountRefusalError, type ChangedAccountReason, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
+import { accountRefusalError, asSsoRequiredUnlessRight, type ChangedAccountReason, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
 
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
@@ -139,11 +139,10 @@ export class AccountService {
     try {
       return { user, slot: await FailedAttemptSlot.reserveFor(repos, this.context.config.auth.lockout, user, now, abandoned), read: undefined };
     } catch (error) {
-      // Every slot held past the wait: nothing was compared, so the answer is everyone's here;
-      // a 429 would single the address out as a superadmin's (CONTRACT 12.6).
-      if (!(error instanceof IdentityError && error.code === 'rate_limited')) throw error;
-      await this.context.hasher.burnVerification(password, abandoned);
-      throw ssoRequired(requirement);
+      // Every slot held past the wait: nothing was compared, so it costs the comparison everyone here pays.
+      const answered = asSsoRequiredUnlessRight(error, requirement);
+      if (answered !== error) await this.context.hasher.burnVerification(password, abandoned);
+      throw answered;
     }
   }
 

@@ -1,4 +1,4 @@
-import { type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
+import { asSsoRequiredUnlessRight, type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
 import { randomUUID } from 'node:crypto';
 import type { ResolvedConfig } from '../../config/types.js';
 import { decrypt, encrypt } from '../../crypto/aead.js';
@@ -152,10 +152,7 @@ export class PasswordlessService {
         return this.verifyChallenge(challenge, account, proof, method, meta);
       });
     } catch (error) {
-      // Without a right code a superadmin answers what every address there gets: a wrong code's
-      // 422, and a budget's or a lock's 429 (its wrong codes are counted), would single it out.
-      if (requirement && error instanceof IdentityError && (error.code === 'invalid_code' || error.code === 'rate_limited')) throw ssoRequired(requirement);
-      throw error;
+      throw requirement ? asSsoRequiredUnlessRight(error, requirement) : error;
     }
   }
 
