@@ -2,9 +2,12 @@ import nodemailer from 'nodemailer';
 import { renderMail } from './templates.js';
 import type { Mailer } from './types.js';
 
-/** The one method this adapter needs; `nodemailer.createTransport(...)` satisfies it, and so does a test double. */
+/**
+ * The one method this adapter needs; `nodemailer.createTransport(...)` satisfies it, and so does a test double.
+ * `to` is one address object, never a string: nodemailer parses a string as an address list.
+ */
 export interface NodemailerTransportLike {
-  sendMail(mail: { from: string; to: string; subject: string; text: string; html: string }): Promise<unknown>;
+  sendMail(mail: { from: string; to: { name: string; address: string }; subject: string; text: string; html: string }): Promise<unknown>;
 }
 
 /**
@@ -60,7 +63,9 @@ export function createNodemailerMailer(
       const { subject, text, html } = renderMail(message.template, message.context);
       await transporter.sendMail({
         from,
-        to: message.to,
+        // One address object, which nodemailer takes as it is: a string would be parsed as an address
+        // list (commas, display names, groups), and one message could reach other mailboxes.
+        to: { name: '', address: message.to },
         subject: prefix === '' ? subject : `${prefix} ${subject}`,
         text,
         html,

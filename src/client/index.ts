@@ -111,6 +111,18 @@ async function readJson(response: Response): Promise<unknown> {
   }
 }
 
+/** What `underLock` answers when the lock manager refused: the caller goes on as without Web Locks. */
+const refused: unique symbol = Symbol('refused');
+
+/** The tabs' channel, or none where the browser has none or refuses to open one (the tab then shares nothing). */
+function openChannel(name: string): BroadcastChannel | undefined {
+  try {
+    return typeof BroadcastChannel === 'function' ? new BroadcastChannel(name) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** A 401 after which a refresh may help: `unauthorized`, or one with no JSON body. */
 const worthRefreshing = (status: number, body: unknown) => status === 401 && ((body as Json | undefined)?.error ?? 'unauthorized') === 'unauthorized';
 
@@ -124,8 +136,12 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
   const handoffKey = `identity-router:handoff:${key}`;
   const refreshLock = `identity-router:refresh:${key}`;
   const generationPrefix = `identity-router:generation:${key}:`;
-  const locks = globalThis.navigator?.locks as LockManager | undefined;
-  const channel = typeof BroadcastChannel === 'function' ? new BroadcastChannel(`identity-router:${key}`) : undefined;
+  /**
+   * Web Locks, until the lock manager refuses a request or a query (a frame of another site with
+   * third-party storage blocked, a sandboxed frame): from then on the tab goes on as without them.
+   */
+  let locks = globalThis.navigator?.locks as LockManager | undefined;
+  const channel = openChannel(`identity-router:${key}`);
   const listeners = new Set<(event: { reason: SessionEndReason }) => void>();
   const waiters = new Set<() => void>();
 
@@ -137,19 +153,38 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
 
   const post = (message: Message) => channel?.postMessage(message);
 
-  /** Holds the shared lock that tells other tabs this generation exists; resolves once it is granted. */
+  /**
+   * `locks.request`, where a refusal of the lock manager (the callback never ran) turns Web Locks
+   * off for this instance and answers `refused` instead of rejecting; `callback`'s own failure rejects.
+   */
+  async function underLock<T>(name: string, mode: LockMode, callback: () => Promise<T>): Promise<T | typeof refused> {
+    const manager = locks;
+    if (!manager) return refused;
+    let entered = false;
+    try {
+      return await manager.request(name, { mode }, () => {
+        entered = true;
+        return callback();
+      });
+    } catch (error) {
+      if (entered) throw error;
+      locks = undefined;
+      return refused;
+    }
+  }
+
+  /** Holds the shared lock that tells other tabs this generation exists; resolves once it is granted (or refused). */
   function holdGeneration(stamp: number): Promise<void> {
     releaseGeneration?.();
     releaseGeneration = undefined;
-    if (!locks) return Promise.resolve();
     return new Promise((granted) => {
-      void locks.request(`${generationPrefix}${stamp}`, { mode: 'shared' }, () => {
+      void underLock(`${generationPrefix}${stamp}`, 'shared', () => {
         granted();
         return new Promise<void>((release) => {
           if (held?.stamp === stamp) releaseGeneration = release;
           else release();
         });
-      });
+      }).finally(granted);
     });
   }
 
@@ -159,7 +194,13 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
       if (next) sessionStorage.setItem(storageKey, JSON.stringify(next));
       else sessionStorage.removeItem(storageKey);
     } catch {
-      // Storage refused (quota, privacy mode): the session still lives in memory.
+      // Storage refused (quota, privacy mode): the session still lives in memory. An older generation
+      // left behind would be replayed after a reload (reuse detection would end the session): drop it.
+      try {
+        sessionStorage.removeItem(storageKey);
+      } catch {
+        // No storage at all: nothing was kept.
+      }
     }
   }
 
@@ -216,10 +257,16 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     });
   }
 
-  /** The newest generation another instance holds, from the lock manager's list. */
-  async function newestGeneration(): Promise<number> {
-    if (!locks) return 0;
-    const { held: taken = [] } = await locks.query();
+  /** The newest generation another instance holds, from the lock manager's list; undefined without Web Locks. */
+  async function newestGeneration(): Promise<number | undefined> {
+    let taken: LockInfo[];
+    try {
+      if (!locks) return undefined;
+      taken = (await locks.query()).held ?? [];
+    } catch {
+      locks = undefined;
+      return undefined;
+    }
     let newest = 0;
     for (const lock of taken) {
       if (lock.name?.startsWith(generationPrefix)) newest = Math.max(newest, Number(lock.name.slice(generationPrefix.length)) || 0);
@@ -243,15 +290,14 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
   async function takeOpenSession(): Promise<void> {
     if (held || !channel) return;
     // With Web Locks an open session shows as a held generation lock; without them, ask and wait briefly.
-    if (locks && (await newestGeneration()) === 0) return;
+    if ((await newestGeneration()) === 0) return;
     post({ type: 'hello' });
     await waitFor(() => held !== null, READY_WAIT_MS);
   }
 
   /** Runs `work` while this tab holds the refresh lock (every tab's refresh waits for it). */
   const exclusively = async (work: () => Promise<void>): Promise<void> => {
-    if (locks) await locks.request(refreshLock, { mode: 'exclusive' }, work);
-    else await work();
+    if ((await underLock(refreshLock, 'exclusive', work)) === refused) await work();
   };
 
   /**
@@ -295,7 +341,7 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     if (held?.stamp !== seen) return Promise.resolve();
     refreshing ??= (async () => {
       const work = async () => {
-        const newest = await newestGeneration();
+        const newest = (await newestGeneration()) ?? 0;
         if (newest > seen) await waitFor(() => held === null || held.stamp >= newest, CATCH_UP_MS);
         if (!held || held.stamp !== seen) return;
         const response = await call('POST', '/auth/token/refresh', mode === 'none' ? {} : { refresh_token: held.refresh }, false);
@@ -498,7 +544,12 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
     const verifier = toBase64Url(crypto.getRandomValues(new Uint8Array(32)));
     const challenge = toBase64Url(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier)));
     const answer = (await request('POST', path, { body: { ...body, handoff_challenge: challenge, handoff_challenge_method: 'S256' } })) as { authorization_url: string };
-    sessionStorage.setItem(handoffKey, verifier);
+    try {
+      sessionStorage.setItem(handoffKey, verifier);
+    } catch (cause) {
+      // No verifier kept, no return could complete: the browser does not leave.
+      throw new IdentityClientError(0, 'handoff_missing', { message: 'This tab cannot keep the sign-in\'s verifier: sessionStorage is unavailable here.', cause });
+    }
     if (options.redirect !== false) location.assign(answer.authorization_url);
     return { authorizationUrl: answer.authorization_url };
   }
@@ -526,9 +577,14 @@ export function createIdentityClient(options: IdentityClientOptions): IdentityCl
       history.replaceState(history.state, '', clean.href);
     }
     if (failure !== null) throw new IdentityClientError(0, failure, { message: `Social sign-in failed: ${failure}` });
-    const verifier = sessionStorage.getItem(handoffKey);
+    let verifier: string | null;
+    try {
+      verifier = sessionStorage.getItem(handoffKey);
+      if (verifier) sessionStorage.removeItem(handoffKey);
+    } catch (cause) {
+      throw new IdentityClientError(0, 'handoff_missing', { message: 'This tab has no sign-in verifier: sessionStorage is unavailable here.', cause });
+    }
     if (!verifier) throw new IdentityClientError(0, 'handoff_missing', { message: 'This tab did not start the social sign-in.' });
-    sessionStorage.removeItem(handoffKey);
     const data = (await request('POST', '/auth/social/exchange', { body: { code, handoff_verifier: verifier } })) as Json;
     if (data.identity) return { identity: data.identity };
     if (data.mfa_required) return { mfa: gate(data), isNewUser: Boolean(data.is_new_user) };

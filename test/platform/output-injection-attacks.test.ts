@@ -63,8 +63,10 @@ test('an address with a Unicode space in its local part is refused everywhere an
   const [local, domain] = mailbox.split('@') as [string, string];
   const spaces = ['\u00a0', '\u2003', '\u202f', '\u3000', '\ufeff', '\u2028'];
   const spellings = spaces.flatMap((space) => [`x${space}${local}@${domain}`, `${local}${space}@${domain}`]);
-  // The harm, shown with the bundled mailer: such an address reaches the other mailbox.
-  assert.deepEqual((await throughNodemailer({ to: spellings[0]!, template: 'verify_email', context: { app_name: 'Acme', token: 't' } })).envelopeTo, [mailbox]);
+  // The harm, shown with nodemailer given the address as a string (as the bundled mailer did
+  // before it passed an address object): such an address reaches the other mailbox.
+  const asString = await nodemailer.createTransport({ streamTransport: true, buffer: true }).sendMail({ from: 'no-reply@acme.test', to: spellings[0]!, text: 't' });
+  assert.deepEqual(asString.envelope.to, [mailbox]);
 
   const org = await createOrg(h);
   const enrolling = await h.signUp();
