@@ -281,8 +281,9 @@ export class MfaTicketRepository extends Repository {
   /**
    * A sign-in's ticket, written like its session would be (`SessionRepository.insert`): only
    * beside an account that may still sign in and, with `comparedPasswordHash`, still holds the
-   * password hash that was compared, so a password changed during the comparison ends this
-   * ticket too. Answers whether it was written.
+   * password hash the first factor's proof rests on (null: still no password) and, with
+   * `unprovenAddress`, an address still unproven (`HeldProof`), so a password
+   * changed between the proof and the ticket ends this ticket too. Answers whether it was written.
    */
   async insert(
     ticket: {
@@ -297,7 +298,8 @@ export class MfaTicketRepository extends Repository {
       socialProvider?: string | undefined;
       signInMethod?: 'email_code' | 'email_link' | undefined;
     },
-    comparedPasswordHash?: string,
+    comparedPasswordHash?: string | null,
+    unprovenAddress = false,
   ): Promise<boolean> {
     const row = {
       id: ticket.id,
@@ -310,12 +312,13 @@ export class MfaTicketRepository extends Repository {
       ssoConnectionId: ticket.ssoConnectionId ?? null,
       socialProvider: ticket.socialProvider ?? null,
       signInMethod: ticket.signInMethod ?? null,
-      ...(comparedPasswordHash === undefined ? {} : { comparedPasswordHash }),
+      ...(typeof comparedPasswordHash === 'string' ? { comparedPasswordHash } : {}),
     };
-    const withPassword = comparedPasswordHash !== undefined;
+    const withPassword = typeof comparedPasswordHash === 'string';
+    const withoutPassword = comparedPasswordHash === null;
     const written = await this.hot.run(
       this.db,
-      `mfaTickets.insert${withPassword ? 'WithComparedPassword' : ''}`,
+      `mfaTickets.insert${withPassword ? 'WithComparedPassword' : ''}${withoutPassword ? 'WithNoPassword' : ''}${unprovenAddress ? 'WhileUnproven' : ''}`,
       (values) =>
         insertWhere(
           this.db,
@@ -334,7 +337,7 @@ export class MfaTicketRepository extends Repository {
             social_provider: values.socialProvider,
             sign_in_method: values.signInMethod,
           },
-          signingInAccount(this.db, this.table, this.dialect, values.user, withPassword ? values.comparedPasswordHash : undefined),
+          signingInAccount(this.db, this.table, this.dialect, values.user, withPassword ? values.comparedPasswordHash : withoutPassword ? null : undefined, unprovenAddress),
         ),
       row,
     );

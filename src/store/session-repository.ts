@@ -97,13 +97,14 @@ export class SessionRepository extends Repository {
    * Without a recording the writes are statements of the caller's transaction.
    * Every session is a sign-in's, written only beside an account that may still sign in
    * (`signingInAccount`): active, not deleted and, with `comparedPasswordHash`, still holding the
-   * password hash the sign-in compared. `unlessConfirmedFactor`: the session of a sign-in that
+   * password hash the sign-in's proof rests on (null: still no password), and with
+   * `unprovenAddress` an address still unproven (`HeldProof`). `unlessConfirmedFactor`: the session of a sign-in that
    * asked for no second factor is written only if the user still has no confirmed factor.
    * Answers whether it was written.
    */
   async insert(
     session: NewSession,
-    signIn: { completesAttempt: boolean; recording?: Recording; unlessConfirmedFactor?: boolean; comparedPasswordHash?: string | undefined } = { completesAttempt: false },
+    signIn: { completesAttempt: boolean; recording?: Recording; unlessConfirmedFactor?: boolean; comparedPasswordHash?: string | null | undefined; unprovenAddress?: boolean | undefined } = { completesAttempt: false },
   ): Promise<boolean> {
     // Named apart from the audit row's values (userId, organizationId, ip), bound beside them.
     const row = {
@@ -117,10 +118,12 @@ export class SessionRepository extends Repository {
       userAgent: session.userAgent,
       now: session.createdAt,
       expiresAt: session.expiresAt,
-      ...(signIn.comparedPasswordHash === undefined ? {} : { comparedPasswordHash: signIn.comparedPasswordHash }),
+      ...(typeof signIn.comparedPasswordHash === 'string' ? { comparedPasswordHash: signIn.comparedPasswordHash } : {}),
     };
     const { completesAttempt, recording, unlessConfirmedFactor = false } = signIn;
-    const withPassword = signIn.comparedPasswordHash !== undefined;
+    const withPassword = typeof signIn.comparedPasswordHash === 'string';
+    const withoutPassword = signIn.comparedPasswordHash === null;
+    const unproven = signIn.unprovenAddress === true;
     const columns = (values: StandIns<typeof row>) => ({
       id: values.id,
       user_id: values.user,
@@ -139,11 +142,11 @@ export class SessionRepository extends Repository {
         this.db,
         this.table.sessions,
         columns(values),
-        signingInAccount(this.db, this.table, this.dialect, values.user, withPassword ? values.comparedPasswordHash : undefined),
+        signingInAccount(this.db, this.table, this.dialect, values.user, withPassword ? values.comparedPasswordHash : withoutPassword ? null : undefined, unproven),
         unlessConfirmedFactor ? confirmedFactorsOf(this.db, this.table, values.user).select('id') : undefined,
       );
     // One hot statement per shape of the conditions.
-    const conditions = `${unlessConfirmedFactor ? 'UnlessConfirmedFactor' : ''}${withPassword ? 'WithComparedPassword' : ''}`;
+    const conditions = `${unlessConfirmedFactor ? 'UnlessConfirmedFactor' : ''}${withPassword ? 'WithComparedPassword' : ''}${withoutPassword ? 'WithNoPassword' : ''}${unproven ? 'WhileUnproven' : ''}`;
     if (!recording) {
       // Statements of the caller's transaction: the attempt ends only with the session it opened.
       if ((await this.hot.run(this.db, `sessions.insert${conditions}`, insertRow, row)) !== 1) return false;

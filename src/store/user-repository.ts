@@ -395,17 +395,23 @@ function reserveAttemptWrite(db: Db, table: TableNames, id: Knex.Value | Knex.Qu
 
 /**
  * The account a sign-in's session is written beside (`SessionRepository.insert`): one that may
- * still authenticate (active, not deleted: `mayAuthenticate`) and, for a password sign-in, still
- * has the hash its password was compared with. A disable, a deletion or a new password that
+ * still authenticate (active, not deleted: `mayAuthenticate`) and, with `comparedPasswordHash`,
+ * still has the password hash its first factor's proof rests on (`HeldProof`: a password's
+ * compared hash, or what a passwordless code found, null for none) and, with `unprovenAddress`, an
+ * address still unproven (`HeldProof`). A disable, a deletion, a new password or a first proof that
  * commits while the sign-in compares or decides leaves no session behind. On PostgreSQL the row
  * is locked: such a change, which locks the account before it revokes sessions, either waits
  * for the session (and then revokes it) or is seen by it. The lock is FOR NO KEY UPDATE, not
  * FOR SHARE: the same statement may end the attempt with an update of the row, and two
  * sign-ins holding it shared would each wait for the other to upgrade (a deadlock).
  */
-export function signingInAccount(db: Db, table: TableNames, dialect: Dialect, id: Knex.Value, comparedPasswordHash?: Knex.Value): Knex.QueryBuilder {
+export function signingInAccount(db: Db, table: TableNames, dialect: Dialect, id: Knex.Value, comparedPasswordHash?: Knex.Value | null, unprovenAddress = false): Knex.QueryBuilder {
   const account = db(table.users).select('id').where({ id, status: 'active' }).whereNull('deleted_at');
-  if (comparedPasswordHash !== undefined) account.where('password_hash', comparedPasswordHash);
+  // A provider's sign-in resolved on an unproven address: not once its first proof has run.
+  if (unprovenAddress) account.where('email_verified', false);
+  // A hot statement's stand-in always compiles to `= ?`: an account with no password is its own shape.
+  if (comparedPasswordHash === null) account.whereNull('password_hash');
+  else if (comparedPasswordHash !== undefined) account.where('password_hash', comparedPasswordHash);
   return dialect === 'pg' ? account.forNoKeyUpdate() : account;
 }
 

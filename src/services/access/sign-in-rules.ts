@@ -4,7 +4,7 @@ import type { Repositories } from '../../store/store.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { addressDomain, normaliseEmail } from '../shared/identity-rules.js';
 import { runUnitOfWork } from '../shared/unit-of-work.js';
-import { loginFailed, type SignInWay } from '../sessions/sign-in-result.js';
+import { type HeldProof, loginFailed, type SignInWay } from '../sessions/sign-in-result.js';
 
 /** An address whose organization requires single sign-on (docs/sso.md). */
 export interface SsoRequirement {
@@ -17,7 +17,7 @@ export interface SsoRequirement {
 export type AccountRefusal = 'account_disabled' | 'invalid_credentials' | 'email_unverified';
 
 /** Why a sign-in was refused by a change of its account while it was under way: its `user.login_failed` reason (docs/events.md). */
-export type ChangedAccountReason = 'account_disabled' | 'locked' | 'email_unverified' | 'password_changed';
+export type ChangedAccountReason = 'account_disabled' | 'locked' | 'email_unverified' | 'password_changed' | 'invalid_code' | 'account_link_required';
 
 /**
  * A sign-in refused because its account changed while it was under way
@@ -68,16 +68,20 @@ export class SignInRules {
 
   /**
    * Why a sign-in whose session the store refused to write may not go on, read again now: the
-   * account was disabled or deleted, or its password changed after `comparedPasswordHash` was
-   * compared (`SessionRepository.insert`). Undefined when the account is as the sign-in saw it:
+   * account was disabled or deleted, or its password changed after the proof `held` rests on was
+   * made, or its address was proven since a provider's link was resolved (`HeldProof`,
+   * `SessionRepository.insert`): each answered as in series after the change. Undefined when the account is as the sign-in saw it:
    * then it was a factor confirmed meanwhile (`MfaService.throughLoginGate`).
    */
-  async refusalSinceRead(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<AccountChangedDuringSignIn | undefined> {
+  async refusalSinceRead(repos: Repositories, userId: string, held?: HeldProof): Promise<AccountChangedDuringSignIn | undefined> {
     const account = await repos.users.findById(userId);
     if (!account) return new AccountChangedDuringSignIn(errors.accountDisabled(), 'account_disabled');
     const refusal = this.accountRefusal(account, this.context.clock.now());
     if (refusal) return new AccountChangedDuringSignIn(accountRefusalError(refusal), refusal === 'invalid_credentials' ? 'locked' : refusal);
-    if (comparedPasswordHash !== undefined && account.passwordHash !== comparedPasswordHash) return new AccountChangedDuringSignIn(errors.invalidCredentials(), 'password_changed');
+    if (held?.passwordHash !== undefined && account.passwordHash !== held.passwordHash) {
+      return held.firstFactor === 'email' ? new AccountChangedDuringSignIn(errors.invalidCode(), 'invalid_code') : new AccountChangedDuringSignIn(errors.invalidCredentials(), 'password_changed');
+    }
+    if (held?.unprovenAddress && account.emailVerified) return new AccountChangedDuringSignIn(errors.federatedRefusal('account_link_required'), 'account_link_required');
     return undefined;
   }
 
@@ -86,8 +90,8 @@ export class SignInRules {
    * MFA ticket): there is always a refusal, and one the read no longer sees (the change rolled
    * back since) answers as a disabled account.
    */
-  async refusalOfRefusedWrite(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<AccountChangedDuringSignIn> {
-    return (await this.refusalSinceRead(repos, userId, comparedPasswordHash)) ?? new AccountChangedDuringSignIn(errors.accountDisabled(), 'account_disabled');
+  async refusalOfRefusedWrite(repos: Repositories, userId: string, held?: HeldProof): Promise<AccountChangedDuringSignIn> {
+    return (await this.refusalSinceRead(repos, userId, held)) ?? new AccountChangedDuringSignIn(errors.accountDisabled(), 'account_disabled');
   }
 
   /**

@@ -6,7 +6,7 @@ import type { OneTimeTokenPurpose } from '../../store/session-repository.js';
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { MfaService } from '../mfa/mfa-service.js';
-import { type FirstFactor, firstFactorWay, type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
+import { type FirstFactor, firstFactorWay, heldProofOf, type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import { assertPasswordAcceptable } from './password-policy.js';
 import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.js';
 import type { Principal } from '../access/principal.js';
@@ -161,12 +161,13 @@ export class AccountService {
     // recorded when its slot was refused; a right password costs no slot.
     if (refusal === 'account_disabled' || refusal === 'email_unverified') await this.recordLoginFailure(user, refusal, meta, undefined, firstFactor);
     if (refusal) throw accountRefusalError(refusal);
-    const comparedPasswordHash = firstFactor.amr === 'pwd' ? firstFactor.comparedPasswordHash : undefined;
-    const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method, comparedPasswordHash };
+    // What the first factor proved must still hold when its session or ticket is written: a reset or change that committed since ends it.
+    const held = heldProofOf(firstFactor);
+    const origin = { signInMethod: firstFactor.method === 'password' ? undefined : firstFactor.method, held };
     const amr = [firstFactor.amr];
     const loggedIn: EventInput = { type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr, method: firstFactor.method } };
     const passed = await this.signInRules.recordingChangedAccount(
-      this.mfa.throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, comparedPasswordHash), noFactorWhenRead),
+      this.mfa.throughLoginGate(user, meta, firstFactor.amr, origin, () => this.sessions.openSignedIn(user, amr, loggedIn, slot !== undefined, meta, held), noFactorWhenRead),
       meta,
       { userId: user.id, way: firstFactorWay(firstFactor) },
     );

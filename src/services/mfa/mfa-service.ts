@@ -7,7 +7,7 @@ import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { MfaCodes, maskedDestination } from './mfa-codes.js';
 import type { MfaTicket, TicketFirstFactor } from './mfa-ticket.js';
-import type { LoginFactorView, PasswordlessMethod } from '../sessions/sign-in-result.js';
+import type { HeldProof, LoginFactorView, PasswordlessMethod } from '../sessions/sign-in-result.js';
 import type { PasskeyChallenge, PasskeyService } from './passkey-service.js';
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import { normaliseEmail } from '../shared/identity-rules.js';
@@ -51,15 +51,15 @@ type CodeMethod = FactorType | 'recovery';
 
 /**
  * Where a sign-in at the login gate came from: its single sign-on connection, its passwordless
- * method, and for a password the hash it was compared with (its ticket, like its session, is
- * written only while the account still holds it).
+ * method, and for a password or a passwordless code what its proof rests on (`HeldProof`: its
+ * ticket, like its session, is written only while that still holds).
  */
 export interface SignInOrigin {
   ssoConnectionId?: string | undefined;
   /** A social first factor's provider, which `user.logged_in` carries after the gate (docs/social-login.md). */
   socialProvider?: string | undefined;
   signInMethod?: PasswordlessMethod | undefined;
-  comparedPasswordHash?: string | undefined;
+  held?: HeldProof | undefined;
 }
 
 /** What answers the gate or step-up: a code (TOTP, SMS, e-mail, recovery) or a passkey assertion. */
@@ -132,7 +132,7 @@ export class MfaService {
     const repos = this.context.store.repos;
     const ticket = { id: ticketId, userId: user.id, now: this.context.clock.now(), expiresAt, ip: meta.ip, userAgent: meta.userAgent, firstFactor, ssoConnectionId: origin.ssoConnectionId, socialProvider: origin.socialProvider, signInMethod: origin.signInMethod };
     // Like the session it stands for: not for an account disabled, deleted or given a new password since the sign-in read it.
-    if (!(await repos.mfaTickets.insert(ticket, origin.comparedPasswordHash))) throw await this.signInRules.refusalOfRefusedWrite(repos, user.id, origin.comparedPasswordHash);
+    if (!(await repos.mfaTickets.insert(ticket, origin.held?.passwordHash, origin.held?.unprovenAddress))) throw await this.signInRules.refusalOfRefusedWrite(repos, user.id, origin.held);
     this.pruneEndedTicketsOccasionally(ticket.now);
     const offered = confirmed.filter((factor) => (factor.type !== 'webauthn' || this.passkeys.enabled) && !provesOnlyTheFirstFactor({ firstFactor }, factor, user.email));
     return { mfaToken: token, factors: offered.map(loginFactorView) };

@@ -221,7 +221,8 @@ export class PasswordlessService {
         }
         return this.proveAddress(uow, challenge, locked, method);
       });
-      const login = await this.accounts.signIn(proven.user, { amr: 'email', method }, slot, meta);
+      // The password the account held when the code was spent: a reset or change committed since ended this code (docs/passwordless.md).
+      const login = await this.accounts.signIn(proven.user, { amr: 'email', method, heldPasswordHash: proven.user.passwordHash }, slot, meta);
       return { login, isNewUser: proven.isNewUser, method };
     } finally {
       await slot?.release();

@@ -5,6 +5,7 @@ import { keyedHash } from '../../crypto/keyed-hash.js';
 import { isStoredRefreshToken, issueRefreshToken, readRefreshToken } from '../../crypto/refresh-token.js';
 import type { AccessTokenSubject } from '../../crypto/jwt.js';
 import type { EventInput } from '../../events.js';
+import type { HeldProof } from './sign-in-result.js';
 import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { UserRecord } from '../../store/user-repository.js';
@@ -93,10 +94,10 @@ export class SessionService {
    * undefined, if the user has a confirmed factor by now (`MfaService.throughLoginGate`). It
    * throws the sign-in's refusal if the account was disabled or deleted since it was read.
    */
-  async openPastGate(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta): Promise<OpenedSession | undefined> {
+  async openPastGate(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, held?: HeldProof): Promise<OpenedSession | undefined> {
     const session = this.newSession(user, authentication, meta, uow.now);
-    if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true })) return this.opened(session, user);
-    await this.throwIfAccountChanged(uow.repos, user.id);
+    if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true, unprovenAddress: held?.unprovenAddress })) return this.opened(session, user);
+    await this.throwIfAccountChanged(uow.repos, user.id, held);
     return undefined;
   }
 
@@ -108,7 +109,7 @@ export class SessionService {
    * moment it commits. Nothing is written, and it answers undefined, if the user has a
    * confirmed factor by then: the gate's answer no longer holds. Nothing is written either, and
    * it throws the sign-in's refusal, if the account was disabled or deleted since it was read, or
-   * (`comparedPasswordHash`, a password sign-in) its password changed since it was compared.
+   * its password changed since the first factor's proof was made (`held`, `HeldProof`).
    */
   async openSignedIn(
     user: UserRecord,
@@ -116,21 +117,21 @@ export class SessionService {
     signedIn: EventInput,
     completesAttempt: boolean,
     meta: RequestMeta,
-    comparedPasswordHash?: string,
+    held?: HeldProof,
   ): Promise<OpenedSession | undefined> {
     let session: SessionRecord | undefined;
     const written = await commitRecordedWrite(this.context, meta, signedIn, (repos, now, recording) => {
       session = this.newSession(user, { mfa: false, amr, authTime: now }, meta, now);
-      return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true, comparedPasswordHash });
+      return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true, comparedPasswordHash: held?.passwordHash });
     });
     if (written) return this.opened(session!, user);
-    await this.throwIfAccountChanged(this.context.store.repos, user.id, comparedPasswordHash);
+    await this.throwIfAccountChanged(this.context.store.repos, user.id, held);
     return undefined;
   }
 
   /** After a refused session write: the sign-in's refusal if the account changed since it was read (`SignInRules.refusalSinceRead`). */
-  private async throwIfAccountChanged(repos: Repositories, userId: string, comparedPasswordHash?: string): Promise<void> {
-    const refusal = await this.signInRules.refusalSinceRead(repos, userId, comparedPasswordHash);
+  private async throwIfAccountChanged(repos: Repositories, userId: string, held?: HeldProof): Promise<void> {
+    const refusal = await this.signInRules.refusalSinceRead(repos, userId, held);
     if (refusal) throw refusal;
   }
 

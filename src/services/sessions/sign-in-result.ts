@@ -21,11 +21,39 @@ export type LoginResult =
 
 /**
  * How a sign-in's first factor was passed (docs/passwordless.md: a passwordless code or link is one more
- * first factor): the `amr` mark its session carries and the `method` its events carry. A password
- * carries the hash it was compared with: its session is written only while the account still
- * has it (`SessionRepository.insert`).
+ * first factor): the `amr` mark its session carries and the `method` its events carry, and what its
+ * proof rests on (`HeldProof`): a password the hash it was compared with, a passwordless code or
+ * link the hash (or none) the account held when the code was spent.
  */
-export type FirstFactor = { amr: 'pwd'; method: 'password'; comparedPasswordHash: string } | { amr: 'email'; method: PasswordlessMethod };
+export type FirstFactor = { amr: 'pwd'; method: 'password'; comparedPasswordHash: string } | { amr: 'email'; method: PasswordlessMethod; heldPasswordHash: string | null };
+
+/**
+ * What a first factor proved that must still hold when its session or MFA ticket is written
+ * (`signingInAccount`), for a sign-in whose proof and session are two transactions: a change that
+ * commits between them and ends what the proof would open leaves neither behind (docs/security.md).
+ * `firstFactor` says how the loser is answered (`SignInRules.refusalSinceRead`): as in series, after
+ * the change.
+ */
+export interface HeldProof {
+  firstFactor: 'pwd' | 'email' | 'fed';
+  /**
+   * The account's password hash when the proof was made (null: none): a reset or a change replaces
+   * it, and ends the account's sessions, tickets and passwordless codes. A password's loser answers
+   * as a wrong password, a passwordless code's as a code the reset ended (422 invalid_code).
+   */
+  passwordHash?: string | null;
+  /**
+   * The account's address was unproven when a provider's link to it was resolved: its first proof
+   * (`recordFirstEmailProof`) ends every session and the links that did not vouch for it. The loser
+   * answers as the exchange after the proof does: 409 account_link_required.
+   */
+  unprovenAddress?: boolean;
+}
+
+/** The proof a first factor's session and ticket are written against. */
+export function heldProofOf(firstFactor: FirstFactor): HeldProof {
+  return firstFactor.amr === 'pwd' ? { passwordHash: firstFactor.comparedPasswordHash, firstFactor: 'pwd' } : { passwordHash: firstFactor.heldPasswordHash, firstFactor: 'email' };
+}
 
 /** A passwordless sign-in's proof of the address: its code or its link (docs/passwordless.md). */
 export type PasswordlessMethod = 'email_code' | 'email_link';

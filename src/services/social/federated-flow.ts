@@ -9,7 +9,7 @@ import type { SocialFlowPurpose, SocialFlowRecord } from '../../store/social-rep
 import type { UserRecord } from '../../store/user-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { CONTROL_CHARACTER, normaliseEmail } from '../shared/identity-rules.js';
-import type { LoginResult, SignInWay } from '../sessions/sign-in-result.js';
+import type { HeldProof, LoginResult, SignInWay } from '../sessions/sign-in-result.js';
 import type { MfaService } from '../mfa/mfa-service.js';
 import type { Principal } from '../access/principal.js';
 import type { AccessPolicy } from '../access/access-policy.js';
@@ -82,6 +82,8 @@ export interface FederatedSignIn {
   organizationId?: string;
   /** Runs in the session's transaction, with its id. */
   opened?: (uow: UnitOfWork, sessionId: string) => Promise<void>;
+  /** What the resolution proved that must still hold when the session or ticket is written. */
+  held?: HeldProof | undefined;
 }
 
 /** A callback or exchange refusal: a code of docs/social-login.md and docs/sso.md (or a login code of section 5). */
@@ -275,13 +277,13 @@ export class FederatedFlows {
    * unchanged, else a session opens with `amr: ['fed']`; `opened` runs in its transaction.
    */
   async openSession(user: UserRecord, meta: RequestMeta, signIn: FederatedSignIn): Promise<LoginResult> {
-    const { method, organizationId, opened } = signIn;
+    const { method, organizationId, opened, held } = signIn;
     const ssoConnectionId = method.method === 'sso' ? method.connection_id : undefined;
     // Disabled or deleted after the provider's answer was checked: a failed sign-in like any other.
     const passed = await this.signInRules.recordingChangedAccount(
-      this.mfa.throughLoginGate(user, meta, 'fed', { ssoConnectionId, socialProvider: method.method === 'social' ? method.provider : undefined }, () =>
+      this.mfa.throughLoginGate(user, meta, 'fed', { ssoConnectionId, socialProvider: method.method === 'social' ? method.provider : undefined, held }, () =>
         runUnitOfWork(this.context, meta, async (uow) => {
-          const started = await this.sessions.openPastGate(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta);
+          const started = await this.sessions.openPastGate(uow, user, { mfa: false, amr: ['fed'], authTime: uow.now }, meta, held);
           if (!started) return undefined;
           if (opened) await opened(uow, started.session.id);
           await uow.emit({ type: 'user.logged_in', actorId: user.id, userId: user.id, data: { mfa: false, amr: ['fed'], ...method } });

@@ -47,6 +47,8 @@ interface SocialFlowOutcome {
   user_id: string;
   identity_id: string;
   is_new_user: boolean;
+  /** A login's account had an unproven address when its link was resolved (`HeldProof.unprovenAddress`). */
+  addressUnproven?: boolean;
 }
 
 
@@ -155,7 +157,7 @@ export class SocialService {
       const refusal = this.signInRules.accountRefusal(user, uow.now);
       if (refusal) return refuse(refusal, user.id);
       await repos.socialIdentities.recordLogin(linked.id, { email: claims.email, emailVerified: claims.emailVerified }, uow.now);
-      return { outcome: { user_id: user.id, identity_id: linked.id, is_new_user: false } };
+      return { outcome: { user_id: user.id, identity_id: linked.id, is_new_user: false, addressUnproven: !user.emailVerified } };
     }
 
     // Rule 2.
@@ -189,7 +191,7 @@ export class SocialService {
     await uow.emit({ type: 'user.social_linked', actorId: userId, userId, data: { identity_id: identityId, provider: provider.id, method: 'signup' } });
     // The account and its link stay; the login itself is refused until the address is verified.
     if (this.context.config.auth.requireVerifiedEmail && !claims.emailVerified) return refuse('email_unverified', userId);
-    return { outcome: { user_id: userId, identity_id: identityId, is_new_user: true } };
+    return { outcome: { user_id: userId, identity_id: identityId, is_new_user: true, addressUnproven: !claims.emailVerified } };
   }
 
   /** docs/social-login.md at the exchange of a link flow, once the bearer has been matched to the flow. */
@@ -283,7 +285,9 @@ export class SocialService {
     // A linked account (9.4 rule 1) is judged by its own address, whatever the provider's is.
     await this.assertSsoAllows(user.email);
     // docs/social-login.md: the MFA gate applies unchanged; its verify then gives amr ['fed', 'otp'].
-    const login = await this.flows.openSession(user, meta, { method: { method: 'social', provider: provider.id } });
+    // An unproven address's first proof, committed since the link was resolved, ends this sign-in as it ends the link's sessions.
+    const held = outcome.addressUnproven ? { firstFactor: 'fed' as const, unprovenAddress: true } : undefined;
+    const login = await this.flows.openSession(user, meta, { method: { method: 'social', provider: provider.id }, held });
     return { purpose: 'login', isNewUser: outcome.is_new_user, login };
   }
 
