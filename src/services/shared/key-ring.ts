@@ -66,6 +66,12 @@ export class KeyRing {
   private keys: LoadedKey[] = [];
   /** process time (performance.now) of the last completed read of the key table */
   private loadedAt = Number.NEGATIVE_INFINITY;
+  /**
+   * Whether notifications arrived when that read began. One begun before the listening
+   * connection came up (at start-up, or before a first connect that failed and retried) may
+   * predate a rotation no notification will report, so it is trusted only as long as a poll.
+   */
+  private loadedWhileLive = false;
   private lastUnknownKidReload = Number.NEGATIVE_INFINITY;
   private loading: Promise<void> | undefined;
   private unsubscribe: Array<() => void> = [];
@@ -186,7 +192,7 @@ export class KeyRing {
   }
 
   private isStale(): boolean {
-    return performance.now() - this.loadedAt > (this.notifications.live ? FRESH_MS_LIVE : FRESH_MS_POLLING);
+    return performance.now() - this.loadedAt > (this.notifications.live && this.loadedWhileLive ? FRESH_MS_LIVE : FRESH_MS_POLLING);
   }
 
   private async refreshIfStale(): Promise<void> {
@@ -206,10 +212,12 @@ export class KeyRing {
     this.loading ??= (async () => {
       try {
         const startedAt = performance.now();
+        const live = this.notifications.live;
         const records = await this.store.repos.signingKeys.listPublished(this.clock.now());
         const known = new Map(this.keys.map((key) => [key.kid, key]));
         this.keys = records.map((record) => this.load(record, known.get(record.kid)));
         this.loadedAt = startedAt;
+        this.loadedWhileLive = live;
       } finally {
         this.loading = undefined;
       }
