@@ -398,6 +398,9 @@ export class AccessPolicy {
       // docs/getting-started.md: a host that scopes data by the caller's organization never serves one the
       // user has left, though the session lives on until its token expires.
       if (!authority.member && !authority.superadmin) throw leftTokenOrganization();
+      // A superadmin needs no membership, but the organization must still exist: a deleted one is
+      // 403 here as on requirePermission(), never served to the host (an active membership implies it).
+      if (!authority.member && !(yield* read(repos.activeOrganization(principal.organizationId)))) throw leftTokenOrganization();
       // Every request scoped to an organization meets its MFA policy, host middleware included.
       yield* this.assertOrganizationMfa(repos, principal, principal.organizationId);
     }
@@ -727,6 +730,9 @@ export class AccessPolicy {
     const authority = yield* read(reads.authority(this.catalog, principal.userId, organizationId, superadmin));
     // Host middleware (CONTRACT 6): the token's organization deleted since is one the user has left, 403 as `authenticate()` answers it.
     if (!organization) throw fromToken ? leftTokenOrganization() : errors.notFound('Organization');
+    // And one the user was removed from or suspended in answers alike, before its MFA policy, as on
+    // `authenticate()`: the answer tells an ex-member nothing about what became of the organization.
+    if (fromToken && !authority.member && !authority.superadmin) throw leftTokenOrganization();
     if (organization.requireMfa) yield* this.assertSessionMeetsOrganizationMfa(reads, principal);
     if (requirement.member && !authority.member) throw errors.forbidden('Only an active member of the organization can do this.');
     if (requirement.permission !== undefined && !authority.permissions.has(requirement.permission)) throw errors.forbidden();
