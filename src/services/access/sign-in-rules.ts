@@ -169,10 +169,13 @@ export function ssoRequired(requirement: Pick<SsoRequirement, 'organizationSlug'
 
 /**
  * At an enforcing domain only a superadmin's credential is compared (CONTRACT 12.6). Without a
- * right one it answers what every address there gets: a wrong credential's `invalid_code` and a
- * budget's or a failed-attempt slot's `rate_limited` (its wrong guesses are counted) would single
- * the address out as a superadmin's. Any other error is answered as it is.
+ * right one it answers what every address there gets: a wrong credential's `invalid_code`, a
+ * live lockout's `invalid_credentials` (passkey login) and a budget's or a failed-attempt slot's
+ * `rate_limited` (its wrong guesses are counted) would single the address out as a superadmin's.
+ * Any other error is answered as it is.
  */
 export function asSsoRequiredUnlessRight(error: unknown, requirement: Pick<SsoRequirement, 'organizationSlug'>): unknown {
-  return error instanceof IdentityError && (error.code === 'invalid_code' || error.code === 'rate_limited') ? ssoRequired(requirement) : error;
+  return error instanceof IdentityError && SINGLING_OUT.has(error.code) ? ssoRequired(requirement) : error;
 }
+
+const SINGLING_OUT = new Set(['invalid_code', 'invalid_credentials', 'rate_limited']);

@@ -174,11 +174,15 @@ export class MfaService {
 
   /**
    * The account a ticket signs in, while it may still authenticate: one disabled or deleted
-   * since its first factor gets neither a login code nor a session (spec 3: login blocked).
+   * since its first factor gets neither a login code nor a session (spec 3: login blocked). Nor
+   * does one whose domain came under "require SSO" since (docs/sso.md): a ticket from a first
+   * factor taken before enforcement opens no session that skipped the organization's IdP; one
+   * from its connection, or a superadmin's (its first factor was right), goes on.
    */
   private async accountOfTicket(ticket: MfaTicket): Promise<UserRecord> {
     const user = await this.context.store.repos.users.findById(ticket.userId);
     if (!user || !mayAuthenticate(user)) throw invalidTicket();
+    await this.signInRules.assertAllowed(user.email, { userId: user.id, credentialRight: true, viaConnectionId: ticket.ssoConnectionId ?? null });
     return user;
   }
 

@@ -13,7 +13,7 @@ import type { MfaFactorRecord } from '../../store/mfa-repository.js';
 import type { PasskeyChallengePurpose, PasskeyRecord } from '../../store/passkey-repository.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { AccessPolicy } from '../access/access-policy.js';
-import { accountRefusalError, type SignInRules } from '../access/sign-in-rules.js';
+import { accountRefusalError, asSsoRequiredUnlessRight, type SignInRules, ssoRequired } from '../access/sign-in-rules.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import { MfaCodes } from './mfa-codes.js';
 import type { Principal } from '../access/principal.js';
@@ -209,6 +209,33 @@ export class PasskeyService {
         return uow.failAfterCommit(errors.invalidCode());
       });
     }
+    // Require SSO (docs/sso.md): decided by the account's domain before a slot is taken or the
+    // assertion verified, counting toward no lockout (a credential id is no secret: forged
+    // assertions would lock the employee out of the organization's IdP). Only a superadmin's
+    // assertion is verified there, and without a right one it answers the same 403.
+    const owner = await repos.users.findById(passkey.userId);
+    const ssoRequirement = owner ? await this.signInRules.ssoRequirement(owner.email) : undefined;
+    if (ssoRequirement && !(owner && (await repos.roles.isSuperadmin(owner.id)))) {
+      // The challenge is spent all the same.
+      await runUnitOfWork(this.context, meta, (uow) => consume(uow));
+      throw ssoRequired(ssoRequirement);
+    }
+    try {
+      return await this.verifyKnownPasskeyLogin(passkey, input, challenge, consume, meta);
+    } catch (error) {
+      throw ssoRequirement ? asSsoRequiredUnlessRight(error, ssoRequirement) : error;
+    }
+  }
+
+  /** `verifyLogin` for a credential the router knows: the lockout slot, the assertion, the sign-in. */
+  private async verifyKnownPasskeyLogin(
+    passkey: PasskeyRecord,
+    input: { challengeId: string; response: AuthenticationResponseJSON },
+    challenge: string,
+    consume: (uow: UnitOfWork) => Promise<unknown>,
+    meta: RequestMeta,
+  ): Promise<PasskeyLogin> {
+    const repos = this.context.store.repos;
     const slot = await FailedAttemptSlot.reserve(repos, this.context.config.auth.lockout, passkey.userId, this.context.clock.now());
     try {
       const opened = await runUnitOfWork(this.context, meta, async (uow) => {

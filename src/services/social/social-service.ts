@@ -213,6 +213,9 @@ export class SocialService {
     // a logout-all committed since the bearer was checked refuses the link, a later one waits for it.
     const session = user && flow.sessionId ? await repos.sessions.lockLive(flow.sessionId, uow.now) : undefined;
     if (!session || !user || session.userId !== user.id || user.status !== 'active' || user.deletedAt !== null) throw new SocialRefusal('session_ended');
+    // Require SSO (docs/sso.md): the link is written here, not at its start, so a session that
+    // enforcement ended meanwhile adds no way in that would outlive it (403 sso_required, as at the start).
+    await this.signInRules.assertSessionAllowed(user, session.id, 403, repos);
 
     const existing = await repos.socialIdentities.findByProviderSubject(provider.id, claims.subject);
     if (existing && existing.userId !== user.id) throw new SocialRefusal('identity_already_linked');
