@@ -2,7 +2,7 @@ import type { WindowBudget } from '../../config/types.js';
 import { keyedHash } from '../../crypto/keyed-hash.js';
 import { errors, IdentityError } from '../../errors.js';
 import type { Repositories } from '../../store/store.js';
-import { addressDomain, normaliseEmail } from '../shared/identity-rules.js';
+import { mailboxForm } from '../shared/identity-rules.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
@@ -22,15 +22,13 @@ export interface BudgetBucket {
 export type BudgetContext = Pick<ServiceContext, 'keys' | 'config' | 'store'>;
 
 /**
- * The one form of an e-mail address its budgets count under: the address as everywhere
- * (trimmed, NFC, lower-cased) with its domain as verified domains are stored (`domainForm`:
- * the IDNA A-label). `ada@bücher.example`, `ada@xn--bcher-kva.example` and the same host in
- * full-width letters reach one mailbox, so they spend one budget, not one each.
+ * The one form of an e-mail address its budgets count under: the mailbox it reaches
+ * (`mailboxForm`: its domain as the IDNA A-label). `ada@bücher.example`,
+ * `ada@xn--bcher-kva.example` and the same host in full-width letters reach one mailbox, so they
+ * spend one budget, not one each.
  */
 export function emailBudgetForm(address: string): string {
-  const normalised = normaliseEmail(address);
-  const domain = addressDomain(normalised);
-  return domain === undefined ? normalised : `${normalised.slice(0, normalised.lastIndexOf('@'))}@${domain}`;
+  return mailboxForm(address);
 }
 
 /**

@@ -10,7 +10,7 @@ import type { MfaTicket, TicketFirstFactor } from './mfa-ticket.js';
 import type { HeldProof, LoginFactorView, PasswordlessMethod } from '../sessions/sign-in-result.js';
 import type { PasskeyChallenge, PasskeyService } from './passkey-service.js';
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
-import { normaliseEmail } from '../shared/identity-rules.js';
+import { mailboxForm, normaliseEmail } from '../shared/identity-rules.js';
 import type { Principal } from '../access/principal.js';
 import type { AccessTokenResponse, SessionService, TokenResponse } from '../sessions/session-service.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
@@ -564,9 +564,12 @@ function loginFactorView(factor: MfaFactorRecord): LoginFactorView {
   return view;
 }
 
-/** An e-mail factor whose destination is the address a passwordless first factor just proved (docs/passwordless.md). */
+/**
+ * An e-mail factor whose destination is the mailbox a passwordless first factor just proved
+ * (docs/passwordless.md), in any spelling of its domain (`mailboxForm`).
+ */
 function provesOnlyTheFirstFactor(ticket: { firstFactor?: TicketFirstFactor | undefined }, factor: Pick<MfaFactorRecord, 'type' | 'destination'>, provenAddress: string): boolean {
-  return ticket.firstFactor === 'email' && factor.type === 'email' && factor.destination !== null && normaliseEmail(factor.destination) === normaliseEmail(provenAddress);
+  return ticket.firstFactor === 'email' && factor.type === 'email' && factor.destination !== null && mailboxForm(factor.destination) === mailboxForm(provenAddress);
 }
 
 /** The `method` of `user.logged_in` after the gate: the first factor's for a social or passwordless sign-in, else the second factor's. */

@@ -11,7 +11,7 @@ import { mayAuthenticate } from '../access/access-policy.js';
 import type { AccountService } from '../accounts/account-service.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { recordFirstEmailProof } from '../accounts/credential-lifecycle.js';
-import { normaliseEmail } from '../shared/identity-rules.js';
+import { mailboxForm, normaliseEmail } from '../shared/identity-rules.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import { type LoginResult, loginFailed, type PasswordlessMethod } from '../sessions/sign-in-result.js';
 import { MfaCodes } from '../mfa/mfa-codes.js';
@@ -333,9 +333,13 @@ export class PasswordlessService {
     return { name: `otp-verify-failed:address:${addressHash}`, budget: this.context.config.otp.verifyBudget };
   }
 
-  /** The throttling and supersede key of an address: a keyed hash, never the address itself. */
+  /**
+   * The throttling and supersede key of an address: a keyed hash of the mailbox it reaches
+   * (`mailboxForm`), never the address itself, so no spelling of one mailbox's domain has a
+   * cooldown or a verify budget of its own (docs/security.md).
+   */
   private addressHash(address: string): string {
-    return keyedHash(this.context.keys.passwordlessHash, `address:${address}`);
+    return keyedHash(this.context.keys.passwordlessHash, `address:${mailboxForm(address)}`);
   }
 
   private linkHash(token: string): string {

@@ -12,6 +12,22 @@ export function normaliseEmail(email: string): string {
 }
 
 /**
+ * The mailbox an address reaches: the address as everywhere (`normaliseEmail`) with its domain as
+ * verified domains are stored (`domainForm`, the IDNA A-label). A mailer maps a domain as IDNA
+ * does (nodemailer: Unicode and A-label forms, full-width letters, ideographic full stops, and
+ * ignorables such as U+200B, U+2060 and the soft hyphen dropped), so `ada@bücher.example`,
+ * `ada@xn--bcher-kva.example` and `ada@example.com\u200b` each reach one mailbox. Every rule that
+ * counts or compares mailboxes reads this form: the send budgets, passwordless start's cooldown
+ * and supersede, an e-mail factor that proves only the first factor (docs/security.md). The local
+ * part is kept as typed: a mailer sends it so, to what is another mailbox for the SMTP server.
+ */
+export function mailboxForm(email: string): string {
+  const normalised = normaliseEmail(email);
+  const domain = addressDomain(normalised);
+  return domain === undefined ? normalised : `${normalised.slice(0, normalised.lastIndexOf('@'))}@${domain}`;
+}
+
+/**
  * The domain of an address in the form verified domains are stored in (CONTRACT 12.4): what
  * follows the last `@`, one trailing dot dropped, as its IDNA A-label. `ada@Bücher.example`,
  * `ada@xn--bcher-kva.example` and the same host in full-width letters are one domain, so
