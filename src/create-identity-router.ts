@@ -3,7 +3,7 @@ import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
 import { assertAdapterShapes } from './adapters/adapter-shapes.js';
-import { assertProductionAdapters } from './adapters/production-guard.js';
+import { assertProductionAdapters, riskyConfigWarnings } from './adapters/production-guard.js';
 import type { Clock, DnsResolver, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
 import { resolveConfig } from './config/schema.js';
@@ -88,6 +88,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const clock = adapters.clock ?? systemClock;
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');
   if (!adapters.sms) logger.warn('No SMS sender configured: using the development SMS sender, which writes codes to the log. Do not use it in production.');
+  for (const warning of riskyConfigWarnings(resolved)) logger.warn(warning);
 
   if (resolved.social && resolved.social.insecureUrls.length > 0) {
     logger.warn(`social: plain http: accepted for loopback URLs (${resolved.social.insecureUrls.join(', ')}); use https: in production.`);

@@ -1,4 +1,5 @@
 import { IdentityConfigError } from '../config/schema.js';
+import type { ResolvedConfig } from '../config/types.js';
 import type { Mailer, SmsSender } from './types.js';
 
 /** Marks the development adapters, which write tokens and codes to the log. */
@@ -34,4 +35,23 @@ export function assertProductionAdapters(adapters: { mailer?: Mailer | undefined
     problems.push('NODE_ENV is production but the SMS sender is the development sender, which writes one-time codes to the log: pass a real SmsSender, noopSender to disable SMS, or createDevSmsSender({ allowInProduction: true }) to opt in');
   }
   if (problems.length > 0) throw new IdentityConfigError(problems);
+}
+
+/**
+ * Settings the schema takes (tests lower them) that leave a production deployment weak or
+ * stalled, each logged at start-up: a test bcrypt cost or argon2 parameters under OWASP's
+ * weakest pair (stolen hashes crack cheaply), every rate limit off, and a bcrypt cost so high
+ * that each login holds a hashing worker for seconds (a handful of requests stall every login).
+ */
+export function riskyConfigWarnings(config: ResolvedConfig, nodeEnv = process.env.NODE_ENV): string[] {
+  const warnings: string[] = [];
+  const { algorithm, bcryptCost, argon2 } = config.password;
+  if (algorithm === 'bcrypt' && bcryptCost > 15) warnings.push(`password.bcryptCost ${bcryptCost}: each hash takes about ${2 ** (bcryptCost - 12)} times as long as the default 12, so every login holds a hashing worker for seconds; 10 to 14 is the usual range`);
+  if (nodeEnv !== 'production') return warnings;
+  if (algorithm === 'bcrypt' && bcryptCost < 10) warnings.push(`NODE_ENV is production but password.bcryptCost is ${bcryptCost}, a test value: stolen password hashes would crack cheaply. Use 10 or more (default 12)`);
+  if (algorithm === 'argon2id' && (argon2.memoryCost < 7168 || argon2.memoryCost * argon2.timeCost < 7168 * 5)) {
+    warnings.push(`NODE_ENV is production but password.argon2 (memoryCost ${argon2.memoryCost} KiB, timeCost ${argon2.timeCost}) is below OWASP's weakest recommendation: stolen password hashes would crack cheaply. Use the default {memoryCost: 19456, timeCost: 2}`);
+  }
+  if (Object.values(config.auth.rateLimits).every((rule) => rule === false)) warnings.push('NODE_ENV is production but auth.rateLimits is false: no route of the router is rate-limited per client');
+  return warnings;
 }

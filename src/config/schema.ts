@@ -1,11 +1,11 @@
 import Joi from 'joi';
 import { parse as parseHost } from 'tldts';
 import { DEFAULTS, DEFAULT_RATE_LIMITS, RATE_LIMIT_GROUPS } from './defaults.js';
+import { seconds, secondsAtMost } from './durations.js';
 import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } from './types.js';
 import { resolveSocialConfig, socialConfigProblems, socialConfigSchema } from './social.js';
 import { resolveSsoConfig, ssoConfigProblems, ssoConfigSchema } from './sso.js';
 
-const seconds = Joi.number().integer().min(1);
 const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
 const rateLimitRule = Joi.alternatives(Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required(), passOnStoreError: Joi.boolean() }), Joi.valid(false));
 const urlTemplate = Joi.string().pattern(/\{token\}/, 'a {token} placeholder');
@@ -41,12 +41,12 @@ const configSchema = Joi.object<IdentityConfig>({
   audience: Joi.string().min(1),
   appName: Joi.string().min(1),
   tokens: Joi.object({
-    accessTtl: seconds,
+    accessTtl: secondsAtMost(86_400),
     refreshTtl: seconds,
     refreshRotation: Joi.boolean(),
-    mfaTicketTtl: seconds,
+    mfaTicketTtl: secondsAtMost(3600),
     emailVerifyTtl: seconds,
-    passwordResetTtl: seconds,
+    passwordResetTtl: secondsAtMost(7 * 86_400),
     inviteTtl: seconds,
     sessionMaxAge: seconds,
   }),
@@ -64,7 +64,7 @@ const configSchema = Joi.object<IdentityConfig>({
   }),
   auth: Joi.object({
     requireVerifiedEmail: Joi.boolean(),
-    lockout: Joi.object({ threshold: Joi.number().integer().min(1), window: seconds, duration: seconds }),
+    lockout: Joi.object({ threshold: Joi.number().integer().min(1), window: secondsAtMost(86_400), duration: secondsAtMost(86_400) }),
     rateLimits: Joi.alternatives(
       Joi.valid(false),
       Joi.object(Object.fromEntries(RATE_LIMIT_GROUPS.map((group) => [group, rateLimitRule]))),
@@ -73,9 +73,9 @@ const configSchema = Joi.object<IdentityConfig>({
   }),
   otp: Joi.object({
     length: Joi.number().integer().min(4).max(10),
-    ttl: seconds,
+    ttl: secondsAtMost(86_400),
     maxAttempts: Joi.number().integer().min(1).max(100),
-    resendCooldown: Joi.number().integer().min(0),
+    resendCooldown: secondsAtMost(3600, 0),
     sendBudget: Joi.object({ perDestination: windowBudget, perAccount: windowBudget }),
     verifyBudget: windowBudget,
     // Key URI format: the label is `issuer:account`, so a `:` in the issuer breaks it.
@@ -83,7 +83,7 @@ const configSchema = Joi.object<IdentityConfig>({
   }),
   invites: Joi.object({ sendBudget: Joi.object({ perOrganization: windowBudget, perAddress: windowBudget }) }),
   mfa: Joi.object({ enforce: Joi.boolean(), enforcementMode: Joi.valid('grace', 'block') }),
-  security: Joi.object({ stepUp: Joi.object({ maxAge: seconds }) }),
+  security: Joi.object({ stepUp: Joi.object({ maxAge: secondsAtMost(86_400) }) }),
   permissions: Joi.array().items(
     Joi.object({
       key: Joi.string().pattern(/^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)+$/, 'dotted lower-case (e.g. invoices.read)').max(100).required(),
@@ -181,6 +181,11 @@ export function resolveConfig(input: IdentityConfig): ResolvedConfig {
   if (input.passwordless?.link === true && input.links?.passwordlessLogin === undefined) {
     problems.push('"passwordless.link" needs "links.passwordlessLogin", the URL of the page that POSTs the token (docs/passwordless.md)');
   }
+  if (input.links && !invalid('links')) problems.push(...linkProblems(input.links));
+  // The root of every key at rest would travel to the provider with each code exchange.
+  for (const [id, provider] of Object.entries(input.social?.providers ?? {})) {
+    if (typeof input.secret === 'string' && provider?.clientSecret === input.secret) problems.push(`"social.providers.${id}.clientSecret" must not be "secret": it would send the root of every key to the provider`);
+  }
   if (problems.length > 0) throw new IdentityConfigError(problems);
 
   const databaseObject = typeof input.database === 'function' ? undefined : input.database;
@@ -234,6 +239,29 @@ function withoutSchedule(delivery: NonNullable<IdentityConfig['events']>['delive
 }
 
 const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/**
+ * A mailed link carries a reset, verification, invite or sign-in token: an absolute URL (a mail
+ * client cannot resolve a relative one), never plain `http:` but on a loopback host (the token
+ * would cross the network in the clear), never with userinfo. Other schemes (an app's own
+ * `myapp://`) are the host's choice.
+ */
+function linkProblems(links: NonNullable<IdentityConfig['links']>): string[] {
+  const problems: string[] = [];
+  for (const [name, template] of Object.entries(links)) {
+    if (typeof template !== 'string') continue;
+    let url: URL;
+    try {
+      url = new URL(template);
+    } catch {
+      problems.push(`"links.${name}" must be an absolute URL such as https://app.example.com/page?token={token}`);
+      continue;
+    }
+    if (url.protocol === 'http:' && !LOOPBACK_HOSTS.has(url.hostname)) problems.push(`"links.${name}" must use https: (http: only for localhost, 127.0.0.1 or [::1]): the link carries a token`);
+    if (url.username || url.password) problems.push(`"links.${name}" must not carry userinfo`);
+  }
+  return problems;
+}
 const HOST_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 
 /**

@@ -1,4 +1,5 @@
 import Joi from 'joi';
+import { secondsAtMost } from './durations.js';
 
 /** One OpenID Connect provider (docs/social-login.md). */
 export interface SocialProviderConfig {
@@ -89,8 +90,8 @@ export const socialConfigSchema = Joi.object({
   returnUrls: Joi.array().items(Joi.string()).min(1).required(),
   errorUrl: Joi.string(),
   autoLinkByEmail: Joi.boolean(),
-  stateTtl: Joi.number().integer().min(1),
-  exchangeTtl: Joi.number().integer().min(1),
+  stateTtl: secondsAtMost(86_400),
+  exchangeTtl: secondsAtMost(3600),
   providers: Joi.object().pattern(Joi.string().pattern(PROVIDER_ID_PATTERN), providerSchema).min(1).required()
     .messages({ 'object.unknown': '{{#label}} is not allowed: provider ids are 1 to 32 of a-z, 0-9 and -' }),
 });
@@ -111,6 +112,18 @@ export function checkAbsoluteUrl(value: unknown, label: string, problems: string
   if (url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname)) return { url, insecure: true };
   problems.push(`"${label}" must be an https: URL (http: only for localhost, 127.0.0.1 or [::1])`);
   return undefined;
+}
+
+/**
+ * `redirectBase`: an absolute URL as `checkAbsoluteUrl` wants, onto which `/auth/.../callback` is
+ * appended, so a query, fragment or userinfo would give the provider a callback the router never
+ * answers (or credentials in a URL); refused at construction rather than at the first sign-in.
+ */
+export function checkRedirectBase(value: unknown, label: string, problems: string[]): void {
+  const checked = checkAbsoluteUrl(value, label, problems);
+  if (!checked || typeof value !== 'string') return;
+  if (checked.url.search || checked.url.hash || value.includes('?') || value.includes('#')) problems.push(`"${label}" must not carry a query or fragment`);
+  if (checked.url.username || checked.url.password) problems.push(`"${label}" must not carry userinfo`);
 }
 
 /**
@@ -147,7 +160,7 @@ export function socialConfigProblems(input: unknown): string[] {
   if (!input || typeof input !== 'object') return [];
   const social = input as Partial<SocialConfig>;
   const problems: string[] = [];
-  checkAbsoluteUrl(social.redirectBase, 'social.redirectBase', problems);
+  checkRedirectBase(social.redirectBase, 'social.redirectBase', problems);
   const returnUrls = Array.isArray(social.returnUrls) ? social.returnUrls : [];
   returnUrls.forEach((entry, index) => {
     const checked = checkAbsoluteUrl(entry, `social.returnUrls[${index}]`, problems);

@@ -1,5 +1,6 @@
 import Joi from 'joi';
-import { checkAbsoluteUrl, matchesReturnUrl } from './social.js';
+import { secondsAtMost } from './durations.js';
+import { checkAbsoluteUrl, checkRedirectBase, matchesReturnUrl } from './social.js';
 
 /** `sso` (docs/sso.md); without it every single sign-on route answers 404. */
 export interface SsoConfig {
@@ -36,8 +37,8 @@ export const ssoConfigSchema = Joi.object({
   redirectBase: Joi.string().required(),
   returnUrls: Joi.array().items(Joi.string()).min(1).required(),
   errorUrl: Joi.string(),
-  stateTtl: Joi.number().integer().min(1),
-  exchangeTtl: Joi.number().integer().min(1),
+  stateTtl: secondsAtMost(86_400),
+  exchangeTtl: secondsAtMost(3600),
   txtPrefix: Joi.string().pattern(/^_?[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$/i, 'a DNS label'),
   blockedDomains: Joi.array().items(Joi.string().min(1).max(253)),
   allowPrivateNetworks: Joi.alternatives(Joi.boolean(), Joi.array().items(Joi.string())),
@@ -48,7 +49,7 @@ export function ssoConfigProblems(input: unknown): string[] {
   if (!input || typeof input !== 'object') return [];
   const sso = input as Partial<SsoConfig>;
   const problems: string[] = [];
-  checkAbsoluteUrl(sso.redirectBase, 'sso.redirectBase', problems);
+  checkRedirectBase(sso.redirectBase, 'sso.redirectBase', problems);
   const returnUrls = Array.isArray(sso.returnUrls) ? sso.returnUrls : [];
   returnUrls.forEach((entry, index) => {
     const checked = checkAbsoluteUrl(entry, `sso.returnUrls[${index}]`, problems);
@@ -69,7 +70,8 @@ export function ssoConfigProblems(input: unknown): string[] {
 export function resolveSsoConfig(input: SsoConfig | undefined): ResolvedSsoConfig | undefined {
   if (!input) return undefined;
   return {
-    redirectBase: input.redirectBase,
+    // As social login's: a trailing slash would put `//` in every callback URL, which no route answers.
+    redirectBase: input.redirectBase.replace(/\/+$/, ''),
     returnUrls: [...input.returnUrls],
     errorUrl: input.errorUrl,
     stateTtl: input.stateTtl ?? 600,
