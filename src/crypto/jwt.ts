@@ -2,6 +2,7 @@ import { randomUUID, sign as signWithCallback } from 'node:crypto';
 import { promisify } from 'node:util';
 import jwt from 'jsonwebtoken';
 import type { Clock } from '../adapters/types.js';
+import { ISSUED_AHEAD_TOLERANCE_MS } from '../clock.js';
 import type { KeyObject } from 'node:crypto';
 
 /** node:crypto's sign with a callback runs on libuv's thread pool: an RS256 signature (about 0.25 ms) leaves the event loop free. */
@@ -224,7 +225,7 @@ export class JwtCodec {
       });
       if (typeof payload === 'string' || typeof payload.exp !== 'number' || typeof payload.iat !== 'number') return undefined;
       // A token issued in the future (by more than a little clock skew) is not trusted either.
-      if (payload.iat > Math.floor(this.clock.now() / 1000) + 60) return undefined;
+      if (payload.iat * 1000 > this.clock.now() + ISSUED_AHEAD_TOLERANCE_MS) return undefined;
       return payload as Record<string, unknown>;
     } catch {
       return undefined;

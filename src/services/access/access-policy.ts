@@ -1,5 +1,6 @@
 import { apiKeyDigest, isApiKeyShaped } from '../../crypto/api-key.js';
 import { errors, type IdentityError } from '../../errors.js';
+import { ISSUED_AHEAD_TOLERANCE_MS } from '../../clock.js';
 import type { AccessTokenClaims } from '../../crypto/jwt.js';
 import { isLiveSession, type SessionRecord } from '../../store/session-repository.js';
 import type { Repositories } from '../../store/store.js';
@@ -354,7 +355,10 @@ export class AccessPolicy {
       this.apiKeyDigests.set(presented, digest);
     }
     const { key, owner } = found;
-    if (key.revokedAt !== null || key.expiresAt <= this.context.clock.now()) throw apiKeyStopped();
+    // A key made "in the future" (by a clock since stepped back) is refused, as an access token
+    // whose `iat` is: its expiry would lie past the longest lifetime any key can have.
+    const now = this.context.clock.now();
+    if (key.revokedAt !== null || key.expiresAt <= now || key.createdAt > now + ISSUED_AHEAD_TOLERANCE_MS) throw apiKeyStopped();
     if (!mayAuthenticate(owner) || !found.organizationActive) throw apiKeyStopped();
     // A locked account is refused by the host middleware, whichever credential it presents (docs/getting-started.md).
     this.assertNotLocked(owner);
