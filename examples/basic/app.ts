@@ -17,11 +17,11 @@
  */
 import { readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, isIP } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
-import express, { type Express } from 'express';
+import express, { type Express, type RequestHandler } from 'express';
 import { createIdentityRouter, type Clock, type IdentityConfig, type IdentityEvent, type IdentityRouter } from '../../src/index.js';
 import { startDemoProvider, type DemoProvider } from './demo-provider.js';
 import { createDevDns } from './dev-dns.js';
@@ -166,6 +166,7 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
     res.set('Referrer-Policy', 'no-referrer');
     next();
   });
+  if (development) app.use(servesThisMachineOnly(publicUrl));
 
   app.use('/identity', identity);
   app.use('/api', refreshTokenCookie({ mountPath: '/api', maxAgeSeconds: REFRESH_TTL_SECONDS, secure: !development }), identity);
@@ -217,6 +218,27 @@ export function createExampleApp(options: ExampleOptions): ExampleApp {
   });
 
   return { app, identity, inbox };
+}
+
+/**
+ * DNS rebinding: a page of another site whose name its owner re-points at 127.0.0.1 reaches this
+ * server with that name in `Host`, and is same-origin with itself, so it could read the development
+ * inbox (every reset link), /dev/sso-demo.json's client secret and write /dev/dns records. In
+ * development the app answers only the public URL's host, `localhost` (and `*.localhost`) and IP
+ * addresses, which no other site's name can become.
+ */
+function servesThisMachineOnly(publicUrl: string): RequestHandler {
+  const own = new URL(publicUrl).hostname;
+  return (req, res, next) => {
+    let hostname = '';
+    try {
+      hostname = new URL(`http://${req.headers.host ?? ''}`).hostname;
+    } catch {
+      // No host, or not one: refused below.
+    }
+    if (hostname !== '' && (hostname === own || hostname === 'localhost' || hostname.endsWith('.localhost') || isIP(hostname.replace(/^\[|\]$/g, '')) !== 0)) return next();
+    res.status(403).type('text/plain').send('This development server answers its own host names only (DNS rebinding guard).');
+  };
 }
 
 /**

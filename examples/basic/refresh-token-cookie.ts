@@ -7,7 +7,7 @@
  * cookie mode (`storage: 'none'`, public/lib/identity.js): it refreshes with `{}`, and this route
  * adds the cookie's token (docs/client.md, "Cookie mode").
  */
-import express, { type RequestHandler, type Response } from 'express';
+import express, { type Request, type RequestHandler, type Response } from 'express';
 
 export const REFRESH_COOKIE = 'example_refresh';
 /**
@@ -46,6 +46,18 @@ function readCookie(header: string | undefined, name: string): string | undefine
   }
 }
 
+/**
+ * Whether no page of another origin could have sent this request without the browser asking this server
+ * first: it carries a JSON body or an Authorization header (which a form or a no-cors fetch cannot), or
+ * the browser says it comes from this origin. SameSite=Strict keeps the cookie from other sites' requests,
+ * but not from another port of this host (a site ignores ports), nor the Set-Cookie of the answer to
+ * another site's form: a form posted to /auth/logout cleared the cookie, signing the user out.
+ */
+function fromThisOrigin(req: Request): boolean {
+  const mediaType = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  return req.headers.authorization !== undefined || mediaType === 'application/json' || /^application\/[^/]*\+json$/.test(mediaType) || req.headers['sec-fetch-site'] === 'same-origin';
+}
+
 export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestHandler {
   const parseJson = express.json({ limit: '100kb' });
   const attributes = [`Path=${options.mountPath}/auth`, 'HttpOnly', 'SameSite=Strict', ...(options.secure ? ['Secure'] : [])];
@@ -60,7 +72,8 @@ export function refreshTokenCookie(options: RefreshTokenCookieOptions): RequestH
   };
 
   return (req, res, next) => {
-    if (req.method !== 'POST') return next();
+    // A request another origin could send unasked neither reads, sets nor clears the cookie: the router answers it alone.
+    if (req.method !== 'POST' || !fromThisOrigin(req)) return next();
     const sendJson = res.json.bind(res);
     // Any answer that carries a refresh token (login, MFA verify, refresh, and whatever sign-in route comes
     // next) hands it to the cookie instead of the page. The cookie goes at a logout, whatever its answer (the
