@@ -590,7 +590,9 @@ export class SsoService {
         if (!(await uow.repos.memberships.activateInvited(pending.id, uow.now))) throw new ResolutionConflict();
       } else if (!(await uow.repos.memberships.insertActiveIfAbsent({ id: membershipId, organizationId: connection.organizationId, userId, now: uow.now }))) throw new ResolutionConflict();
       const [role] = await uow.repos.roles.findBySlugs(connection.organizationId, [connection.defaultRole]);
-      if (role) await uow.repos.memberships.replaceRoles(membershipId, [role.id]);
+      // The default role replaces whatever an `invited` entry held (an invitation's roles come only with its
+      // token); with that role deleted since, the join grants none.
+      await uow.repos.memberships.replaceRoles(membershipId, role ? [role.id] : []);
       await uow.emit({ type: 'member.joined', actorId: userId, userId, organizationId: connection.organizationId, data: { via: 'sso_jit', role_slugs: role ? [role.slug] : [] } });
       uow.invalidates({ user: userId });
     }
