@@ -74,6 +74,9 @@ export class MemberService {
       const currentIds = new Set(target.roles.map((role) => role.id));
       const added = wanted.filter((role) => !currentIds.has(role.id));
       await this.policy.assertMayGrantRoles(uow.repos, principal, target.actor, added);
+      // The roles the member already holds, exactly: nothing changes, so nothing is written or
+      // emitted (docs/events.md), as a repeated status change does.
+      if (added.length === 0 && wanted.length === currentIds.size) return this.view(uow, organizationId, userId, target.actor);
       if (target.isOwner && !wanted.some(isOwnerRole)) await assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.replaceRoles(target.membership.id, wanted.map((role) => role.id));
       await uow.emit({

@@ -135,11 +135,17 @@ export class OrganizationService {
       const organization = await uow.repos.organizations.lockActive(organizationId);
       if (!organization) throw errors.notFound('Organization');
       await grant.recheck(uow.repos);
-      await uow.repos.organizations.update(organizationId, changes, uow.now);
+      // Only a value that differs is a change: `settings: {}`, or the values already there, write
+      // and emit nothing (docs/events.md), as a repeated disable or status change does.
+      const name = changes.name !== undefined && changes.name !== organization.name ? changes.name : undefined;
+      const requireMfa = changes.requireMfa !== undefined && changes.requireMfa !== organization.requireMfa ? changes.requireMfa : undefined;
       const changed: Record<string, unknown> = {};
-      if (changes.name !== undefined) changed.name = changes.name;
-      if (changes.requireMfa !== undefined) changed.require_mfa = changes.requireMfa;
-      await uow.emit({ type: 'org.updated', actorId: principal.userId, organizationId, data: { changes: changed } });
+      if (name !== undefined) changed.name = name;
+      if (requireMfa !== undefined) changed.require_mfa = requireMfa;
+      if (Object.keys(changed).length > 0) {
+        await uow.repos.organizations.update(organizationId, { name, requireMfa }, uow.now);
+        await uow.emit({ type: 'org.updated', actorId: principal.userId, organizationId, data: { changes: changed } });
+      }
       return organizationView({ ...organization, ...(changes.name !== undefined ? { name: changes.name } : {}), ...(changes.requireMfa !== undefined ? { requireMfa: changes.requireMfa } : {}) });
     });
   }
