@@ -123,6 +123,18 @@ export class SignInRules {
   }
 
   /**
+   * Require SSO before a credential is compared (CONTRACT 12.6): the address's enforcing
+   * requirement, if any, and whether its account is a superadmin, the one account whose
+   * credential is still compared there (without a right one it answers what everyone there gets,
+   * `asSsoRequiredUnlessRight`). Passwordless verify and passkey login ask it before they compare.
+   */
+  async beforeCredential(email: string, userId: string | undefined): Promise<{ requirement: SsoRequirement; superadmin: boolean } | undefined> {
+    const requirement = await this.ssoRequirement(email);
+    if (!requirement) return undefined;
+    return { requirement, superadmin: userId !== undefined && (await this.context.store.repos.roles.isSuperadmin(userId)) };
+  }
+
+  /**
    * 403 `sso_required` for an address at an enforcing organization's domain, unless the
    * sign-in came through that organization's connection (`viaConnectionId`) or the account is
    * a superadmin whose credential was right. Answers the requirement for callers that must

@@ -214,16 +214,16 @@ export class PasskeyService {
     // assertions would lock the employee out of the organization's IdP). Only a superadmin's
     // assertion is verified there, and without a right one it answers the same 403.
     const owner = await repos.users.findById(passkey.userId);
-    const ssoRequirement = owner ? await this.signInRules.ssoRequirement(owner.email) : undefined;
-    if (ssoRequirement && !(owner && (await repos.roles.isSuperadmin(owner.id)))) {
+    const enforced = owner ? await this.signInRules.beforeCredential(owner.email, owner.id) : undefined;
+    if (enforced && !enforced.superadmin) {
       // The challenge is spent all the same.
       await runUnitOfWork(this.context, meta, (uow) => consume(uow));
-      throw ssoRequired(ssoRequirement);
+      throw ssoRequired(enforced.requirement);
     }
     try {
       return await this.verifyKnownPasskeyLogin(passkey, input, challenge, consume, meta);
     } catch (error) {
-      throw ssoRequirement ? asSsoRequiredUnlessRight(error, ssoRequirement) : error;
+      throw enforced ? asSsoRequiredUnlessRight(error, enforced.requirement) : error;
     }
   }
 

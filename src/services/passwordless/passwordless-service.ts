@@ -144,15 +144,14 @@ export class PasswordlessService {
     // same with or without an account, counting toward nothing. Only a superadmin's right code passes;
     // a wrong one gets the same 403, and counts as it would anywhere else.
     const address = this.addressOf(challenge, account);
-    const requirement = address === undefined ? undefined : await this.signInRules.ssoRequirement(address);
-    const exempt = requirement !== undefined && account !== undefined && (await repos.roles.isSuperadmin(account.id));
+    const enforced = address === undefined ? undefined : await this.signInRules.beforeCredential(address, account?.id);
     try {
       return await this.recordingRefusal(account, method, meta, async () => {
-        if (requirement && !exempt) throw ssoRequired(requirement);
+        if (enforced && !enforced.superadmin) throw ssoRequired(enforced.requirement);
         return this.verifyChallenge(challenge, account, proof, method, meta);
       });
     } catch (error) {
-      throw requirement ? asSsoRequiredUnlessRight(error, requirement) : error;
+      throw enforced ? asSsoRequiredUnlessRight(error, enforced.requirement) : error;
     }
   }
 
