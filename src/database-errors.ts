@@ -18,14 +18,18 @@ export function isDeadlock(error: unknown): boolean {
   return (error as { code?: string } | undefined)?.code === '40P01';
 }
 
-/** Errors that mean "the database is not there right now" rather than a bug. */
+/**
+ * Errors that mean "the database is not there right now" rather than a bug. pg answers a query
+ * on a client whose connection broke (a backend terminated mid-transaction) with "... is not
+ * queryable", which has no code.
+ */
 export function isConnectionError(error: unknown): boolean {
   const candidate = error as { code?: string; name?: string; message?: string } | undefined;
   if (!candidate) return false;
   if (candidate.name === 'KnexTimeoutError') return true;
   const code = candidate.code ?? '';
   return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', '57P01', '57P02', '57P03', '08000', '08001', '08003', '08006', 'SQLITE_BUSY', 'SQLITE_CANTOPEN'].includes(code)
-    || /Connection terminated|connect ECONNREFUSED|timeout acquiring a connection/i.test(candidate.message ?? '');
+    || /Connection terminated|connect ECONNREFUSED|timeout acquiring a connection|is not queryable/i.test(candidate.message ?? '');
 }
 
 /**

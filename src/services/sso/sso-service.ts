@@ -41,6 +41,8 @@ import { TOMBSTONE_EMAIL_DOMAIN } from '../accounts/user-admin-service.js';
 /** The flow key of every single sign-on flow; never a social provider id (those match `[a-z0-9-]`). */
 export const SSO_FLOW_KEY = '@sso';
 const HTTP_TIMEOUT_MS = 10_000;
+/** A TXT query unanswered within this bound is a DNS error (422 `domain_not_verified`), never a hang. */
+const TXT_TIMEOUT_MS = 10_000;
 const CLOCK_TOLERANCE_SECONDS = 30;
 const DISCOVERY_CACHE_MS = 60 * 60 * 1000;
 const DEFAULT_SCOPES = ['openid', 'email', 'profile'];
@@ -175,7 +177,7 @@ export class SsoService {
     if (taken && taken.organizationId !== organizationId) throw domainTaken();
     let records: string[][];
     try {
-      records = await this.resolveTxt(this.txtName(domain.domain));
+      records = await withinTxtBound(this.resolveTxt(this.txtName(domain.domain)));
     } catch {
       records = [];
     }
@@ -790,4 +792,13 @@ function issuerFailure(error: unknown): IdentityError {
     current = candidate.cause;
   }
   return invalidIssuer('discovery_failed', 'The issuer could not be discovered.');
+}
+
+/** `query`, or a rejection once TXT_TIMEOUT_MS has passed without an answer. */
+function withinTxtBound<T>(query: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`TXT query unanswered after ${TXT_TIMEOUT_MS} ms`)), TXT_TIMEOUT_MS);
+  });
+  return Promise.race([query, expired]).finally(() => clearTimeout(timer));
 }

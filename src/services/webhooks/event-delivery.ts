@@ -296,14 +296,26 @@ export class EventDelivery implements EventOutbox {
       });
   }
 
-  /** Calls `onEvent`; called synchronously up to the listener's first await. */
+  /**
+   * Calls `onEvent`; called synchronously up to the listener's first await. A listener that has
+   * not settled within `webhooks.timeoutMs` (within half a lease, a config rule) counts as failed
+   * and is called again on the schedule: one that never settles would otherwise hold its claim,
+   * and so the worker's every later pass, for ever.
+   */
   private async callListener(event: IdentityEvent): Promise<AttemptResult> {
+    let timer: NodeJS.Timeout | undefined;
     try {
-      await this.context.onEvent!(event);
+      const timeoutMs = this.context.config.webhooks.timeoutMs;
+      const expired = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`the listener did not settle within ${timeoutMs} ms`)), timeoutMs);
+      });
+      await Promise.race([this.context.onEvent!(event), expired]);
       return { kind: 'delivered', lastStatus: null };
     } catch (error) {
       this.context.logger.error(`onEvent listener failed for ${event.type}; it is called again on the retry schedule`, { event_id: event.id, error: describeError(error) });
       return { kind: 'failed', lastStatus: null, lastError: 'listener_error' };
+    } finally {
+      clearTimeout(timer);
     }
   }
 
