@@ -3,6 +3,7 @@ import type { ClientRateLimitInfo, IncrementResponse, Options, Store as RateLimi
 import type { RateLimitGroup } from '../config/types.js';
 import { errors } from '../errors.js';
 import { Occasional, PRUNE_EVERY_MS } from '../services/shared/occasional.js';
+import { settleWithin } from '../services/shared/settle-within.js';
 
 /** A store that does not answer within this long counts as down (docs/getting-started.md: never a hang). */
 const STORE_TIMEOUT_MS = 5000;
@@ -74,12 +75,7 @@ export class DatabaseRateLimitStore implements RateLimitStore {
 }
 
 function withTimeout<T>(work: Promise<T> | T): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_resolve, reject) => {
-    timer = setTimeout(() => reject(new Error(`rate-limit store did not answer within ${STORE_TIMEOUT_MS} ms`)), STORE_TIMEOUT_MS);
-    timer.unref();
-  });
-  return Promise.race([Promise.resolve(work), timeout]).finally(() => clearTimeout(timer));
+  return settleWithin(work, STORE_TIMEOUT_MS, `rate-limit store did not answer within ${STORE_TIMEOUT_MS} ms`);
 }
 
 /**

@@ -33,6 +33,7 @@ import {
 } from '../social/federated-flow.js';
 import { addressDomain, domainForm, normaliseEmail, providerDisplayName } from '../shared/identity-rules.js';
 import { iso } from '../shared/iso-time.js';
+import { settleWithin } from '../shared/settle-within.js';
 import { type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from '../social/social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
@@ -177,7 +178,7 @@ export class SsoService {
     if (taken && taken.organizationId !== organizationId) throw domainTaken();
     let records: string[][];
     try {
-      records = await withinTxtBound(this.resolveTxt(this.txtName(domain.domain)));
+      records = await settleWithin(this.resolveTxt(this.txtName(domain.domain)), TXT_TIMEOUT_MS, `TXT query unanswered after ${TXT_TIMEOUT_MS} ms`);
     } catch {
       records = [];
     }
@@ -792,13 +793,4 @@ function issuerFailure(error: unknown): IdentityError {
     current = candidate.cause;
   }
   return invalidIssuer('discovery_failed', 'The issuer could not be discovered.');
-}
-
-/** `query`, or a rejection once TXT_TIMEOUT_MS has passed without an answer. */
-function withinTxtBound<T>(query: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`TXT query unanswered after ${TXT_TIMEOUT_MS} ms`)), TXT_TIMEOUT_MS);
-  });
-  return Promise.race([query, expired]).finally(() => clearTimeout(timer));
 }

@@ -10,6 +10,7 @@ import { timeOrderedUuid } from '../shared/ids.js';
 import { attemptWebhook, type AttemptResult } from './webhook-attempt.js';
 import { disableWebhook } from './webhook-service.js';
 import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
+import { settleWithin } from '../shared/settle-within.js';
 
 /** Rows one claim takes; a pass claims again until nothing is due. */
 const CLAIM_BATCH = 100;
@@ -303,19 +304,13 @@ export class EventDelivery implements EventOutbox {
    * and so the worker's every later pass, for ever.
    */
   private async callListener(event: IdentityEvent): Promise<AttemptResult> {
-    let timer: NodeJS.Timeout | undefined;
     try {
       const timeoutMs = this.context.config.webhooks.timeoutMs;
-      const expired = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`the listener did not settle within ${timeoutMs} ms`)), timeoutMs);
-      });
-      await Promise.race([this.context.onEvent!(event), expired]);
+      await settleWithin(this.context.onEvent!(event), timeoutMs, `the listener did not settle within ${timeoutMs} ms`);
       return { kind: 'delivered', lastStatus: null };
     } catch (error) {
       this.context.logger.error(`onEvent listener failed for ${event.type}; it is called again on the retry schedule`, { event_id: event.id, error: describeError(error) });
       return { kind: 'failed', lastStatus: null, lastError: 'listener_error' };
-    } finally {
-      clearTimeout(timer);
     }
   }
 
