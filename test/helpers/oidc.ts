@@ -197,6 +197,16 @@ export async function startLogin(h: Harness, body: Record<string, unknown> = {})
   return { handoff, authorizationUrl: started.body.data.authorization_url };
 }
 
+/** A link flow started by the session of `token`, for socialRoundTrip. */
+export function startLink(h: Harness, token: string): () => Promise<SocialStart> {
+  return async () => {
+    const handoff = handoffPair();
+    const started = await h.post(`/auth/social/${PROVIDER_ID}/link`, { handoff_challenge: handoff.challenge, handoff_challenge_method: 'S256' }, { token });
+    if (started.status !== 200) throw new Error(`link start failed: ${started.status} ${started.text}`);
+    return { handoff, authorizationUrl: started.body.data.authorization_url };
+  };
+}
+
 /** What the router's callback said: the social_code or social_error on the redirect. */
 export interface CallbackResult {
   response: TestResponse;

@@ -75,3 +75,14 @@ export async function createWebhook(h: Harness, org: CreatedOrg, url: string, ev
   assert.equal(response.status, 201, response.text);
   return response.body.data;
 }
+
+/** Active members holding the organization's owner role, read from the tables, not through the API. */
+export async function activeOwners(h: Harness, orgId: string): Promise<string[]> {
+  const t = h.tablePrefix;
+  return h
+    .knex(`${t}memberships as m`)
+    .join(`${t}member_roles as mr`, 'mr.membership_id', 'm.id')
+    .join(`${t}roles as r`, 'r.id', 'mr.role_id')
+    .where({ 'm.organization_id': orgId, 'm.status': 'active', 'r.slug': 'owner', 'r.is_system': true })
+    .pluck('m.user_id');
+}

@@ -20,7 +20,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { assertError } from '../helpers/account.js';
 import { Harness, TEST_DB, uniqueEmail } from '../helpers/harness.js';
-import { addMember, createOrg, type CreatedOrg, memberOf, roleIdOf, superadmin, switchOrg } from '../helpers/orgs.js';
+import { activeOwners, addMember, createOrg, type CreatedOrg, memberOf, roleIdOf, superadmin, switchOrg } from '../helpers/orgs.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 
 let h: Harness;
@@ -351,17 +351,6 @@ test('listings leak nothing: no hash, token, key or secret; no e-mail of another
   assert.equal(members.find((member) => member.user_id === aInvitee.userId).email, null);
 });
 
-/** Active members holding the organization's owner role (read from the tables, not through the API). */
-async function activeOwners(orgId: string): Promise<string[]> {
-  const t = h.tablePrefix;
-  return h
-    .knex(`${t}memberships as m`)
-    .join(`${t}member_roles as mr`, 'mr.membership_id', 'm.id')
-    .join(`${t}roles as r`, 'r.id', 'mr.role_id')
-    .where({ 'm.organization_id': orgId, 'm.status': 'active', 'r.slug': 'owner', 'r.is_system': true })
-    .pluck('m.user_id');
-}
-
 test('the last two owners ending each other\'s ownership at once, by different paths, always leave exactly one active owner', async () => {
   // Threat: a check-then-act race (READ COMMITTED on PostgreSQL) in which two requests each count
   // two owners and each end one of them through a different path (removal, suspension,
@@ -390,10 +379,10 @@ test('the last two owners ending each other\'s ownership at once, by different p
     for (let round = 0; round < rounds; round += 1) {
       const org = await createOrg(h);
       const second = await addMember(h, org, org.owner.token, ['owner']);
-      assert.equal((await activeOwners(org.id)).length, 2);
+      assert.equal((await activeOwners(h, org.id)).length, 2);
       const answers = await Promise.all(pair(org, second));
       const statuses = answers.map((answer) => answer.status);
-      assert.equal((await activeOwners(org.id)).length, 1, `${name}, round ${round}: statuses ${statuses}`);
+      assert.equal((await activeOwners(h, org.id)).length, 1, `${name}, round ${round}: statuses ${statuses}`);
       assert.equal(statuses.filter((status) => status === 200).length, 1, `${name}, round ${round}: statuses ${statuses}`);
       for (const status of statuses) assert.ok([200, 401, 403, 404, 409].includes(status), `${name}, round ${round}: statuses ${statuses}`);
     }

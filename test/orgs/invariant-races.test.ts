@@ -13,7 +13,7 @@ import { countRows } from '../helpers/account.js';
 import { Harness, TEST_DB, uniqueEmail } from '../helpers/harness.js';
 import { withRequestInTheWindow } from '../helpers/interleaving.js';
 import { newSubject, type TestOpenIdProvider, TestOpenIdProvider as OpenIdProvider } from '../helpers/oidc.js';
-import { addMember, createOrg, type CreatedOrg, memberOf, switchOrg } from '../helpers/orgs.js';
+import { activeOwners, addMember, createOrg, type CreatedOrg, memberOf, switchOrg } from '../helpers/orgs.js';
 import { addressAt, addVerifiedDomain, connect, ssoLogin, startSsoHarness, StubDns } from '../helpers/sso.js';
 import { ApiKeyRepository } from '../../src/store/api-key-repository.js';
 import { MembershipRepository, OrganizationRepository, RoleRepository } from '../../src/store/organization-repository.js';
@@ -34,16 +34,6 @@ function lastError(): string {
   return JSON.stringify(h.logs.filter((line) => line.level === 'error').at(-1) ?? null);
 }
 
-async function activeOwners(orgId: string): Promise<string[]> {
-  const t = h.tablePrefix;
-  return h
-    .knex(`${t}memberships as m`)
-    .join(`${t}member_roles as mr`, 'mr.membership_id', 'm.id')
-    .join(`${t}roles as r`, 'r.id', 'mr.role_id')
-    .where({ 'm.organization_id': orgId, 'm.status': 'active', 'r.slug': 'owner', 'r.is_system': true })
-    .pluck('m.user_id');
-}
-
 /** Another session of a user, scoped to the organization: its requests do not queue behind the first session's row. */
 async function secondSession(user: { email: string; password: string }, organizationId: string): Promise<string> {
   const login = await h.post('/auth/login', { email: user.email, password: user.password });
@@ -54,7 +44,7 @@ async function secondSession(user: { email: string; password: string }, organiza
 async function twoOwners(): Promise<{ org: CreatedOrg; second: Awaited<ReturnType<typeof addMember>> }> {
   const org = await createOrg(h);
   const second = await addMember(h, org, org.owner.token, ['owner']);
-  assert.deepEqual((await activeOwners(org.id)).sort(), [org.owner.userId, second.userId].sort());
+  assert.deepEqual((await activeOwners(h, org.id)).sort(), [org.owner.userId, second.userId].sort());
   return { org, second };
 }
 
@@ -83,7 +73,7 @@ describe(`the last active owner under races (${TEST_DB})`, () => {
     assert.equal(first.status, 200, `${first.text} ${lastError()}`);
     // The second owner is no owner any more once the first demotion commits: owner protection.
     assert.equal(reply?.status, 403, reply?.text);
-    assert.deepEqual(await activeOwners(org.id), [org.owner.userId]);
+    assert.deepEqual(await activeOwners(h, org.id), [org.owner.userId]);
   });
 
   test('an owner suspended while demoting the last other owner: either order leaves exactly one active owner', PG_ONLY, async () => {
@@ -98,7 +88,7 @@ describe(`the last active owner under races (${TEST_DB})`, () => {
       );
       assert.equal(demoted.status, 200, `${demoted.text} ${lastError()}`);
       assert.equal(suspended?.status, 403, suspended?.text);
-      assert.deepEqual(await activeOwners(org.id), [second.userId]);
+      assert.deepEqual(await activeOwners(h, org.id), [second.userId]);
     }
     {
       // The suspension counts first; the demotion by the owner it suspends waits and finds its session ended.
@@ -111,7 +101,7 @@ describe(`the last active owner under races (${TEST_DB})`, () => {
       );
       assert.equal(suspended.status, 200, `${suspended.text} ${lastError()}`);
       assert.ok([401, 403].includes(demoted!.status), `${demoted?.status} ${demoted?.text}`);
-      assert.deepEqual(await activeOwners(org.id), [org.owner.userId]);
+      assert.deepEqual(await activeOwners(h, org.id), [org.owner.userId]);
     }
   });
 
@@ -125,7 +115,7 @@ describe(`the last active owner under races (${TEST_DB})`, () => {
     );
     assert.equal(left?.status, 200, left?.text);
     assert.equal(deleted.status, 409, `deletion counted the owner who left: ${deleted.status} ${deleted.text} ${lastError()}`);
-    assert.deepEqual(await activeOwners(org.id), [org.owner.userId]);
+    assert.deepEqual(await activeOwners(h, org.id), [org.owner.userId]);
   });
 
   test('an owner deletes their account while removing the other owner from another session: the removal waits, then finds its actor gone; one owner stays', PG_ONLY, async () => {
@@ -140,7 +130,7 @@ describe(`the last active owner under races (${TEST_DB})`, () => {
     assert.equal(deleted.status, 200, `${deleted.text} ${lastError()}`);
     // Admitted while both lived; under the organization's lock the actor is gone (membership and session).
     assert.ok([401, 403].includes(removed!.status), `${removed?.status} ${removed?.text}`);
-    assert.deepEqual(await activeOwners(org.id), [second.userId]);
+    assert.deepEqual(await activeOwners(h, org.id), [second.userId]);
   });
 
   test('ownership transfer racing the new owner\'s removal: either order, the organization keeps its owner and nothing of the removed member', PG_ONLY, async () => {
@@ -157,7 +147,7 @@ describe(`the last active owner under races (${TEST_DB})`, () => {
       );
       assert.equal(granted.status, 200, `${granted.text} ${lastError()}`);
       assert.equal(removed?.status, 200, removed?.text);
-      assert.deepEqual(await activeOwners(org.id), [org.owner.userId]);
+      assert.deepEqual(await activeOwners(h, org.id), [org.owner.userId]);
       assert.equal(await countRows(h, 'memberships', { organization_id: org.id, user_id: admin.userId }), 0);
     }
     {
@@ -173,7 +163,7 @@ describe(`the last active owner under races (${TEST_DB})`, () => {
       );
       assert.equal(removed.status, 200, `${removed.text} ${lastError()}`);
       assert.equal(granted?.status, 404, granted?.text);
-      assert.deepEqual(await activeOwners(org.id), [org.owner.userId]);
+      assert.deepEqual(await activeOwners(h, org.id), [org.owner.userId]);
       assert.equal(await countRows(h, 'memberships', { organization_id: org.id, user_id: admin.userId }), 0);
     }
   });
@@ -294,7 +284,7 @@ describe(`in sequence (${TEST_DB})`, () => {
     assert.equal((await h.patch(`/orgs/${org.id}/members/${org.owner.userId}`, { status: 'suspended' }, { token: org.owner.token })).status, 409);
     assert.equal((await h.patch(`/orgs/${org.id}/members/${org.owner.userId}/roles`, { role_slugs: ['admin'] }, { token: org.owner.token })).status, 409);
     assert.equal((await h.delete(`/users/${org.owner.userId}`, { token: org.owner.accessToken })).status, 409);
-    assert.deepEqual(await activeOwners(org.id), [org.owner.userId]);
+    assert.deepEqual(await activeOwners(h, org.id), [org.owner.userId]);
     const member = await addMember(h, org, org.owner.token, ['member']);
     assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'suspended' }, { token: org.owner.token })).status, 200);
     assert.equal((await h.post(`/orgs/${org.id}/invites`, { email: member.email, role_slugs: ['admin'] }, { token: org.owner.token })).status, 422);

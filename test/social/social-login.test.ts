@@ -14,10 +14,10 @@ import {
   socialLogin,
   socialRoundTrip,
   socialRoundTripAndExchange,
+  startLink,
   startSocialHarness,
   TestOpenIdProvider,
   type ProviderAccount,
-  type SocialStart,
 } from '../helpers/oidc.js';
 
 // docs/social-login.md: social login against a real OpenID provider (oidc-provider in this process).
@@ -37,16 +37,6 @@ after(async () => {
 
 function verifiedAccount(overrides: Partial<ProviderAccount> = {}): ProviderAccount {
   return { sub: newSubject(), email: uniqueEmail('social'), email_verified: true, name: 'Ada Lovelace', ...overrides };
-}
-
-/** A link flow started with `token`, for socialRoundTrip. */
-function startLink(token: string): () => Promise<SocialStart> {
-  return async () => {
-    const handoff = handoffPair();
-    const started = await h.post(`/auth/social/${PROVIDER_ID}/link`, { handoff_challenge: handoff.challenge, handoff_challenge_method: 'S256' }, { token });
-    assert.equal(started.status, 200, started.text);
-    return { handoff, authorizationUrl: started.body.data.authorization_url };
-  };
 }
 
 describe('configuration and discovery', () => {
@@ -354,7 +344,7 @@ describe('linking and unlinking', () => {
     const token = stepped.body.data.access_token;
     // The provider's e-mail may differ from the account's: an explicit link is proof enough.
     const account = verifiedAccount();
-    const trip = await socialRoundTrip(h, op, account, startLink(token));
+    const trip = await socialRoundTrip(h, op, account, startLink(h, token));
     assert.ok(trip.code, `link callback: ${trip.error}`);
     const exchanged = await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }, { token });
     assert.equal(exchanged.status, 200, exchanged.text);
@@ -370,7 +360,7 @@ describe('linking and unlinking', () => {
     assert.equal(gated.body.data.mfa_required, true);
     // Linking the same identity again is idempotent.
     h.clock.advance(30);
-    const again = await socialRoundTrip(h, op, account, startLink(token));
+    const again = await socialRoundTrip(h, op, account, startLink(h, token));
     assert.ok(again.code, `${again.error}`);
     const relinked = await exchangeCode(h, again, token);
     assert.equal(relinked.status, 200, relinked.text);
@@ -387,9 +377,9 @@ describe('linking and unlinking', () => {
 
   test('one identity per provider per user: a second subject is provider_already_linked', async () => {
     const user = await h.signUp();
-    const first = await socialRoundTripAndExchange(h, op, verifiedAccount(), { start: startLink(user.accessToken), token: user.accessToken });
+    const first = await socialRoundTripAndExchange(h, op, verifiedAccount(), { start: startLink(h, user.accessToken), token: user.accessToken });
     assert.equal(first.exchanged.status, 200, first.exchanged.text);
-    const second = await socialRoundTripAndExchange(h, op, verifiedAccount(), { start: startLink(user.accessToken), token: user.accessToken });
+    const second = await socialRoundTripAndExchange(h, op, verifiedAccount(), { start: startLink(h, user.accessToken), token: user.accessToken });
     assert.equal(second.trip.error, null, 'the callback refuses nothing: the link is made at the exchange');
     assertError(second.exchanged, 409, 'provider_already_linked');
     assert.equal(await countRows(h, 'social_identities', { user_id: user.userId }), 1);
@@ -398,7 +388,7 @@ describe('linking and unlinking', () => {
   test('a link flow whose session was revoked meanwhile ends with session_ended', async () => {
     const user = await h.signUp();
     op.use(verifiedAccount());
-    const started = await startLink(user.accessToken)();
+    const started = await startLink(h, user.accessToken)();
     assert.equal((await h.post('/auth/logout', {}, { token: user.accessToken })).status, 200);
     const callback = await callRouterCallback(h, await authorizeAtProvider(started.authorizationUrl));
     assert.ok(callback.code, `the callback refuses nothing: ${callback.error}`);
@@ -410,10 +400,10 @@ describe('linking and unlinking', () => {
   test('a link exchange code without the bearer of its user is 401 and burned', async () => {
     const user = await h.signUp();
     const other = await h.signUp();
-    const trip = await socialRoundTrip(h, op, verifiedAccount(), startLink(user.accessToken));
+    const trip = await socialRoundTrip(h, op, verifiedAccount(), startLink(h, user.accessToken));
     const withoutBearer = await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier });
     assertError(withoutBearer, 401, 'unauthorized');
-    const trip2 = await socialRoundTrip(h, op, verifiedAccount({ sub: newSubject() }), startLink(other.accessToken));
+    const trip2 = await socialRoundTrip(h, op, verifiedAccount({ sub: newSubject() }), startLink(h, other.accessToken));
     assertError(await h.post('/auth/social/exchange', { code: trip2.code, handoff_verifier: trip2.handoff.verifier }, { token: user.accessToken }), 401, 'unauthorized');
     // Burned: even the right bearer cannot use it now.
     assertError(await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }, { token: user.accessToken }), 400, 'invalid_token');
@@ -422,7 +412,7 @@ describe('linking and unlinking', () => {
   test('unlink needs step-up, removes the link without revoking sessions, and is 404 for another user\'s identity', async () => {
     const user = await h.signUp();
     const totp = await enrollTotp(h, user.accessToken);
-    const trip = await socialRoundTrip(h, op, verifiedAccount(), startLink(user.accessToken));
+    const trip = await socialRoundTrip(h, op, verifiedAccount(), startLink(h, user.accessToken));
     const exchanged = await h.post('/auth/social/exchange', { code: trip.code, handoff_verifier: trip.handoff.verifier }, { token: user.accessToken });
     const identityId = exchanged.body.data.identity.id;
 

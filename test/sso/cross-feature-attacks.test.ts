@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import { assertError } from '../helpers/account.js';
 import type { Harness, SignedUpUser, TestResponse } from '../helpers/harness.js';
 import { enrollTotp, loginForTicket, nextTotpCode } from '../helpers/mfa.js';
-import { handoffPair, newSubject, PROVIDER_ID, socialConfig, socialRoundTrip, type SocialStart, TestOpenIdProvider, exchangeCode } from '../helpers/oidc.js';
+import { newSubject, socialConfig, socialRoundTrip, type SocialStart, startLink, TestOpenIdProvider, exchangeCode } from '../helpers/oidc.js';
 import { fixtures, fixtureWebauthnConfig, loginChallengeFor, type RecordedAssertion, registerRecorded } from '../helpers/passkeys.js';
 import { addressAt, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
 
@@ -66,13 +66,13 @@ before(async () => {
   linkedSubject = newSubject();
   const linked = await exchangeCode(
     h,
-    await socialRoundTrip(h, op, { sub: linkedSubject, email: addressAt('elsewhere.test', 'private'), email_verified: true }, startLink(linkedEmployee.accessToken)),
+    await socialRoundTrip(h, op, { sub: linkedSubject, email: addressAt('elsewhere.test', 'private'), email_verified: true }, startLink(h, linkedEmployee.accessToken)),
     linkedEmployee.accessToken,
   );
   assert.equal(linked.status, 200, linked.text);
 
   linker = await h.signUp(addressAt(setup.domain, 'linker'));
-  linkStartedBeforeEnforcement = await startLink(linker.accessToken)();
+  linkStartedBeforeEnforcement = await startLink(h, linker.accessToken)();
 
   const enforced = await h.patch(`/orgs/${setup.org.id}/sso`, { enforce: true }, { token: setup.org.owner.token });
   assert.equal(enforced.status, 200, enforced.text);
@@ -81,15 +81,6 @@ after(async () => {
   await h.close();
   await op.close();
 });
-
-function startLink(token: string): () => Promise<SocialStart> {
-  return async () => {
-    const handoff = handoffPair();
-    const started = await h.post(`/auth/social/${PROVIDER_ID}/link`, { handoff_challenge: handoff.challenge, handoff_challenge_method: 'S256' }, { token });
-    assert.equal(started.status, 200, started.text);
-    return { handoff, authorizationUrl: started.body.data.authorization_url };
-  };
-}
 
 function assertSsoRequired(response: TestResponse, status = 403, context = ''): void {
   assertError(response, status, 'sso_required', context);
