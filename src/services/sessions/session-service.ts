@@ -96,7 +96,7 @@ export class SessionService {
    */
   async openPastGate(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, held?: HeldProof): Promise<OpenedSession | undefined> {
     const session = this.newSession(user, authentication, meta, uow.now);
-    if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true, unprovenAddress: held?.unprovenAddress })) return this.opened(session, user);
+    if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true, ...heldConditions(held) })) return this.opened(session, user);
     await this.throwIfAccountChanged(uow.repos, user.id, held);
     return undefined;
   }
@@ -122,7 +122,7 @@ export class SessionService {
     let session: SessionRecord | undefined;
     const written = await commitRecordedWrite(this.context, meta, signedIn, (repos, now, recording) => {
       session = this.newSession(user, { mfa: false, amr, authTime: now }, meta, now);
-      return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true, comparedPasswordHash: held?.passwordHash });
+      return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true, ...heldConditions(held) });
     });
     if (written) return this.opened(session!, user);
     await this.throwIfAccountChanged(this.context.store.repos, user.id, held);
@@ -396,4 +396,9 @@ export class SessionService {
     });
     return this.sign(subject);
   }
+}
+
+/** What a sign-in's session is written against (`SessionRepository.insert`), whichever way it opens: all of its `HeldProof`. */
+function heldConditions(held: HeldProof | undefined): { comparedPasswordHash?: string | null | undefined; unprovenAddress?: boolean | undefined } {
+  return { comparedPasswordHash: held?.passwordHash, unprovenAddress: held?.unprovenAddress };
 }
