@@ -4,7 +4,7 @@ import { assertError } from '../helpers/account.js';
 import { Harness, STRONG_PASSWORD, type SignedUpUser, TEST_DB, type TestResponse, uniqueEmail } from '../helpers/harness.js';
 import { countingDeadlocks, withRequestInTheWindow } from '../helpers/interleaving.js';
 import { TestOpenIdProvider } from '../helpers/oidc.js';
-import { addressAt, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, assertSsoRequiredBy, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
 import { OneTimeTokenRepository } from '../../src/store/session-repository.js';
 import { UserRepository } from '../../src/store/user-repository.js';
 
@@ -44,8 +44,7 @@ after(async () => {
 });
 
 function assertSsoRequired(response: TestResponse, context: string): void {
-  assertError(response, 403, 'sso_required', context);
-  assert.equal(response.body.organization_slug, setup.org.slug, context);
+  assertSsoRequiredBy(response, setup.org.slug, 403, context);
 }
 
 describe('a superadmin at an enforcing domain answers like anyone there without a right credential', () => {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';
-import { Harness, type HarnessOptions, uniqueEmail } from './harness.js';
+import { assertError } from './account.js';
+import { Harness, type HarnessOptions, type TestResponse, uniqueEmail } from './harness.js';
 import { authorizeAtProvider, callRouterCallback, CLIENT_ID, CLIENT_SECRET, handoffPair, REDIRECT_BASE, RETURN_URL, type ProviderAccount, TestOpenIdProvider } from './oidc.js';
 import { createOrg, type CreatedOrg } from './orgs.js';
 
@@ -146,4 +147,10 @@ export function withSsoHarness(dns: StubDns, started: (running: { op: TestOpenId
     await running?.h.close();
     await running?.op.close();
   });
+}
+
+/** `status` (403 unless said) `sso_required`, naming the organization whose single sign-on the address needs. */
+export function assertSsoRequiredBy(response: TestResponse, organizationSlug: string, status = 403, context = ''): void {
+  assertError(response, status, 'sso_required', context);
+  assert.equal(response.body.organization_slug, organizationSlug, context);
 }

@@ -5,7 +5,7 @@ import type { Harness, SignedUpUser, TestResponse } from '../helpers/harness.js'
 import { enrollTotp, loginForTicket, nextTotpCode } from '../helpers/mfa.js';
 import { newSubject, socialConfig, socialRoundTrip, type SocialStart, startLink, TestOpenIdProvider, exchangeCode } from '../helpers/oidc.js';
 import { fixtures, fixtureWebauthnConfig, loginChallengeFor, type RecordedAssertion, registerRecorded } from '../helpers/passkeys.js';
-import { addressAt, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, assertSsoRequiredBy, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
 
 /*
  * Features combined: "require SSO" (docs/sso.md, CONTRACT 12.6) where it meets the other ways in.
@@ -83,8 +83,7 @@ after(async () => {
 });
 
 function assertSsoRequired(response: TestResponse, status = 403, context = ''): void {
-  assertError(response, status, 'sso_required', context);
-  assert.equal(response.body.organization_slug, setup.org.slug, context);
+  assertSsoRequiredBy(response, setup.org.slug, status, context);
 }
 
 /** The recorded assertion with its signature altered: what someone who knows the credential id can send. */

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { assertError, countRows } from '../helpers/account.js';
+import { countRows } from '../helpers/account.js';
 import { type Harness, STRONG_PASSWORD, type SignedUpUser, type TestResponse } from '../helpers/harness.js';
 import { newSubject, PROVIDER_ID, socialConfig, socialLogin, socialRoundTrip, TestOpenIdProvider } from '../helpers/oidc.js';
 import { createOrg, switchOrg } from '../helpers/orgs.js';
 import { fixtures, fixtureWebauthnConfig, passwordlessLogin, registerRecorded } from '../helpers/passkeys.js';
-import { addressAt, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
+import { addressAt, assertSsoRequiredBy, ssoLogin, ssoOrg, startSsoHarness, StubDns } from '../helpers/sso.js';
 
 /*
  * docs/sso.md, "require SSO": while a connection is active with enforce on, every address at
@@ -47,8 +47,7 @@ after(async () => {
 });
 
 function assertSsoRequired(response: TestResponse, status = 403, context = ''): void {
-  assertError(response, status, 'sso_required', context);
-  assert.equal(response.body.organization_slug, setup.org.slug, context);
+  assertSsoRequiredBy(response, setup.org.slug, status, context);
 }
 
 describe('every path refused for an address at an enforcing domain', () => {
@@ -169,7 +168,7 @@ describe('enforcement ends with the connection', () => {
     const local = await ssoOrg(h, dns, op);
     const user = await h.signUp(addressAt(local.domain, 'later'));
     assert.equal((await h.patch(`/orgs/${local.org.id}/sso`, { enforce: true }, { token: local.org.owner.token })).status, 200);
-    assertSsoRequired2(await h.post('/auth/login', { email: user.email, password: user.password }), local.org.slug);
+    assertSsoRequiredBy(await h.post('/auth/login', { email: user.email, password: user.password }), local.org.slug);
     const domains = await h.get(`/orgs/${local.org.id}/domains`, { token: local.org.owner.token });
     assert.equal((await h.delete(`/orgs/${local.org.id}/domains/${domains.body.data.domains[0].id}`, { token: local.org.owner.token })).status, 200);
     assert.equal((await h.post('/auth/login', { email: user.email, password: user.password })).status, 200);
@@ -177,11 +176,6 @@ describe('enforcement ends with the connection', () => {
     assert.equal(connection.body.data.status, 'inactive');
   });
 });
-
-function assertSsoRequired2(response: TestResponse, slug: string): void {
-  assertError(response, 403, 'sso_required');
-  assert.equal(response.body.organization_slug, slug);
-}
 
 /** The owner's sign-in is older than step-up's max age by now in some runs; sign in again for a fresh one. */
 async function freshOwnerToken(): Promise<string> {
