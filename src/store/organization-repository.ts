@@ -188,6 +188,12 @@ export class RoleRepository extends Repository {
     return row ? mapRole(row) : undefined;
   }
 
+  /** The role, its row locked until the transaction ends: an edit compares against what it then writes over. */
+  async findInOrganizationForUpdate(organizationId: string, roleId: string): Promise<RoleRecord | undefined> {
+    const row = await this.lockForUpdate(this.db(this.table.roles).where({ organization_id: organizationId, id: roleId })).first();
+    return row ? mapRole(row) : undefined;
+  }
+
   async findBySlugs(organizationId: string, slugs: string[]): Promise<RoleRecord[]> {
     if (slugs.length === 0) return [];
     return (await this.db(this.table.roles).where({ organization_id: organizationId }).whereIn('slug', slugs)).map(mapRole);

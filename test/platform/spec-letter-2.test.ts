@@ -46,6 +46,24 @@ describe('spec 6: an event only for a change that happened', () => {
     assert.equal((await h.get(`/orgs/${org.id}`, { token: org.owner.token })).body.data.name, 'Other Name');
   });
 
+  test('PATCH a role with the values it already has emits no role.updated; a real change names only the changed field', async () => {
+    const org = await createOrg(h);
+    const created = await h.post(`/orgs/${org.id}/roles`, { name: 'Readers', slug: 'readers', description: 'Read only', permission_keys: ['members.read', 'org.read'] }, { token: org.owner.token });
+    assert.equal(created.status, 201, created.text);
+    const path = `/orgs/${org.id}/roles/${created.body.data.id}`;
+    // The same values, the keys in another order: nothing changes.
+    const same = await emitted(h, () => h.patch(path, { name: 'Readers', description: 'Read only', permission_keys: ['org.read', 'members.read'] }, { token: org.owner.token }));
+    assert.equal(same.result.status, 200, same.result.text);
+    assert.equal(same.result.body.data.name, 'Readers');
+    assert.deepEqual(types(same.events), [], `no event for no change: ${JSON.stringify(same.events.map((event) => event.data))}`);
+    const renamed = await emitted(h, () => h.patch(path, { name: 'Viewers', description: 'Read only', permission_keys: ['members.read', 'org.read'] }, { token: org.owner.token }));
+    assert.equal(renamed.result.status, 200, renamed.result.text);
+    assert.deepEqual(types(renamed.events), ['role.updated']);
+    assert.deepEqual((renamed.events[0]!.data as { changes: string[] }).changes, ['name']);
+    const listed = (await h.get(`/orgs/${org.id}/roles`, { token: org.owner.token })).body.data as Array<{ id: string; name: string }>;
+    assert.equal(listed.find((role) => role.id === created.body.data.id)?.name, 'Viewers');
+  });
+
   test('PATCH members/{userId}/roles with the roles the member already holds emits no member.roles_changed', async () => {
     const org = await createOrg(h);
     const member = await addMember(h, org, org.owner.token, ['member']);

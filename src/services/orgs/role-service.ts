@@ -81,18 +81,21 @@ export class RoleService {
     const permissionKeys = changes.permissionKeys === undefined ? undefined : this.checkedKeys(changes.permissionKeys);
     return runUnitOfWork(this.context, meta, async (uow) => {
       const actor = await this.actor(uow, grant);
-      const role = await uow.repos.roles.findInOrganization(organizationId, roleId);
+      const role = await uow.repos.roles.findInOrganizationForUpdate(organizationId, roleId);
       if (!role) throw errors.notFound('Role');
       if (isOwnerRole(role)) throw errors.conflict('The owner role cannot be edited.');
       if (permissionKeys) assertHoldsEveryKey(actor, permissionKeys.filter((key) => !role.permissionKeys.includes(key)));
       // Editing a role that is, or becomes, owner-equivalent (docs/organizations.md): step-up.
       if (isOwnerEquivalent(role) || (permissionKeys && isOwnerEquivalent({ ...role, permissionKeys }))) await this.policy.assertStepUp(uow.repos, principal);
       if (permissionKeys) await this.checkSsoDefaultRole(uow, organizationId, { ...role, permissionKeys });
+      // Only a value that differs is a change (docs/events.md: `changes` names the fields changed);
+      // one that changes nothing writes and emits nothing, as an organization's PATCH does.
       const update = {
-        ...(changes.name !== undefined ? { name: changes.name } : {}),
-        ...(changes.description !== undefined ? { description: changes.description } : {}),
-        ...(permissionKeys !== undefined ? { permissionKeys } : {}),
+        ...(changes.name !== undefined && changes.name !== role.name ? { name: changes.name } : {}),
+        ...(changes.description !== undefined && changes.description !== role.description ? { description: changes.description } : {}),
+        ...(permissionKeys !== undefined && !sameKeys(permissionKeys, role.permissionKeys) ? { permissionKeys } : {}),
       };
+      if (Object.keys(update).length === 0) return roleView(role);
       await uow.repos.roles.update(role.id, update, uow.now);
       const updated: RoleRecord = { ...role, ...update, updatedAt: uow.now };
       await uow.emit({
@@ -143,4 +146,10 @@ export class RoleService {
     if (invalid.length > 0) throw errors.validation(invalid.map((key) => `"permission_keys" contains "${key}", which is not an organization permission in the catalog`));
     return unique.sort();
   }
+}
+
+/** Two sets of permission keys, whatever their order. */
+function sameKeys(a: readonly string[], b: readonly string[]): boolean {
+  const held = new Set(b);
+  return a.length === held.size && a.every((key) => held.has(key));
 }
