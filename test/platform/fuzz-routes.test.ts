@@ -51,7 +51,7 @@ const HOSTILE_VALUES: unknown[] = [
 const PATH_VALUES = ['%00', 'a%00b', '%FF', '%E2%82', 'x'.repeat(300), '__proto__', 'constructor', '..', '%2e%2e', 'null', '-1', '1e400', '%0A', '%7F', '%F0%9F%92%A5', 'a%2Fb', '%09', '%20', "'%20OR%201=1"];
 
 const QUERY_STRINGS = [
-  '?limit=1e400', '?limit=-1', '?limit=%00', '?cursor=%00', '?limit=1&limit=2', '?cursor[]=x', '?cursor=' + 'x'.repeat(2000),
+  '?limit=1e400', '?limit=-1', '?limit=%00', '?cursor=%00', '?limit=1&limit=2', '?cursor[]=x', `?cursor=${'x'.repeat(2000)}`,
   '?__proto__[polluted]=yes', '?constructor[prototype][polluted]=yes', '?__proto__=x', '?limit=0', '?limit=abc', '?format=%00', '?format=pdf', '?cursor=%FF',
 ];
 
