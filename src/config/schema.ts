@@ -3,7 +3,7 @@ import { parse as parseHost } from 'tldts';
 import { DEFAULTS, DEFAULT_RATE_LIMITS, RATE_LIMIT_GROUPS } from './defaults.js';
 import { seconds, secondsAtMost } from './durations.js';
 import type { IdentityConfig, RateLimitGroup, RateLimitRule, ResolvedConfig } from './types.js';
-import { resolveSocialConfig, socialConfigProblems, socialConfigSchema } from './social.js';
+import { LOOPBACK_HOSTS, resolveSocialConfig, socialConfigProblems, socialConfigSchema } from './social.js';
 import { resolveSsoConfig, ssoConfigProblems, ssoConfigSchema } from './sso.js';
 
 const windowBudget = Joi.object({ limit: Joi.number().integer().min(1).required(), windowSec: seconds.required() });
@@ -237,8 +237,6 @@ function withoutSchedule(delivery: NonNullable<IdentityConfig['events']>['delive
   const { schedule: _schedule, ...rest } = delivery ?? {};
   return rest;
 }
-
-const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 
 /**
  * A mailed link carries a reset, verification, invite or sign-in token: an absolute URL (a mail

@@ -96,7 +96,8 @@ export const socialConfigSchema = Joi.object({
     .messages({ 'object.unknown': '{{#label}} is not allowed: provider ids are 1 to 32 of a-z, 0-9 and -' }),
 });
 
-const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+/** Hosts on which plain `http:` is accepted for a configured URL (development, tests). */
+export const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 
 /** `https:`, or `http:` on a loopback host (answered as insecure so start-up can warn). */
 export function checkAbsoluteUrl(value: unknown, label: string, problems: string[]): { url: URL; insecure: boolean } | undefined {
