@@ -70,7 +70,8 @@ describe('spec 2 and 3 to the letter', () => {
     await switchOrg(h, token, org.id);
   });
 
-  test('3 member status: suspension revokes only the sessions scoped to that organization', async () => {
+  /** A member of two organizations with three sessions: one scoped to each organization, one to none. */
+  async function memberOfTwoWithThreeSessions() {
     const org = await createOrg(h);
     const other = await createOrg(h);
     const member = await addMember(h, org, org.owner.token);
@@ -79,6 +80,11 @@ describe('spec 2 and 3 to the letter', () => {
     const second = await h.post('/auth/login', { email: member.email, password: member.password });
     const scopedToken = await switchOrg(h, second.body.data.access_token, org.id);
     const third = await h.post('/auth/login', { email: member.email, password: member.password });
+    return { org, other, member, otherToken, scopedToken, third };
+  }
+
+  test('3 member status: suspension revokes only the sessions scoped to that organization', async () => {
+    const { org, member, otherToken, scopedToken, third } = await memberOfTwoWithThreeSessions();
     assert.equal((await h.patch(`/orgs/${org.id}/members/${member.userId}`, { status: 'suspended' }, { token: org.owner.token })).status, 200);
     assert.equal((await h.get('/auth/me', { token: scopedToken })).status, 401, 'the session scoped to the organization ends');
     assert.equal((await h.get('/auth/me', { token: otherToken })).status, 200, 'a session scoped to another organization stays');
@@ -87,14 +93,7 @@ describe('spec 2 and 3 to the letter', () => {
   });
 
   test('3 organization status: deletion revokes only the sessions scoped to it', async () => {
-    const org = await createOrg(h);
-    const other = await createOrg(h);
-    const member = await addMember(h, org, org.owner.token);
-    // The helper re-points the member's first session to the other organization.
-    const otherToken = (await addMember(h, other, other.owner.token, ['member'], member)).token;
-    const second = await h.post('/auth/login', { email: member.email, password: member.password });
-    const scopedToken = await switchOrg(h, second.body.data.access_token, org.id);
-    const third = await h.post('/auth/login', { email: member.email, password: member.password });
+    const { org, other, otherToken, scopedToken, third } = await memberOfTwoWithThreeSessions();
     const deleted = await h.delete(`/orgs/${org.id}`, { token: org.owner.token });
     assert.equal(deleted.status, 200, deleted.text);
     assert.equal((await h.get('/auth/me', { token: scopedToken })).status, 401);
