@@ -3,7 +3,7 @@ import { consoleLogger } from './adapters/console-logger.js';
 import { createDevMailer } from './adapters/dev-mailer.js';
 import { createDevSmsSender } from './adapters/dev-sms.js';
 import { assertAdapterShapes } from './adapters/adapter-shapes.js';
-import { assertProductionAdapters, riskyConfigWarnings } from './adapters/production-guard.js';
+import { assertProductionAdapters, assertProductionSecret, riskyConfigWarnings } from './adapters/production-guard.js';
 import type { Clock, DnsResolver, Logger, Mailer, SmsSender } from './adapters/types.js';
 import { systemClock } from './clock.js';
 import { resolveConfig } from './config/schema.js';
@@ -84,6 +84,7 @@ export function createIdentityRouter(config: IdentityConfig, adapters: IdentityA
   const resolved = resolveConfig(config);
   assertAdapterShapes(adapters);
   assertProductionAdapters(adapters);
+  assertProductionSecret(resolved.secret);
   const logger = adapters.logger ?? consoleLogger;
   const clock = adapters.clock ?? systemClock;
   if (!adapters.mailer) logger.warn('No mailer configured: using the development mailer, which writes e-mails (tokens included) to the log. Do not use it in production.');

@@ -1,4 +1,4 @@
-import { IdentityConfigError } from '../config/schema.js';
+import { IdentityConfigError, weakSecretReason } from '../config/schema.js';
 import type { ResolvedConfig } from '../config/types.js';
 import type { Mailer, SmsSender } from './types.js';
 
@@ -38,6 +38,21 @@ export function assertProductionAdapters(adapters: { mailer?: Mailer | undefined
 }
 
 /**
+ * `secret` is the root of every key at rest: under NODE_ENV=production one that is long enough
+ * but easy to guess (config/schema.ts's `weakSecretReason`) fails start-up. Elsewhere it is a
+ * warning (riskyConfigWarnings), so tests may keep short fixed secrets.
+ */
+export function assertProductionSecret(secret: string, nodeEnv = process.env.NODE_ENV): void {
+  if (nodeEnv !== 'production') return;
+  const reason = weakSecretReason(secret);
+  if (reason !== undefined) throw new IdentityConfigError([weakSecretMessage(reason, 'NODE_ENV is production but ')]);
+}
+
+function weakSecretMessage(reason: string, prefix: string): string {
+  return `${prefix}"secret" ${reason}: every key at rest is derived from it, so it must be random. Generate one with \`openssl rand -base64 48\``;
+}
+
+/**
  * Settings the schema takes (tests lower them) that leave a production deployment weak or
  * stalled, each logged at start-up: a test bcrypt cost or argon2 parameters under OWASP's
  * weakest pair (stolen hashes crack cheaply), every rate limit off, and a bcrypt cost so high
@@ -47,6 +62,8 @@ export function riskyConfigWarnings(config: ResolvedConfig, nodeEnv = process.en
   const warnings: string[] = [];
   const { algorithm, bcryptCost, argon2 } = config.password;
   if (algorithm === 'bcrypt' && bcryptCost > 15) warnings.push(`password.bcryptCost ${bcryptCost}: each hash takes about ${2 ** (bcryptCost - 12)} times as long as the default 12, so every login holds a hashing worker for seconds; 10 to 14 is the usual range`);
+  const weakSecret = weakSecretReason(config.secret);
+  if (nodeEnv !== 'production' && weakSecret !== undefined) warnings.push(weakSecretMessage(weakSecret, ''));
   if (nodeEnv !== 'production') return warnings;
   if (algorithm === 'bcrypt' && bcryptCost < 10) warnings.push(`NODE_ENV is production but password.bcryptCost is ${bcryptCost}, a test value: stolen password hashes would crack cheaply. Use 10 or more (default 12)`);
   if (algorithm === 'argon2id' && (argon2.memoryCost < 7168 || argon2.memoryCost * argon2.timeCost < 7168 * 5)) {

@@ -120,6 +120,22 @@ const configSchema = Joi.object<IdentityConfig>({
   }),
 });
 
+/**
+ * What makes a `secret` of 32 characters or more still easy to guess, or undefined: fewer than 8
+ * distinct characters (`aaaa…`, `0123` repeated), or one shorter string repeated (`abcdefgh` four
+ * times). A random secret (`openssl rand -base64 48`) is neither. The start-up checks
+ * (adapters/production-guard.ts) refuse it under NODE_ENV=production and warn elsewhere.
+ */
+export function weakSecretReason(secret: string): string | undefined {
+  const characters = [...secret];
+  const distinct = new Set(characters).size;
+  if (distinct < 8) return `holds only ${distinct} distinct character${distinct === 1 ? '' : 's'}`;
+  for (let period = 1; period * 2 <= characters.length; period += 1) {
+    if (characters.every((character, index) => index < period || character === characters[index - period])) return `is ${period} characters repeated`;
+  }
+  return undefined;
+}
+
 /** Thrown by `createIdentityRouter` when the config is wrong; lists every problem at once. */
 export class IdentityConfigError extends Error {
   override readonly name = 'IdentityConfigError';

@@ -302,6 +302,11 @@ export class SsoService {
     const actorId = grant.principal.userId;
     const current = await this.context.store.repos.ssoConnections.findForOrganization(organizationId);
     if (!current) throw errors.notFound('Connection');
+    // The issuer decides where the secret goes (its token endpoint): a move takes a secret of its
+    // own, or the stored one would be handed to an issuer whoever moved it may run.
+    if (input.issuer !== undefined && input.issuer !== current.issuer && input.client_secret === undefined) {
+      throw errors.validation(['client_secret is required when the issuer changes']);
+    }
     const secret = input.client_secret ?? decrypt(this.context.keys.socialFlowEncryption, current.clientSecretEnc, secretAad(current.id)).toString('utf8');
     const clientId = input.client_id ?? current.clientId;
     const method = input.token_endpoint_auth_method ?? current.tokenEndpointAuthMethod;
@@ -314,6 +319,11 @@ export class SsoService {
       // the latest committed update left it, not as it was before discovery (no lost update).
       const latest = await uow.repos.ssoConnections.findForOrganization(organizationId);
       if (!latest || latest.id !== current.id) throw errors.notFound('Connection');
+      // A secret given without an issuer was given for the one this request read: never stored
+      // under another committed meanwhile (422 as above: the issuer belongs in the same request).
+      if (input.client_secret !== undefined && input.issuer === undefined && latest.issuer !== current.issuer) {
+        throw errors.validation(['client_secret was sent for an issuer the connection no longer has: send the issuer with its secret']);
+      }
       // Discovery vouches for the issuer only (the client, secret and method are not sent to it):
       // an issuer this request does not give is the latest one, which the update that wrote it discovered.
       const next: SsoConnectionRecord = {
