@@ -135,14 +135,17 @@ export const errors = {
     new IdentityError(422, 'validation_failed', 'Validation failed.', { errors: messages }),
   invalidCode: () => new IdentityError(422, 'invalid_code', 'The code is wrong, expired or already used.'),
   /**
-   * `window`: the budget or cooldown that refused, so the 429 carries `X-RateLimit-*` as a
-   * rate-limit group's does (spec 7; a group's own come from express-rate-limit).
+   * `window`: the group, budget, cooldown or wait that refused (its limit, and the instant in
+   * epoch ms it has room again), so every 429 carries `X-RateLimit-*` beside `Retry-After` as a
+   * rate-limit group's does (spec 7): required, so no 429 goes out without them.
    */
-  rateLimited: (retryAfterSeconds: number, code: 'rate_limited' | 'too_many_requests' = 'rate_limited', window?: { limit: number; resetsAt: number }) =>
+  rateLimited: (retryAfterSeconds: number, code: 'rate_limited' | 'too_many_requests', window: { limit: number; resetsAt: number }) =>
     new IdentityError(429, code, 'Too many requests; try again later.', {
       headers: {
         'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))),
-        ...(window && { 'X-RateLimit-Limit': String(window.limit), 'X-RateLimit-Remaining': '0', 'X-RateLimit-Reset': String(Math.ceil(window.resetsAt / 1000)) }),
+        'X-RateLimit-Limit': String(window.limit),
+        'X-RateLimit-Remaining': '0',
+        'X-RateLimit-Reset': String(Math.ceil(window.resetsAt / 1000)),
       },
       extra: { retry_after: Math.max(1, Math.ceil(retryAfterSeconds)) },
     }),

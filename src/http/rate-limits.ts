@@ -58,8 +58,10 @@ export function buildRateLimiters(config: ResolvedConfig, counters: RateLimitCou
         // route's own method, not the request's: HEAD runs the GET route and spends its budget.
         ...(group === 'social' ? { keyGenerator: (req: Request, res: Response) => `${ipKeyGenerator(req.ip ?? '')}|${socialRouteKey(req, res)}` } : {}),
         handler: (req, _res, next) => {
-          const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
-          next(errors.rateLimited(resetTime ? (resetTime.getTime() - Date.now()) / 1000 : rule.windowSec));
+          // The library has set these headers already, except Reset when a host store keeps no reset time.
+          const info = (req as Request & { rateLimit?: { limit?: number; resetTime?: Date } }).rateLimit;
+          const resetsAt = info?.resetTime?.getTime() ?? Date.now() + rule.windowSec * 1000;
+          next(errors.rateLimited((resetsAt - Date.now()) / 1000, 'rate_limited', { limit: info?.limit ?? rule.limit, resetsAt }));
         },
       });
       return [group, limiter];

@@ -84,13 +84,16 @@ export class FailedAttemptSlot {
    */
   static async reserve(repos: Repositories, lockout: LockoutSettings, userId: string, now: number, abandoned?: AbortSignal, firstTry?: boolean): Promise<FailedAttemptSlot | undefined> {
     const limits = attemptLimits(lockout);
-    const giveUpAt = performance.now() + SLOT_WAIT_LIMIT_MS;
+    const startedAt = performance.now();
+    const giveUpAt = startedAt + SLOT_WAIT_LIMIT_MS;
     for (let reserved = firstTry; ; reserved = undefined) {
       if (reserved ?? (await repos.users.reserveFailedAttempt(userId, now, limits))) return new FailedAttemptSlot(repos, lockout, userId);
       if ((await repos.users.attemptState(userId, now, limits)) === 'locked') return undefined;
       if (abandoned?.aborted) throw errors.requestAbandoned();
       const left = giveUpAt - performance.now();
-      if (left <= 0) throw errors.rateLimited(RETRY_AFTER_SECONDS);
+      // Its window: the attempts compared at once (the threshold, alike for every account), free
+      // again a second after this answer, which comes `now` plus the wait (real time) later.
+      if (left <= 0) throw errors.rateLimited(RETRY_AFTER_SECONDS, 'rate_limited', { limit: limits.threshold, resetsAt: now + (performance.now() - startedAt) + RETRY_AFTER_SECONDS * 1000 });
       await nextTry(userId, Math.min(left, SLOT_POLL_MS));
     }
   }

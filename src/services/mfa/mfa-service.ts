@@ -105,7 +105,7 @@ export class MfaService {
       if (opened) return { kind: 'opened', opened };
     }
     // The account's factors changed under every pass: only its owner can do that, and may try again.
-    throw errors.rateLimited(1);
+    throw errors.rateLimited(1, 'rate_limited', { limit: LOGIN_GATE_PASSES, resetsAt: this.context.clock.now() + 1000 });
   }
 
   /**
