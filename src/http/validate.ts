@@ -3,8 +3,8 @@ import { errors } from '../errors.js';
 import { CONTROL_CHARACTER } from '../services/shared/identity-rules.js';
 
 /*
- * CONTROL_CHARACTER: C0, DEL and C1, the one rule the display name and a provider's claims use
- * too. PostgreSQL refuses a NUL byte in text with an error, C1's U+009B is the 8-bit CSI of
+ * CONTROL_CHARACTER: C0, DEL, C1, the bidi controls and the line separators, the one rule the
+ * display name and a provider's claims use too. PostgreSQL refuses a NUL byte in text with an error, C1's U+009B is the 8-bit CSI of
  * terminal escapes and U+0085 a line break in what the router mails and logs, and no field of
  * the spec (names, e-mails, labels, slugs, ids, tokens, codes) has a use for a control
  * character, newlines included.

@@ -1,7 +1,7 @@
 import { keyedHash } from '../../crypto/keyed-hash.js';
 import { errors } from '../../errors.js';
 import type { UserRecord } from '../../store/user-repository.js';
-import { normaliseDisplayName } from '../shared/identity-rules.js';
+import { mailboxSpellings, normaliseDisplayName } from '../shared/identity-rules.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { userStatus } from './me-service.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
@@ -160,7 +160,9 @@ export class UserAdminService {
       // API keys go with the user (docs/api-keys.md); the row stays a tombstone, so the cascade would not fire.
       await uow.repos.apiKeys.deleteAllForUser(user.id);
       const endedMemberships = await uow.repos.users.endMemberships(user.id);
-      const invitesRevoked = await uow.repos.users.revokeAndAnonymizeInvitesTo(user.email, tombstoneEmail, uow.now);
+      // Every spelling of the mailbox (`mailboxSpellings`): an invitation to `ada@bücher.example` holds the address of `ada@xn--bcher-kva.example`.
+      let invitesRevoked = 0;
+      for (const spelling of mailboxSpellings(user.email)) invitesRevoked += await uow.repos.users.revokeAndAnonymizeInvitesTo(spelling, tombstoneEmail, uow.now);
       const sentInvitesRevoked = await revokeInvitesSentBy(uow, user.id);
       // Each organization's own audit trail learns that the member left.
       for (const membership of endedMemberships) {

@@ -373,7 +373,11 @@ export class MfaService {
       // make one pending factor, and a factor confirmed meanwhile is seen as confirmed.
       await uow.repos.users.findByIdForUpdate(principal.userId);
       await this.prunePendingFactors(uow, principal.userId);
-      const existing = await uow.repos.mfaFactors.findByDestination(principal.userId, type, destination);
+      // One mailbox is one destination in any spelling of its domain (`mailboxForm`), as the send budgets count it.
+      const existing =
+        type === 'email'
+          ? (await uow.repos.mfaFactors.listForUser(principal.userId)).filter((factor) => factor.type === 'email' && factor.destination !== null && mailboxForm(factor.destination) === mailboxForm(destination))
+          : await uow.repos.mfaFactors.findByDestination(principal.userId, type, destination);
       if (existing.some((factor) => factor.confirmedAt !== null)) throw errors.conflict('This destination is already a confirmed factor.');
       // Enrolling the same destination again resends to the pending factor, under its cooldown.
       let factor = existing[0];

@@ -6,7 +6,7 @@ import type { InviteRecord } from '../../store/organization-repository.js';
 import { type AccessGrant, isOwnerRole, organizationOf, type AccessPolicy } from '../access/access-policy.js';
 import { assertNotLastOwner } from './member-service.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
-import { normaliseEmail } from '../shared/identity-rules.js';
+import { mailboxForm, mailboxSpellings, normaliseEmail } from '../shared/identity-rules.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
 import type { Principal } from '../access/principal.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
@@ -82,9 +82,9 @@ export class InviteService {
       // again under the lock: a deletion that committed meanwhile has freed the address (no
       // account, no `invited` row), and one that comes later waits, then ends the row and revokes
       // the invitation with the rest.
-      const found = await uow.repos.users.findByEmail(email);
+      const found = await accountOfMailbox(uow, email);
       const locked = found && (await uow.repos.users.findByIdForUpdate(found.id));
-      const invitee = locked?.email === email ? locked : undefined;
+      const invitee = locked?.email === found?.email ? locked : undefined;
       const membership = invitee ? await uow.repos.memberships.find(organizationId, invitee.id) : undefined;
       if (membership?.status === 'active') throw errors.conflict('That address already belongs to an active member.');
       if (membership?.status === 'suspended') {
@@ -172,7 +172,7 @@ export class InviteService {
       await grant.recheck(uow.repos);
       const invite = await uow.repos.invites.findInOrganization(organizationId, inviteId);
       if (!invite || !(await uow.repos.invites.revoke(organizationId, inviteId, uow.now))) throw errors.notFound('Invite');
-      const invitee = await uow.repos.users.findByEmail(invite.email);
+      const invitee = await accountOfMailbox(uow, invite.email);
       if (invitee) await uow.repos.memberships.deleteInvited(organizationId, invitee.id);
     });
   }
@@ -192,7 +192,8 @@ export class InviteService {
       if (!invite) return refused();
       // Pre-hijack: an account nobody has proven to own the address of cannot join.
       if (!principal.user.emailVerified) throw errors.emailUnverified('Verify your e-mail address before accepting an invitation.');
-      if (invite.email !== normaliseEmail(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
+      // One mailbox, any spelling of its domain (`mailboxForm`): `ada@bücher.example` invited, `ada@xn--bcher-kva.example` registered.
+      if (mailboxForm(invite.email) !== mailboxForm(principal.user.email)) throw errors.forbidden('This invitation was sent to another e-mail address.');
       // The organization before the invite and the membership, as invite creation and member changes lock them:
       // a re-invite or a role's deletion either commits before this point or waits for the acceptance.
       if (!(await uow.repos.organizations.lockActive(invite.organizationId))) return refused();
@@ -239,6 +240,18 @@ export class InviteService {
 }
 
 /**
+ * The account an invitation's address reaches: under the address as typed, else under another
+ * spelling of its domain (`mailboxSpellings`), since acceptance compares mailboxes (`mailboxForm`).
+ */
+async function accountOfMailbox(uow: UnitOfWork, email: string) {
+  for (const spelling of mailboxSpellings(email)) {
+    const account = await uow.repos.users.findByEmail(spelling);
+    if (account) return account;
+  }
+  return undefined;
+}
+
+/**
  * Invites a user sent stop being acceptable, with the `invited` member rows they made: in one
  * organization when the user is removed from it, in every one when the account is deleted. A
  * sender who is gone can no longer answer for who comes in (docs/organizations.md); a demotion
@@ -249,7 +262,7 @@ export async function revokeInvitesSentBy(uow: UnitOfWork, userId: string, organ
   for (const invite of await uow.repos.invites.listPendingSentBy(userId, organizationId)) {
     if (!(await uow.repos.invites.revoke(invite.organizationId, invite.id, uow.now))) continue;
     revoked += 1;
-    const invitee = await uow.repos.users.findByEmail(invite.email);
+    const invitee = await accountOfMailbox(uow, invite.email);
     if (invitee) await uow.repos.memberships.deleteInvited(invite.organizationId, invitee.id);
   }
   return revoked;

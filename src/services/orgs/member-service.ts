@@ -8,6 +8,7 @@ import type { PermissionCatalog } from '../access/permission-catalog.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { revokeInvitesSentBy } from './invite-service.js';
+import { mailboxSpellings } from '../shared/identity-rules.js';
 
 /** docs/database.md. */
 export interface MemberView {
@@ -123,7 +124,8 @@ export class MemberService {
       if (target.isOwner) await assertNotLastOwner(uow, organizationId, target.membership, target.roles);
       await uow.repos.memberships.delete(target.membership.id);
       const user = await uow.repos.users.findById(userId);
-      if (user) await uow.repos.invites.revokePendingForEmail(organizationId, user.email, uow.now);
+      // Every spelling of the mailbox: an invitation to any of them is the member's to accept (`mailboxForm`).
+      for (const spelling of user ? mailboxSpellings(user.email) : []) await uow.repos.invites.revokePendingForEmail(organizationId, spelling, uow.now);
       await uow.repos.sessions.revokeAllForOrganization(organizationId, uow.now, 'member_removed', userId);
       await revokeKeysOfMember(uow, organizationId, userId, principal.userId, 'member_removed');
       const sentInvitesRevoked = await revokeInvitesSentBy(uow, userId, organizationId);

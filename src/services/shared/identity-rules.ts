@@ -1,4 +1,4 @@
-import { domainToASCII } from 'node:url';
+import { domainToASCII, domainToUnicode } from 'node:url';
 import { errors } from '../../errors.js';
 
 /*
@@ -28,6 +28,21 @@ export function mailboxForm(email: string): string {
 }
 
 /**
+ * The spellings an account or invitation of this address's mailbox is stored under: the address
+ * (`normaliseEmail`), then with its domain as the IDNA A-label and as its Unicode form. Addresses
+ * are kept as typed, so `ada@bücher.example` and `ada@xn--bcher-kva.example` are two rows for
+ * one mailbox; a rule that finds rows of a mailbox (an invitation's account, the invitations a
+ * removal or a deletion revokes) reads each of these, as acceptance compares `mailboxForm`.
+ */
+export function mailboxSpellings(email: string): string[] {
+  const normalised = normaliseEmail(email);
+  const domain = addressDomain(normalised);
+  if (domain === undefined) return [normalised];
+  const local = normalised.slice(0, normalised.lastIndexOf('@'));
+  return [...new Set([normalised, `${local}@${domain}`, `${local}@${domainToUnicode(domain)}`])];
+}
+
+/**
  * The domain of an address in the form verified domains are stored in (CONTRACT 12.4): what
  * follows the last `@`, one trailing dot dropped, as its IDNA A-label. `ada@Bücher.example`,
  * `ada@xn--bcher-kva.example` and the same host in full-width letters are one domain, so
@@ -49,8 +64,14 @@ export function domainForm(host: string): string | undefined {
 }
 
 export const DISPLAY_NAME_MAX_LENGTH = 120;
-/** C0 and C1 controls and DEL: no place in a name, an address or a provider's subject. */
-export const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
+/**
+ * C0 and C1 controls and DEL, the bidirectional controls (U+061C, U+200E, U+200F, U+202A-U+202E,
+ * U+2066-U+2069) and the line and paragraph separators (U+2028, U+2029): no place in a name, an
+ * address or a provider's subject. A bidi control makes text read as other text wherever it is
+ * shown (`Acme\u202enimda` displays as "Acmeadmin" in mails, member lists, events), and RFC 8265's
+ * OpaqueString refuses it in passwords too (docs/security.md "Hostile input").
+ */
+export const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/;
 
 /**
  * The display-name rule (docs/database.md): trimmed, at most 120 characters, no control
