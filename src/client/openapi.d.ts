@@ -389,8 +389,11 @@ export interface paths {
         put?: never;
         /**
          * Start TOTP enrollment (secret, provisioning URI, QR code)
-         * @description Creates an unconfirmed factor. The 160-bit base32 secret is returned only here. The URI is
-         *     `otpauth://totp/{issuer}:{account}?secret=...&issuer=...&digits=6&period=30`.
+         * @description Creates an unconfirmed factor (replacing the caller's pending TOTP factor, if any). The 160-bit
+         *     base32 secret is returned only here. The URI is
+         *     `otpauth://totp/{issuer}:{account}?secret=...&issuer=...&digits=6&period=30`. An account
+         *     holds at most 20 factors, pending ones and passkeys included: one more is 409 `conflict`
+         *     naming the limit (the same on the SMS, e-mail and passkey enrollment routes).
          */
         post: operations["enrollTotp"];
         delete?: never;
@@ -745,7 +748,7 @@ export interface paths {
         put?: never;
         /**
          * Create an organization; the caller becomes its sole owner
-         * @description Needs a verified e-mail. The system role templates are cloned into it. Emits `org.created`.
+         * @description Needs a verified e-mail. The system role templates are cloned into it. A user who already owns 100 active organizations gets 409 `conflict` naming the limit. Emits `org.created`.
          */
         post: operations["createOrganization"];
         delete?: never;
@@ -876,7 +879,8 @@ export interface paths {
         /**
          * Invite an address (the token goes out by e-mail only)
          * @description Re-inviting the same address rotates the token and extends the expiry. 409 when the address
-         *     is already an active member; 422 when it belongs to a suspended member. Every send (re-invites
+         *     is already an active member, or when the organization already has 1,000 pending unexpired
+         *     invitations and this one would add one (a re-invite of a live invitation adds none); 422 when it belongs to a suspended member. Every send (re-invites
          *     included) counts against `invites.sendBudget` per organization and per address; over either,
          *     429 `rate_limited` with `Retry-After`. Emits `member.invited` (data: `invite_id`, never the address).
          */
@@ -923,7 +927,7 @@ export interface paths {
         put?: never;
         /**
          * Create a custom role
-         * @description Each permission key must exist in the catalog and be held by the actor. Emits `role.created`.
+         * @description Each permission key must exist in the catalog and be held by the actor. 409 `conflict` on a taken slug, or when the organization already has 100 custom roles (system templates not counted). Emits `role.created`.
          */
         post: operations["createRole"];
         delete?: never;
@@ -1006,6 +1010,8 @@ export interface paths {
          *     `users.manage` are never allowed (403 `forbidden` otherwise). `expires_in` is in seconds:
          *     default 90 days, at most 365 days (422 beyond). The answer is the only time `key`
          *     (`irk_` + 43 base64url characters) is shown; only a keyed hash of it is stored.
+         *     A member holds at most 100 live (unrevoked, unexpired) keys in an organization: one more is
+         *     409 `conflict` naming the limit (docs/security.md, "Quotas").
          *     Emits `api_key.created`.
          */
         post: operations["createApiKey"];
@@ -1490,7 +1496,8 @@ export interface paths {
          *     as its IDNA A-label. 422 `invalid_domain`: not a host name, a single label, an IP literal, a
          *     public suffix (private section included), a consumer-mail or `blockedDomains` entry, the
          *     tombstone domain. 409 `domain_taken` when another organization verified it; 409 `conflict`
-         *     when this organization already holds it. Emits `org.domain_added`.
+         *     when this organization already holds it, or already holds 100 domains (pending or verified;
+         *     a removed one frees its slot). Emits `org.domain_added`.
          */
         post: operations["addOrgDomain"];
         delete?: never;
@@ -3253,6 +3260,15 @@ export interface operations {
             400: components["responses"]["InvalidJson"];
             401: components["responses"]["UnauthorizedOrStepUp"];
             403: components["responses"]["EmailUnverified"];
+            /** @description `conflict`: the account already holds 20 factors (pending ones and passkeys included). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
@@ -4014,7 +4030,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description `conflict`: the slug is taken. */
+            /** @description `conflict`: the slug is taken, or the caller already owns 100 active organizations. */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4672,6 +4688,15 @@ export interface operations {
                 };
             };
             404: components["responses"]["NotFound"];
+            /** @description `conflict`: the caller already holds 100 live keys in this organization. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];

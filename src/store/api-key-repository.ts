@@ -123,6 +123,17 @@ export class ApiKeyRepository extends Repository {
     return (await query).map(mapApiKey);
   }
 
+  /** Keys of one member of one organization that still work: neither revoked nor expired (the quota of docs/security.md). */
+  async countLiveForMember(organizationId: string, userId: string, now: number): Promise<number> {
+    const row = await this.db(this.table.apiKeys)
+      .where({ organization_id: organizationId, user_id: userId })
+      .whereNull('revoked_at')
+      .andWhere('expires_at', '>', now)
+      .count({ count: '*' })
+      .first();
+    return toNumber(row?.count ?? 0);
+  }
+
   /** Answers whether this call revoked it (a key is revoked once). */
   async revoke(id: string, now: number, reason: string): Promise<boolean> {
     return (await this.db(this.table.apiKeys).where({ id }).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason })) === 1;

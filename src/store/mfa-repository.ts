@@ -68,6 +68,12 @@ export class MfaFactorRepository extends Repository {
     return (await confirmedFactorsOf(this.db, this.table, userId).first('id')) !== undefined;
   }
 
+  /** Confirmed and pending factors of every type, passkeys included (the quota of docs/security.md; read under the account's lock). */
+  async countForUser(userId: string): Promise<number> {
+    const row = await this.db(this.table.mfaFactors).where({ user_id: userId }).count({ count: '*' }).first();
+    return toNumber(row?.count ?? 0);
+  }
+
   /** Confirmed and pending factors, oldest first. */
   async listForUser(userId: string): Promise<MfaFactorRecord[]> {
     return (await this.db(this.table.mfaFactors).where({ user_id: userId }).orderBy(FACTOR_ORDER)).map(mapFactor);
@@ -382,7 +388,14 @@ export class RecoveryCodeRepository extends Repository {
     return toNumber(row?.count ?? 0);
   }
 
+  /**
+   * Ends every code of the user. Codes of batches retired earlier are deleted, not kept: nothing
+   * reads them, and a regeneration loop (step-up once, then the `authenticated` budget) left ten
+   * rows a call for ever (docs/security.md, "Quotas"). At most the live batch and the one it
+   * replaces remain.
+   */
   async retireAll(userId: string, now: number): Promise<void> {
+    await this.db(this.table.recoveryCodes).where({ user_id: userId }).whereNotNull('retired_at').delete();
     await this.db(this.table.recoveryCodes).where({ user_id: userId }).whereNull('retired_at').update({ retired_at: now });
   }
 

@@ -175,6 +175,12 @@ export class RoleRepository extends Repository {
     if (roles.length > 0) await this.db(this.table.roles).insert(roles.map(roleRow));
   }
 
+  /** The organization's custom roles (not the system templates), for its quota (read after lockActive). */
+  async countCustomInOrganization(organizationId: string): Promise<number> {
+    const row = await this.db(this.table.roles).where({ organization_id: organizationId, is_system: false }).count({ count: '*' }).first();
+    return toNumber(row?.count ?? 0);
+  }
+
   /** The organization's roles; the global superadmin role (organization_id NULL) never appears. */
   async listForOrganization(organizationId: string): Promise<RoleRecord[]> {
     const rows = await this.db(this.table.roles)
@@ -413,6 +419,18 @@ export class MembershipRepository extends Repository {
     return rows.map(mapRole);
   }
 
+  /** Active organizations in which the user is an active member holding the system role `ownerSlug` (the quota of docs/security.md; read under the account's lock). */
+  async countActiveOwnedBy(userId: string, ownerSlug: string): Promise<number> {
+    const row = await this.db(`${this.table.memberships} as m`)
+      .join(`${this.table.organizations} as o`, 'o.id', 'm.organization_id')
+      .join(`${this.table.memberRoles} as mr`, 'mr.membership_id', 'm.id')
+      .join(`${this.table.roles} as r`, 'r.id', 'mr.role_id')
+      .where({ 'm.user_id': userId, 'm.status': 'active', 'o.status': 'active', 'r.slug': ownerSlug, 'r.is_system': true })
+      .countDistinct({ count: 'm.id' })
+      .first();
+    return toNumber(row?.count ?? 0);
+  }
+
   /** Active members holding one role of the organization (read after lockActive in the same transaction). */
   async countActiveHolders(organizationId: string, roleId: string): Promise<number> {
     const row = await this.db(`${this.table.memberships} as m`)
@@ -634,6 +652,16 @@ export class InviteRepository extends Repository {
 
   async revokeAllPending(organizationId: string, now: number): Promise<number> {
     return this.db(this.table.invites).where({ organization_id: organizationId, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now });
+  }
+
+  /** Pending invitations not yet expired, for the organization's quota (read after lockActive). */
+  async countPendingInOrganization(organizationId: string, now: number): Promise<number> {
+    const row = await this.db(this.table.invites)
+      .where({ organization_id: organizationId, status: 'pending' })
+      .andWhere('expires_at', '>', now)
+      .count({ count: '*' })
+      .first();
+    return toNumber(row?.count ?? 0);
   }
 
   /** Pending, unexpired invites in id order (keyset pagination). */

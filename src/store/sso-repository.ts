@@ -92,6 +92,12 @@ export class OrgDomainRepository extends Repository {
     return rows.map(mapDomain);
   }
 
+  /** Domains of the organization, pending or verified, for its quota (read after lockActive). */
+  async countForOrganization(organizationId: string): Promise<number> {
+    const row = await this.db(this.table.orgDomains).where({ organization_id: organizationId }).count({ count: '*' }).first();
+    return toNumber(row?.count ?? 0);
+  }
+
   async findInOrganization(organizationId: string, id: string): Promise<OrgDomainRecord | undefined> {
     const row = await this.db(this.table.orgDomains).where({ organization_id: organizationId, id }).first();
     return row ? mapDomain(row) : undefined;

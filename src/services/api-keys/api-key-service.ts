@@ -8,6 +8,7 @@ import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { isWellFormedId } from '../shared/ids.js';
 import { GLOBAL_ONLY_PERMISSIONS, type PermissionCatalog } from '../access/permission-catalog.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { assertUnderQuota } from '../limits/quotas.js';
 import { iso, isoOrNull } from '../shared/iso-time.js';
 
 const DAY_SECONDS = 24 * 3600;
@@ -87,6 +88,8 @@ export class ApiKeyService {
       const authority = await this.memberAuthority(uow, grant);
       // No escalation: a key carries only what its creator holds now (a superadmin holds everything).
       assertHoldsEveryKey(authority, permissionKeys);
+      // Counted under the account's lock taken above, so keys created at once cannot pass the cap.
+      assertUnderQuota('apiKeysPerMember', await uow.repos.apiKeys.countLiveForMember(organizationId, principal.userId, uow.now));
       const { key, start } = newApiKey();
       const id = randomUUID();
       const expiresAt = uow.now + ttlSeconds * 1000;

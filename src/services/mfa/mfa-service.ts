@@ -18,6 +18,7 @@ import { mayAuthenticate, type AccessPolicy } from '../access/access-policy.js';
 import type { SignInRules } from '../access/sign-in-rules.js';
 import { describeError, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
+import { assertUnderQuota } from '../limits/quotas.js';
 
 /** A factor in the management list (docs/database.md): pending ones too. */
 export interface FactorView extends LoginFactorView {
@@ -354,6 +355,7 @@ export class MfaService {
       await this.prunePendingFactors(uow, principal.userId);
       // A new enrollment replaces the caller's pending one instead of piling up secrets.
       await uow.repos.mfaFactors.deleteUnconfirmed(principal.userId, 'totp');
+      assertUnderQuota('factorsPerUser', await uow.repos.mfaFactors.countForUser(principal.userId));
       await uow.repos.mfaFactors.insert({ id: factorId, userId: principal.userId, type: 'totp', destination: null, secretSealed: this.codes.sealTotpSecret(factorId, secret), now: uow.now });
       // The session's row last, after the account's, as revocations lock them.
       await this.policy.assertSessionLive(uow.repos, principal);
@@ -382,6 +384,8 @@ export class MfaService {
       // Enrolling the same destination again resends to the pending factor, under its cooldown.
       let factor = existing[0];
       if (!factor) {
+        // Counted under the account's lock above, as every factor's creation is.
+        assertUnderQuota('factorsPerUser', await uow.repos.mfaFactors.countForUser(principal.userId));
         const id = randomUUID();
         await uow.repos.mfaFactors.insert({ id, userId: principal.userId, type, destination, secretSealed: null, now: uow.now });
         factor = (await uow.repos.mfaFactors.findOwned(id, principal.userId))!;

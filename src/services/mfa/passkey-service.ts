@@ -19,6 +19,7 @@ import { MfaCodes } from './mfa-codes.js';
 import type { Principal } from '../access/principal.js';
 import type { SessionService } from '../sessions/session-service.js';
 import { describeError, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { assertUnderQuota } from '../limits/quotas.js';
 
 type WebauthnLibrary = typeof import('@simplewebauthn/server');
 let webauthnLibrary: Promise<WebauthnLibrary> | undefined;
@@ -141,6 +142,8 @@ export class PasskeyService {
       }
       const { credential } = registration;
       if (await uow.repos.passkeys.credentialIdTaken(credential.id)) throw errors.conflict('This passkey is already registered.');
+      // A passkey is a factor: it counts toward the account's factors, under the account's lock above.
+      assertUnderQuota('factorsPerUser', await uow.repos.mfaFactors.countForUser(principal.userId));
       const factorId = randomUUID();
       const firstFactor = !(await uow.repos.mfaFactors.hasConfirmed(principal.userId));
       const inserted = await uow.repos.passkeys.insert({

@@ -14,6 +14,7 @@ import type { SignInRules } from '../access/sign-in-rules.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso } from '../shared/iso-time.js';
 import { emailBudgetForm, spendSendBudget } from '../limits/send-budget.js';
+import { assertUnderQuota } from '../limits/quotas.js';
 
 export interface InviteView {
   id: string;
@@ -94,6 +95,11 @@ export class InviteService {
       await this.spendSendBudget(uow, organizationId, email);
       const expiresAt = uow.now + this.context.config.tokens.inviteTtl * 1000;
       const existing = await uow.repos.invites.findPendingForEmail(organizationId, email);
+      // A re-invite of a live invitation rotates its own slot; a new or expired one takes one.
+      // Counted under the organization's lock above, so invitations at once cannot pass the cap.
+      if (!existing || existing.expiresAt <= uow.now) {
+        assertUnderQuota('pendingInvitesPerOrganization', await uow.repos.invites.countPendingInOrganization(organizationId, uow.now));
+      }
       let inviteId: string;
       let createdAt: number;
       if (existing && (await uow.repos.invites.rotate(existing.id, { tokenHash, roleSlugs, invitedBy: principal.userId, now: uow.now, expiresAt }))) {

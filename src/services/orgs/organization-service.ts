@@ -11,6 +11,7 @@ import type { IdentityEvent } from '../../events.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { eventFromAuditRecord, runUnitOfWork } from '../shared/unit-of-work.js';
 import { deleteWebhooksOfOrganization } from '../webhooks/webhook-service.js';
+import { assertUnderQuota } from '../limits/quotas.js';
 
 export interface OrganizationView {
   id: string;
@@ -80,6 +81,10 @@ export class OrganizationService {
     for (let attempt = 1; ; attempt += 1) {
       try {
         return await runUnitOfWork(this.context, meta, async (uow) => {
+          // The account's row first (the new organization's own row is nobody else's yet): creations
+          // at once by one user count one after the other, so none passes the cap.
+          await uow.repos.users.findByIdForUpdate(principal.userId);
+          assertUnderQuota('organizationsOwnedPerUser', await uow.repos.memberships.countActiveOwnedBy(principal.userId, OWNER_ROLE_SLUG));
           let slug: string;
           if (explicitSlug !== undefined) {
             if (await uow.repos.organizations.slugTaken(explicitSlug)) throw errors.conflict('That slug is already taken.');

@@ -7,6 +7,7 @@ import { assertHoldsEveryKey } from '../access/authority.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { GLOBAL_ONLY_PERMISSIONS, SUPERADMIN_ROLE_SLUG, type PermissionCatalog } from '../access/permission-catalog.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { assertUnderQuota } from '../limits/quotas.js';
 
 /** docs/database.md. */
 export interface RoleView {
@@ -52,6 +53,8 @@ export class RoleService {
         // A role holding org.delete or roles.manage is owner-equivalent (docs/organizations.md): step-up.
         if (isOwnerEquivalent({ slug: input.slug, isSystem: false, permissionKeys })) await this.policy.assertStepUp(uow.repos, principal);
         if ((await uow.repos.roles.findBySlugs(organizationId, [input.slug])).length > 0) throw errors.conflict('A role with that slug already exists in this organization.');
+        // Counted under the organization's lock `actor` took, so roles created at once cannot pass the cap.
+        assertUnderQuota('customRolesPerOrganization', await uow.repos.roles.countCustomInOrganization(organizationId));
         await this.checkSsoDefaultRole(uow, organizationId, { slug: input.slug, isSystem: false, permissionKeys });
         const role: RoleRecord = {
           id: randomUUID(),

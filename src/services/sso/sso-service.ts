@@ -38,6 +38,7 @@ import { type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import { loadOpenIdClient, type ProviderConfiguration, providerUnavailable } from '../social/social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { TOMBSTONE_EMAIL_DOMAIN } from '../accounts/user-admin-service.js';
+import { assertUnderQuota } from '../limits/quotas.js';
 
 /** The flow key of every single sign-on flow; never a social provider id (those match `[a-z0-9-]`). */
 export const SSO_FLOW_KEY = '@sso';
@@ -155,6 +156,8 @@ export class SsoService {
       const id = randomUUID();
       // ≥ 128 bits, unique per row (a unique index backs it).
       const txtValue = `identity-router-verification=${randomBytes(24).toString('base64url')}`;
+      // Counted under the organization's lock `recheck` took, so domains added at once cannot pass the cap.
+      assertUnderQuota('domainsPerOrganization', await uow.repos.orgDomains.countForOrganization(organizationId));
       if (!(await uow.repos.orgDomains.insertIfAbsent({ id, organizationId, domain, txtValue, now: uow.now }))) throw errors.conflict('The organization already holds this domain.');
       await uow.emit({ type: 'org.domain_added', actorId, organizationId, data: { domain_id: id, domain } });
       const added = await uow.repos.orgDomains.findInOrganization(organizationId, id);
