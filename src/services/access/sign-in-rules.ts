@@ -3,7 +3,7 @@ import type { UserRecord } from '../../store/user-repository.js';
 import type { Repositories } from '../../store/store.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { addressDomain, normaliseEmail } from '../shared/identity-rules.js';
-import { runUnitOfWork } from '../shared/unit-of-work.js';
+import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { type HeldProof, loginFailed, type SignInWay } from '../sessions/sign-in-result.js';
 
 /** An address whose organization requires single sign-on (docs/sso.md). */
@@ -106,10 +106,29 @@ export class SignInRules {
     } catch (error) {
       if (error instanceof AccountChangedDuringSignIn) {
         const { userId, way, organizationId } = failed;
-        await runUnitOfWork(this.context, meta, (uow) => uow.emit(loginFailed(userId, way, error.reason, organizationId)));
+        await this.recordingRefusal(meta, userId, async (uow) => {
+          await uow.emit(loginFailed(userId, way, error.reason, organizationId));
+        });
       }
       throw error;
     }
+  }
+
+  /**
+   * Records a refused sign-in of `userId` (its `user.login_failed`, and `record`'s other writes)
+   * in its own unit of work, with no IP if the account is a tombstone by then (docs/security.md
+   * "Deleted users"): a sign-in under way while the account was deleted is refused after the
+   * deletion erased where the account's events came from, and its failure brings no IP back,
+   * to the audit row or to the event. The account is read under its lock, as the deletion
+   * takes it: a deletion that commits later erases this row's IP itself.
+   */
+  async recordingRefusal(meta: RequestMeta, userId: string | null, record: (uow: UnitOfWork) => Promise<void>): Promise<void> {
+    // The unit of work reads `ip` when an event is emitted, so it is cleared before `record` runs.
+    const recorded: RequestMeta = { ...meta };
+    await runUnitOfWork(this.context, recorded, async (uow) => {
+      if (userId !== null && (await uow.repos.users.findByIdForUpdate(userId))?.deletedAt != null) recorded.ip = null;
+      await record(uow);
+    });
   }
 
   /** The enforcing connection of the address's verified domain, if any. */

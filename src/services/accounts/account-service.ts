@@ -288,7 +288,8 @@ export class AccountService {
     slot?: FailedAttemptSlot,
     firstFactor?: FirstFactor,
   ): Promise<void> {
-    await runUnitOfWork(this.context, meta, async (uow) => {
+    // A tombstone's failure (a sign-in under way at its deletion) says not where it came from (SignInRules.recordingRefusal).
+    await this.signInRules.recordingRefusal(meta, user?.id ?? null, async (uow) => {
       await uow.emit(loginFailed(user?.id ?? null, firstFactor ? firstFactorWay(firstFactor) : {}, reason));
       if (slot) await slot.fail(uow, 'password');
     });
