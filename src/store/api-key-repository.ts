@@ -123,6 +123,17 @@ export class ApiKeyRepository extends Repository {
     return (await query).map(mapApiKey);
   }
 
+  /**
+   * Drops one member's keys in one organization that expired or were revoked before `before`:
+   * such a key answers 401 as an unknown one does. Served by the `(organization_id, user_id)` index.
+   */
+  async pruneEndedOfMember(organizationId: string, userId: string, before: number): Promise<void> {
+    await this.db(this.table.apiKeys)
+      .where({ organization_id: organizationId, user_id: userId })
+      .andWhere((ended) => ended.where('expires_at', '<=', before).orWhere('revoked_at', '<=', before))
+      .delete();
+  }
+
   /** Keys of one member of one organization that still work: neither revoked nor expired (the quota of docs/security.md). */
   async countLiveForMember(organizationId: string, userId: string, now: number): Promise<number> {
     const row = await this.db(this.table.apiKeys)

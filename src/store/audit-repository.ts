@@ -143,6 +143,6 @@ export class RateEventRepository extends Repository {
 
   /** Drops every bucket's events from before `before`: buckets that are never spent again (docs/database.md). */
   async pruneBefore(before: number): Promise<void> {
-    await this.db(this.table.rateEvents).where('occurred_at', '<=', before).delete();
+    await this.deleteInBatches(this.table.rateEvents, 'id', (query) => query.where('occurred_at', '<=', before));
   }
 }

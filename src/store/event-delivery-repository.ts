@@ -177,7 +177,7 @@ export class EventDeliveryRepository extends Repository {
 
   /** Drops finished rows older than `before` (docs/events.md `retentionDays`). */
   async pruneFinishedBefore(before: number): Promise<number> {
-    return this.db(this.table.eventDeliveries).whereIn('status', ['delivered', 'dead']).andWhere('updated_at', '<', before).delete();
+    return this.deleteInBatches(this.table.eventDeliveries, 'id', (query) => query.whereIn('status', ['delivered', 'dead']).andWhere('updated_at', '<', before));
   }
 }
 

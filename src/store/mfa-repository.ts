@@ -217,6 +217,15 @@ export class OtpChallengeRepository extends Repository {
     return row?.latest === null || row?.latest === undefined ? undefined : toNumber(row.latest);
   }
 
+  /**
+   * Drops the factor's challenges that expired (or were replaced) before `before`: they open
+   * nothing, and the factor's cooldown reads only its newest send. Served by the
+   * `(factor_id, created_at)` index, so it touches one factor's rows.
+   */
+  async pruneEndedOfFactor(factorId: string, before: number): Promise<void> {
+    await this.db(this.table.otpChallenges).where({ factor_id: factorId }).andWhere('expires_at', '<=', before).delete();
+  }
+
   /** A new code replaces the factor's outstanding ones. */
   async expireOutstanding(factorId: string, now: number): Promise<void> {
     await this.db(this.table.otpChallenges).where({ factor_id: factorId }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ expires_at: now });
@@ -372,7 +381,7 @@ export class MfaTicketRepository extends Repository {
 
   /** Drops every ticket that ended before `before`: past its expiry it opens nothing, and no later login replaces it. */
   async pruneEndedBefore(before: number): Promise<void> {
-    await this.db(this.table.mfaTickets).where('expires_at', '<=', before).delete();
+    await this.deleteInBatches(this.table.mfaTickets, 'id', (query) => query.where('expires_at', '<=', before));
   }
 
   /** Ends every open ticket of a user (a password change or reset: a ticket won with the old password must not finish the login). */

@@ -14,6 +14,7 @@ import * as hostPermissionCatalog from './migrations/013-host-permission-catalog
 import * as refreshGenerations from './migrations/014-refresh-generations.js';
 import * as outboxPages from './migrations/015-outbox-pages.js';
 import * as ticketSocialProvider from './migrations/016-ticket-social-provider.js';
+import * as retentionIndexes from './migrations/017-retention-indexes.js';
 import { tableNames, type TableNames } from './table-names.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { dialectOf } from './database.js';
@@ -43,6 +44,7 @@ const MIGRATIONS: Migration[] = [
   { name: '014-refresh-generations', up: refreshGenerations.up },
   { name: '015-outbox-pages', up: outboxPages.up },
   { name: '016-ticket-social-provider', up: ticketSocialProvider.up },
+  { name: '017-retention-indexes', up: retentionIndexes.up },
 ];
 
 export class BundledMigrationSource implements Knex.MigrationSource<Migration> {

@@ -623,6 +623,15 @@ export class InviteRepository extends Repository {
     return (await this.db(this.table.invites).where({ organization_id: organizationId, id, status: 'pending' }).update({ status: 'revoked', pending_email: null, updated_at: now })) === 1;
   }
 
+  /**
+   * Drops an organization's invitations that ended (accepted, revoked, marked expired) before
+   * `before`: their token answers as an unknown one, and no list shows them. Served by the
+   * `(organization_id, status)` index.
+   */
+  async pruneEndedInOrganization(organizationId: string, before: number): Promise<void> {
+    await this.db(this.table.invites).where({ organization_id: organizationId }).whereIn('status', ['accepted', 'revoked', 'expired']).andWhere('updated_at', '<=', before).delete();
+  }
+
   /** Pending invites a user sent: in one organization (they leave it), or in every one (the account is deleted). */
   async listPendingSentBy(userId: string, organizationId?: string): Promise<InviteRecord[]> {
     return (await this.db(this.table.invites).where({ invited_by: userId, status: 'pending', ...(organizationId ? { organization_id: organizationId } : {}) }).orderBy('id')).map(mapInvite);

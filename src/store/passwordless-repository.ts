@@ -85,7 +85,7 @@ export class PasswordlessChallengeRepository extends Repository {
    * stranger types into start never start again, so their rows would never go with their own.
    */
   async pruneAllEnded(before: number): Promise<void> {
-    await this.db(this.table.passwordlessChallenges).where('expires_at', '<=', before).delete();
+    await this.deleteInBatches(this.table.passwordlessChallenges, 'id', (query) => query.where('expires_at', '<=', before));
   }
 
   /**

@@ -42,6 +42,6 @@ export class RateLimitCounterRepository extends Repository {
 
   /** Windows that ended: their rows would only be overwritten by the next hit. */
   async pruneEnded(now: number): Promise<void> {
-    await this.db(this.table.rateLimitCounters).where('reset_at', '<=', now).del();
+    await this.deleteInBatches(this.table.rateLimitCounters, 'key', (query) => query.where('reset_at', '<=', now));
   }
 }

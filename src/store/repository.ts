@@ -12,6 +12,10 @@ export interface RepositoryContext {
   hot: HotStatements;
 }
 
+/** Rows a prune deletes per statement, and statements per run (`Repository.deleteInBatches`). */
+export const PRUNE_BATCH = 1000;
+const PRUNE_MAX_BATCHES = 100;
+
 export abstract class Repository {
   protected readonly db: Db;
   protected readonly table: TableNames;
@@ -23,6 +27,24 @@ export abstract class Repository {
     this.table = context.table;
     this.dialect = context.dialect;
     this.hot = context.hot;
+  }
+
+  /**
+   * Deletes the rows `match` selects, `PRUNE_BATCH` at a time, each batch its own statement
+   * (a prune runs outside any request's transaction): no statement holds the locks of more than
+   * one batch, however much has piled up. Stops after `PRUNE_MAX_BATCHES`; the next run goes on.
+   * `match` must be served by an index (docs/database.md). Answers how many went.
+   */
+  protected async deleteInBatches(tableName: string, key: string, match: (query: Knex.QueryBuilder) => void): Promise<number> {
+    let deleted = 0;
+    for (let batch = 0; batch < PRUNE_MAX_BATCHES; batch += 1) {
+      const chosen = this.db(tableName).select(key).limit(PRUNE_BATCH);
+      match(chosen);
+      const count = await this.db(tableName).whereIn(key, chosen).delete();
+      deleted += count;
+      if (count < PRUNE_BATCH) break;
+    }
+    return deleted;
   }
 
   /** Row lock on PostgreSQL; SQLite serialises writers already and Knex would warn about FOR UPDATE. */

@@ -248,6 +248,18 @@ export class SessionRepository extends Repository {
     await this.db(this.table.sessions).where({ id }).update({ auth_time: authTime, mfa: true, amr: JSON.stringify(amr) });
   }
 
+  /**
+   * Drops, in batches, the sessions revoked before `revokedBefore` and those created before
+   * `createdBefore` (past their absolute lifetime, so ended whatever their refreshes did); their
+   * stored refresh tokens go with them (ON DELETE CASCADE). An ended session's refresh tokens
+   * answer invalid_grant without reading it, and its access tokens outlive it by at most
+   * `accessTtl`. Neither column is one a refresh writes (migration 017).
+   */
+  async pruneEnded(revokedBefore: number, createdBefore: number): Promise<void> {
+    await this.deleteInBatches(this.table.sessions, 'id', (query) => query.where('revoked_at', '<=', revokedBefore));
+    await this.deleteInBatches(this.table.sessions, 'id', (query) => query.where('created_at', '<=', createdBefore));
+  }
+
   /** Answers whether this call revoked it (false when already revoked or not found). */
   async revoke(id: string, now: number, reason: SessionRevocationReason): Promise<boolean> {
     return (await this.db(this.table.sessions).where({ id }).whereNull('revoked_at').update({ revoked_at: now, revoked_reason: reason })) === 1;
@@ -394,6 +406,14 @@ export class OneTimeTokenRepository extends Repository {
 
   async consume(id: string, now: number): Promise<boolean> {
     return (await this.db(this.table.oneTimeTokens).where({ id }).whereNull('consumed_at').andWhere('expires_at', '>', now).update({ consumed_at: now })) === 1;
+  }
+
+  /**
+   * Drops the account's links that expired before `before` (used or not): past its expiry a link
+   * answers as an unknown one. Served by the `(user_id, purpose)` index: one account's rows.
+   */
+  async pruneExpiredOfUser(userId: string, before: number): Promise<void> {
+    await this.db(this.table.oneTimeTokens).where({ user_id: userId }).andWhere('expires_at', '<=', before).delete();
   }
 
   /** A new reset link makes the older ones useless. */

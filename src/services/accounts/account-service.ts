@@ -19,6 +19,9 @@ import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { accountRefusalError, asSsoRequiredUnlessRight, type ChangedAccountReason, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
 
+/** How long a verification or reset link is kept after its expiry (docs/database.md). */
+const EXPIRED_LINK_RETENTION_MS = 24 * 60 * 60 * 1000;
+
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
   constructor(
@@ -311,6 +314,8 @@ export class AccountService {
     const token = randomToken();
     const ttl = purpose === 'verify_email' ? this.context.config.tokens.emailVerifyTtl : this.context.config.tokens.passwordResetTtl;
     if (purpose === 'password_reset') await uow.repos.oneTimeTokens.expireOutstanding(user.id, purpose, uow.now);
+    // Each link left its row for ever: the account's links that expired a day ago go with its next one (docs/database.md).
+    await uow.repos.oneTimeTokens.pruneExpiredOfUser(user.id, uow.now - EXPIRED_LINK_RETENTION_MS);
     await uow.repos.oneTimeTokens.insert({
       id: randomUUID(),
       userId: user.id,

@@ -16,6 +16,8 @@ const DAY_SECONDS = 24 * 3600;
 export const API_KEY_DEFAULT_TTL_SECONDS = 90 * DAY_SECONDS;
 export const API_KEY_MAX_TTL_SECONDS = 365 * DAY_SECONDS;
 export const API_KEY_NAME_MAX_LENGTH = 120;
+/** How long a key is kept (and listed) after it expired or was revoked (docs/api-keys.md). */
+const ENDED_KEY_RETENTION_MS = DAY_SECONDS * 1000;
 
 /** A key as lists show it: never the key, never its hash. */
 export interface ApiKeyView {
@@ -90,6 +92,9 @@ export class ApiKeyService {
       assertHoldsEveryKey(authority, permissionKeys);
       // Counted under the account's lock taken above, so keys created at once cannot pass the cap.
       assertUnderQuota('apiKeysPerMember', await uow.repos.apiKeys.countLiveForMember(organizationId, principal.userId, uow.now));
+      // The quota counts live keys only: without this, keys that expired (60 s at the shortest) or
+      // were revoked stayed for ever, and the unpaged list showed every expired one (docs/api-keys.md).
+      await uow.repos.apiKeys.pruneEndedOfMember(organizationId, principal.userId, uow.now - ENDED_KEY_RETENTION_MS);
       const { key, start } = newApiKey();
       const id = randomUUID();
       const expiresAt = uow.now + ttlSeconds * 1000;

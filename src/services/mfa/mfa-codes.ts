@@ -17,6 +17,9 @@ export function maskedDestination(factor: Pick<MfaFactorRecord, 'type' | 'destin
   return factor.type === 'sms' ? maskPhone(factor.destination) : maskEmail(factor.destination);
 }
 
+/** How long a code challenge is kept after its end (docs/database.md). */
+const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
+
 /** AAD of a sealed TOTP secret: a ciphertext copied onto another factor row does not decrypt. */
 const totpSecretContext = (factorId: string) => `mfa-factor:${factorId}:totp-secret`;
 
@@ -66,6 +69,9 @@ export class MfaCodes {
     const challengeId = randomUUID();
     const code = generateOtpCode(otp.length);
     await uow.repos.otpChallenges.expireOutstanding(factor.id, uow.now);
+    // Each send left its row for ever (every login through an SMS or e-mail factor): the factor's
+    // challenges that ended a day ago go with its next send (docs/database.md).
+    await uow.repos.otpChallenges.pruneEndedOfFactor(factor.id, uow.now - ENDED_CHALLENGE_RETENTION_MS);
     await uow.repos.otpChallenges.insert({
       id: challengeId,
       userId: factor.userId,

@@ -15,8 +15,9 @@ import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { PermissionCatalog } from '../access/permission-catalog.js';
 import type { Principal } from '../access/principal.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
-import { commitRecordedWrite, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { commitRecordedWrite, describeError, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso } from '../shared/iso-time.js';
+import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 
 export interface TokenResponse {
   access_token: string;
@@ -55,6 +56,8 @@ export interface StrongAuthentication {
 }
 
 const USER_AGENT_MAX = 512;
+/** How long a session is kept after its end (docs/database.md): past the longest access token (`accessTtl`, at most a day). */
+const ENDED_SESSION_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /**
  * The session and user behind a presented refresh token; the generation the refresh moves the
@@ -70,6 +73,8 @@ interface PresentedRefreshToken {
 
 /** Sessions are refresh-token families: opening, rotating, re-scoping and revoking them. */
 export class SessionService {
+  private readonly endedPruning = new Occasional(PRUNE_EVERY_MS);
+
   constructor(
     private readonly context: ServiceContext,
     private readonly catalog: PermissionCatalog,
@@ -86,6 +91,7 @@ export class SessionService {
     const session = this.newSession(user, authentication, meta, uow.now);
     // Refused only if the account was disabled or deleted since the caller read it.
     if (!(await uow.repos.sessions.insert(session))) throw await this.signInRules.refusalOfRefusedWrite(uow.repos, user.id);
+    uow.afterCommit(() => this.pruneEndedOccasionally(uow.now));
     return this.opened(session, user);
   }
 
@@ -96,7 +102,10 @@ export class SessionService {
    */
   async openPastGate(uow: UnitOfWork, user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, held?: HeldProof): Promise<OpenedSession | undefined> {
     const session = this.newSession(user, authentication, meta, uow.now);
-    if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true, ...heldConditions(held) })) return this.opened(session, user);
+    if (await uow.repos.sessions.insert(session, { completesAttempt: false, unlessConfirmedFactor: true, ...heldConditions(held) })) {
+      uow.afterCommit(() => this.pruneEndedOccasionally(uow.now));
+      return this.opened(session, user);
+    }
     await this.throwIfAccountChanged(uow.repos, user.id, held);
     return undefined;
   }
@@ -124,7 +133,10 @@ export class SessionService {
       session = this.newSession(user, { mfa: false, amr, authTime: now }, meta, now);
       return repos.sessions.insert(session, { completesAttempt, recording, unlessConfirmedFactor: true, ...heldConditions(held) });
     });
-    if (written) return this.opened(session!, user);
+    if (written) {
+      this.pruneEndedOccasionally(session!.createdAt);
+      return this.opened(session!, user);
+    }
     await this.throwIfAccountChanged(this.context.store.repos, user.id, held);
     return undefined;
   }
@@ -133,6 +145,21 @@ export class SessionService {
   private async throwIfAccountChanged(repos: Repositories, userId: string, held?: HeldProof): Promise<void> {
     const refusal = await this.signInRules.refusalSinceRead(repos, userId, held);
     if (refusal) throw refusal;
+  }
+
+  /**
+   * Every sign-in writes a session, and no request deletes one: a day after its end nothing reads
+   * it (its refresh tokens answer invalid_grant without it, its access tokens lasted at most a
+   * day), so about once a minute a sign-in also deletes the sessions revoked a day ago and those
+   * a day past their absolute lifetime (`sessionMaxAge`); one that lapsed unrefreshed goes then
+   * too (docs/database.md). Not awaited: the sign-in answers without waiting for the delete.
+   */
+  private pruneEndedOccasionally(now: number): void {
+    if (!this.endedPruning.due(now)) return;
+    const endedBefore = now - ENDED_SESSION_RETENTION_MS;
+    this.context.store.repos.sessions
+      .pruneEnded(endedBefore, endedBefore - this.context.config.tokens.sessionMaxAge * 1000)
+      .catch((error: unknown) => this.context.logger.warn('identity-router: pruning ended sessions failed; a later sign-in tries again', { error: describeError(error) }));
   }
 
   private newSession(user: UserRecord, authentication: StrongAuthentication, meta: RequestMeta, now: number): SessionRecord {
