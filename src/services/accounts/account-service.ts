@@ -18,9 +18,7 @@ import { revokeKeysOfUser } from '../api-keys/api-key-service.js';
 import { recordFirstEmailProof } from './credential-lifecycle.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { accountRefusalError, asSsoRequiredUnlessRight, type ChangedAccountReason, type SignInRules, type SsoRequirement, ssoRequired } from '../access/sign-in-rules.js';
-
-/** How long a verification or reset link is kept after its expiry (docs/database.md). */
-const EXPIRED_LINK_RETENTION_MS = 24 * 60 * 60 * 1000;
+import { ENDED_ROW_RETENTION_MS } from '../shared/occasional.js';
 
 /** Registration, e-mail verification, password login and password reset / change (docs/security.md). */
 export class AccountService {
@@ -315,7 +313,7 @@ export class AccountService {
     const ttl = purpose === 'verify_email' ? this.context.config.tokens.emailVerifyTtl : this.context.config.tokens.passwordResetTtl;
     if (purpose === 'password_reset') await uow.repos.oneTimeTokens.expireOutstanding(user.id, purpose, uow.now);
     // Each link left its row for ever: the account's links that expired a day ago go with its next one (docs/database.md).
-    await uow.repos.oneTimeTokens.pruneExpiredOfUser(user.id, uow.now - EXPIRED_LINK_RETENTION_MS);
+    await uow.repos.oneTimeTokens.pruneExpiredOfUser(user.id, uow.now - ENDED_ROW_RETENTION_MS);
     await uow.repos.oneTimeTokens.insert({
       id: randomUUID(),
       userId: user.id,

@@ -10,15 +10,13 @@ import { GLOBAL_ONLY_PERMISSIONS, type PermissionCatalog } from '../access/permi
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { assertUnderQuota } from '../limits/quotas.js';
 import { iso, isoOrNull } from '../shared/iso-time.js';
+import { ENDED_ROW_RETENTION_MS } from '../shared/occasional.js';
 
 const DAY_SECONDS = 24 * 3600;
 /** docs/api-keys.md: every key expires; 90 days unless asked otherwise, never beyond 365. */
 export const API_KEY_DEFAULT_TTL_SECONDS = 90 * DAY_SECONDS;
 export const API_KEY_MAX_TTL_SECONDS = 365 * DAY_SECONDS;
 export const API_KEY_NAME_MAX_LENGTH = 120;
-/** How long a key is kept (and listed) after it expired or was revoked (docs/api-keys.md). */
-const ENDED_KEY_RETENTION_MS = DAY_SECONDS * 1000;
-
 /** A key as lists show it: never the key, never its hash. */
 export interface ApiKeyView {
   id: string;
@@ -94,7 +92,7 @@ export class ApiKeyService {
       assertUnderQuota('apiKeysPerMember', await uow.repos.apiKeys.countLiveForMember(organizationId, principal.userId, uow.now));
       // The quota counts live keys only: without this, keys that expired (60 s at the shortest) or
       // were revoked stayed for ever, and the unpaged list showed every expired one (docs/api-keys.md).
-      await uow.repos.apiKeys.pruneEndedOfMember(organizationId, principal.userId, uow.now - ENDED_KEY_RETENTION_MS);
+      await uow.repos.apiKeys.pruneEndedOfMember(organizationId, principal.userId, uow.now - ENDED_ROW_RETENTION_MS);
       const { key, start } = newApiKey();
       const id = randomUUID();
       const expiresAt = uow.now + ttlSeconds * 1000;

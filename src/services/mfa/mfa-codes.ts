@@ -10,15 +10,13 @@ import type { Repositories } from '../../store/store.js';
 import type { ServiceContext } from '../shared/service-context.js';
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 import { assertWithinBudget, destinationBudgetName, recordInBudget, spendSendBudget, type BudgetBucket } from '../limits/send-budget.js';
+import { ENDED_ROW_RETENTION_MS } from '../shared/occasional.js';
 
 /** The masked destination of a factor (docs/mfa.md), or undefined for TOTP. */
 export function maskedDestination(factor: Pick<MfaFactorRecord, 'type' | 'destination'>): string | undefined {
   if (!factor.destination) return undefined;
   return factor.type === 'sms' ? maskPhone(factor.destination) : maskEmail(factor.destination);
 }
-
-/** How long a code challenge is kept after its end (docs/database.md). */
-const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /** AAD of a sealed TOTP secret: a ciphertext copied onto another factor row does not decrypt. */
 const totpSecretContext = (factorId: string) => `mfa-factor:${factorId}:totp-secret`;
@@ -71,7 +69,7 @@ export class MfaCodes {
     await uow.repos.otpChallenges.expireOutstanding(factor.id, uow.now);
     // Each send left its row for ever (every login through an SMS or e-mail factor): the factor's
     // challenges that ended a day ago go with its next send (docs/database.md).
-    await uow.repos.otpChallenges.pruneEndedOfFactor(factor.id, uow.now - ENDED_CHALLENGE_RETENTION_MS);
+    await uow.repos.otpChallenges.pruneEndedOfFactor(factor.id, uow.now - ENDED_ROW_RETENTION_MS);
     await uow.repos.otpChallenges.insert({
       id: challengeId,
       userId: factor.userId,

@@ -17,7 +17,7 @@ import { FailedAttemptSlot } from '../limits/lockout.js';
 import { mayAuthenticate, type AccessPolicy } from '../access/access-policy.js';
 import type { SignInRules } from '../access/sign-in-rules.js';
 import { describeError, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
-import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
+import { ENDED_ROW_RETENTION_MS, Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 import { assertUnderQuota } from '../limits/quotas.js';
 
 /** A factor in the management list (docs/database.md): pending ones too. */
@@ -40,8 +40,6 @@ export interface CodeSent {
 
 /** docs/database.md: a factor never confirmed is pruned after this long. */
 const PENDING_FACTOR_LIFETIME_MS = 24 * 60 * 60 * 1000;
-/** docs/database.md: an MFA ticket is deleted this long after its end, by a later login gate. */
-const ENDED_TICKET_RETENTION_MS = 24 * 60 * 60 * 1000;
 const SECOND_FACTOR_AMR = ['pwd', 'otp'];
 /** How often a sign-in goes through the login gate when a factor is confirmed under it (`throughLoginGate`). */
 const LOGIN_GATE_PASSES = 3;
@@ -147,7 +145,7 @@ export class MfaService {
   private pruneEndedTicketsOccasionally(now: number): void {
     if (!this.ticketPruning.due(now)) return;
     this.context.store.repos.mfaTickets
-      .pruneEndedBefore(now - ENDED_TICKET_RETENTION_MS)
+      .pruneEndedBefore(now - ENDED_ROW_RETENTION_MS)
       .catch((error: unknown) => this.context.logger.warn('identity-router: pruning ended MFA tickets failed; the next login gate tries again', { error: describeError(error) }));
   }
 

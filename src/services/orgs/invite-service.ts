@@ -15,9 +15,7 @@ import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso } from '../shared/iso-time.js';
 import { emailBudgetForm, spendSendBudget } from '../limits/send-budget.js';
 import { assertUnderQuota } from '../limits/quotas.js';
-
-/** How long an ended invitation is kept (docs/organizations.md). */
-const ENDED_INVITE_RETENTION_MS = 24 * 60 * 60 * 1000;
+import { ENDED_ROW_RETENTION_MS } from '../shared/occasional.js';
 
 export interface InviteView {
   id: string;
@@ -98,7 +96,7 @@ export class InviteService {
       await this.spendSendBudget(uow, organizationId, email);
       // Invitations that ended stayed for ever (invite, revoke, again, under the send budget):
       // the organization's that ended a day ago go with its next one (docs/organizations.md).
-      await uow.repos.invites.pruneEndedInOrganization(organizationId, uow.now - ENDED_INVITE_RETENTION_MS);
+      await uow.repos.invites.pruneEndedInOrganization(organizationId, uow.now - ENDED_ROW_RETENTION_MS);
       const expiresAt = uow.now + this.context.config.tokens.inviteTtl * 1000;
       const existing = await uow.repos.invites.findPendingForEmail(organizationId, email);
       // A re-invite of a live invitation rotates its own slot; a new or expired one takes one.

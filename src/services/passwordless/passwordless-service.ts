@@ -17,7 +17,7 @@ import { type LoginResult, loginFailed, type PasswordlessMethod } from '../sessi
 import { MfaCodes } from '../mfa/mfa-codes.js';
 import { assertWithinBudget, type BudgetBucket, destinationBudgetName, lockBudget, recordInBudget, spendSendBudget, trySpendSendBudget } from '../limits/send-budget.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
-import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
+import { ENDED_ROW_RETENTION_MS, Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 
 type PasswordlessSettings = NonNullable<ResolvedConfig['passwordless']>;
 
@@ -39,9 +39,6 @@ export interface PasswordlessSignIn {
 
 /** AAD of a sealed sign-up address: a ciphertext copied onto another challenge does not open. */
 const sealedAddressContext = (challengeId: string) => `passwordless-challenge:${challengeId}:address`;
-
-/** Challenges that ended this long ago are pruned on the address's own starts, and every minute or so by any start. */
-const ENDED_CHALLENGE_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /**
  * Passwordless sign-in by e-mail (docs/passwordless.md): a one-time code and,
@@ -88,7 +85,7 @@ export class PasswordlessService {
         const resetsAt = lastStarted + otp.resendCooldown * 1000;
         throw errors.rateLimited((resetsAt - uow.now) / 1000, 'rate_limited', { limit: 1, resetsAt });
       }
-      await uow.repos.passwordlessChallenges.pruneEnded(addressHash, uow.now - ENDED_CHALLENGE_RETENTION_MS);
+      await uow.repos.passwordlessChallenges.pruneEnded(addressHash, uow.now - ENDED_ROW_RETENTION_MS);
       this.pruneAllEndedOccasionally(uow);
 
       const user = await uow.repos.users.findByEmail(address);
@@ -162,7 +159,7 @@ export class PasswordlessService {
    */
   private pruneAllEndedOccasionally(uow: UnitOfWork): void {
     if (!this.endedPruning.due(uow.now)) return;
-    const before = uow.now - ENDED_CHALLENGE_RETENTION_MS;
+    const before = uow.now - ENDED_ROW_RETENTION_MS;
     uow.afterCommit(() => this.context.store.repos.passwordlessChallenges.pruneAllEnded(before));
   }
 

@@ -17,7 +17,7 @@ import type { Principal } from '../access/principal.js';
 import { decodeCursor, keysetPage } from '../shared/pagination.js';
 import { commitRecordedWrite, describeError, runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
 import { iso } from '../shared/iso-time.js';
-import { Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
+import { ENDED_ROW_RETENTION_MS, Occasional, PRUNE_EVERY_MS } from '../shared/occasional.js';
 
 export interface TokenResponse {
   access_token: string;
@@ -56,9 +56,6 @@ export interface StrongAuthentication {
 }
 
 const USER_AGENT_MAX = 512;
-/** How long a session is kept after its end (docs/database.md): past the longest access token (`accessTtl`, at most a day). */
-const ENDED_SESSION_RETENTION_MS = 24 * 60 * 60 * 1000;
-
 /**
  * The session and user behind a presented refresh token; the generation the refresh moves the
  * session on from; and the stored token's row and lifetime if it is one from before MACs.
@@ -156,7 +153,7 @@ export class SessionService {
    */
   private pruneEndedOccasionally(now: number): void {
     if (!this.endedPruning.due(now)) return;
-    const endedBefore = now - ENDED_SESSION_RETENTION_MS;
+    const endedBefore = now - ENDED_ROW_RETENTION_MS;
     this.context.store.repos.sessions
       .pruneEnded(endedBefore, endedBefore - this.context.config.tokens.sessionMaxAge * 1000)
       .catch((error: unknown) => this.context.logger.warn('identity-router: pruning ended sessions failed; a later sign-in tries again', { error: describeError(error) }));

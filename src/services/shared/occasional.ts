@@ -24,3 +24,11 @@ export class Occasional {
 
 /** How often each router prunes what it prunes (docs/database.md): once a minute. */
 export const PRUNE_EVERY_MS = 60_000;
+
+/**
+ * How long a row is kept after its end (expiry, use, revocation) before a prune deletes it
+ * (docs/database.md "Retention"): past the longest access token (`accessTtl`, at most a day), so
+ * nothing that names a pruned row is still accepted, and a day of support questions about it
+ * ("my link said expired") can still be answered from the row.
+ */
+export const ENDED_ROW_RETENTION_MS = 24 * 60 * 60 * 1000;

@@ -16,6 +16,7 @@ import type { AccessPolicy } from '../access/access-policy.js';
 import type { SessionService } from '../sessions/session-service.js';
 import { isUnreachable, type ProviderConfiguration } from './social-provider-client.js';
 import { runUnitOfWork, type UnitOfWork } from '../shared/unit-of-work.js';
+import { ENDED_ROW_RETENTION_MS } from '../shared/occasional.js';
 
 /*
  * The federated sign-in round trip, shared by social login (docs/social-login.md) and single sign-on
@@ -102,7 +103,6 @@ export const RESOLUTION_ATTEMPTS = 3;
 
 /** RFC 6749 codes that may be passed on to the SPA as `social_error_detail` (docs/social-login.md). */
 const FORWARDED_PROVIDER_ERRORS = new Set(['access_denied', 'server_error', 'temporarily_unavailable', 'invalid_scope', 'login_required', 'consent_required', 'interaction_required']);
-const FLOW_RETENTION_MS = 24 * 60 * 60 * 1000;
 const EMAIL_MAX_OCTETS = 320;
 /** OpenID Connect Core 2: `sub` is at most 255 ASCII characters; the identity tables hold exactly that. */
 const SUBJECT_MAX = 255;
@@ -139,7 +139,7 @@ export class FederatedFlows {
       // A link's flow is a write of its session, as every other: not once the owner has ended it.
       if (principal) await this.policy.assertSessionLive(uow.repos, principal);
       // Pruned on the way, so no scheduler is needed (docs/social-login.md: rows older than one day).
-      await uow.repos.socialFlows.pruneCreatedBefore(uow.now - FLOW_RETENTION_MS);
+      await uow.repos.socialFlows.pruneCreatedBefore(uow.now - ENDED_ROW_RETENTION_MS);
       await uow.repos.socialFlows.insert({
         id: flowId,
         stateHash: this.hash('state', state),
