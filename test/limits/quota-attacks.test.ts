@@ -108,6 +108,22 @@ function assertQuotaRefusal(response: { status: number; body: any; text: string 
   assert.match(response.body.message, new RegExp(`at most ${max} `), `${context}: the message names the limit`);
 }
 
+type Answer = { status: number; body: any; text: string };
+
+/** Six creations at once at the last slot: exactly one passes the cap. */
+async function oneOfSixAtTheLastSlot(create: (index: number) => Promise<Answer>): Promise<void> {
+  const answers = await Promise.all(Array.from({ length: 6 }, (_, index) => create(index)));
+  assert.deepEqual(answers.map((answer) => answer.status).sort(), [201, 409, 409, 409, 409, 409], answers.map((answer) => answer.text).join('\n'));
+}
+
+/** A creation run inside another one's count (PostgreSQL) waits for it to commit, then counts it and is refused. */
+async function theSecondSeesTheFirst<P extends object>(harness: Harness, window: { prototype: P; method: any; when: (...args: any[]) => boolean }, create: () => Promise<Answer>, max: number): Promise<void> {
+  const { outer, inner } = await withRequestInTheWindow(harness, window, create, create);
+  assert.equal(outer.status, 201, outer.text);
+  assert.ok(inner, 'the window was reached');
+  assertQuotaRefusal(inner, max, 'the second creation, once the first committed');
+}
+
 describe('API keys per member of an organization', () => {
   const max = QUOTAS.apiKeysPerMember.max;
 
@@ -142,8 +158,7 @@ describe('API keys per member of an organization', () => {
   test('concurrent creations at the last slot: exactly one succeeds', async () => {
     const org = await createOrg(h);
     await seedApiKeys(org, org.owner.userId, max - 1);
-    const answers = await Promise.all(Array.from({ length: 6 }, (_, index) => createKey(org, `parallel ${index}`)));
-    assert.deepEqual(answers.map((answer) => answer.status).sort(), [201, 409, 409, 409, 409, 409], answers.map((answer) => answer.text).join('\n'));
+    await oneOfSixAtTheLastSlot((index) => createKey(org, `parallel ${index}`));
     const live = await h.knex(tableOf(h, 'apiKeys')).where({ organization_id: org.id, user_id: org.owner.userId }).whereNull('revoked_at').count({ n: '*' }).first();
     assert.equal(Number(live?.n), max);
   });
@@ -151,15 +166,7 @@ describe('API keys per member of an organization', () => {
   test('a creation committed inside another one\'s count waits for it, and then sees it', PG_ONLY, async () => {
     const org = await createOrg(h);
     await seedApiKeys(org, org.owner.userId, max - 1);
-    const { outer, inner } = await withRequestInTheWindow(
-      h,
-      { prototype: ApiKeyRepository.prototype, method: 'countLiveForMember', when: (orgId) => orgId === org.id },
-      () => createKey(org, 'inner'),
-      () => createKey(org, 'outer'),
-    );
-    assert.equal(outer.status, 201, outer.text);
-    assert.ok(inner, 'the window was reached');
-    assertQuotaRefusal(inner, max, 'the second creation, once the first committed');
+    await theSecondSeesTheFirst(h, { prototype: ApiKeyRepository.prototype, method: 'countLiveForMember', when: (orgId) => orgId === org.id }, () => createKey(org, 'raced'), max);
   });
 });
 
@@ -181,22 +188,13 @@ describe('custom roles per organization', () => {
   test('concurrent creations at the last slot: exactly one succeeds', async () => {
     const org = await createOrg(h);
     await seedCustomRoles(org, max - 1);
-    const answers = await Promise.all(Array.from({ length: 6 }, () => createRole(org)));
-    assert.deepEqual(answers.map((answer) => answer.status).sort(), [201, 409, 409, 409, 409, 409], answers.map((answer) => answer.text).join('\n'));
+    await oneOfSixAtTheLastSlot(() => createRole(org));
   });
 
   test('a creation committed inside another one\'s count waits for it, and then sees it', PG_ONLY, async () => {
     const org = await createOrg(h);
     await seedCustomRoles(org, max - 1);
-    const { outer, inner } = await withRequestInTheWindow(
-      h,
-      { prototype: RoleRepository.prototype, method: 'countCustomInOrganization', when: (orgId) => orgId === org.id },
-      () => createRole(org),
-      () => createRole(org),
-    );
-    assert.equal(outer.status, 201, outer.text);
-    assert.ok(inner, 'the window was reached');
-    assertQuotaRefusal(inner, max, 'the second creation, once the first committed');
+    await theSecondSeesTheFirst(h, { prototype: RoleRepository.prototype, method: 'countCustomInOrganization', when: (orgId) => orgId === org.id }, () => createRole(org), max);
   });
 });
 
@@ -225,22 +223,13 @@ describe('pending invitations per organization', () => {
   test('concurrent invitations at the last slot: exactly one succeeds', async () => {
     const org = await createOrg(h);
     await seedInvites(org, max - 1);
-    const answers = await Promise.all(Array.from({ length: 6 }, () => invite(org)));
-    assert.deepEqual(answers.map((answer) => answer.status).sort(), [201, 409, 409, 409, 409, 409], answers.map((answer) => answer.text).join('\n'));
+    await oneOfSixAtTheLastSlot(() => invite(org));
   });
 
   test('an invitation committed inside another one\'s count waits for it, and then sees it', PG_ONLY, async () => {
     const org = await createOrg(h);
     await seedInvites(org, max - 1);
-    const { outer, inner } = await withRequestInTheWindow(
-      h,
-      { prototype: InviteRepository.prototype, method: 'countPendingInOrganization', when: (orgId) => orgId === org.id },
-      () => invite(org),
-      () => invite(org),
-    );
-    assert.equal(outer.status, 201, outer.text);
-    assert.ok(inner, 'the window was reached');
-    assertQuotaRefusal(inner, max, 'the second invitation, once the first committed');
+    await theSecondSeesTheFirst(h, { prototype: InviteRepository.prototype, method: 'countPendingInOrganization', when: (orgId) => orgId === org.id }, () => invite(org), max);
   });
 });
 
@@ -310,22 +299,13 @@ describe('organizations owned per user', () => {
   test('concurrent creations at the last slot: exactly one succeeds', async () => {
     const user = await h.signUp();
     await seedOwnedOrganizations(user.userId, max - 1);
-    const answers = await Promise.all(Array.from({ length: 6 }, () => createOrganization(user.accessToken)));
-    assert.deepEqual(answers.map((answer) => answer.status).sort(), [201, 409, 409, 409, 409, 409], answers.map((answer) => answer.text).join('\n'));
+    await oneOfSixAtTheLastSlot(() => createOrganization(user.accessToken));
   });
 
   test("a creation committed inside another one's count waits for it, and then sees it", PG_ONLY, async () => {
     const user = await h.signUp();
     await seedOwnedOrganizations(user.userId, max - 1);
-    const { outer, inner } = await withRequestInTheWindow(
-      h,
-      { prototype: MembershipRepository.prototype, method: 'countActiveOwnedBy', when: (userId) => userId === user.userId },
-      () => createOrganization(user.accessToken),
-      () => createOrganization(user.accessToken),
-    );
-    assert.equal(outer.status, 201, outer.text);
-    assert.ok(inner, 'the window was reached');
-    assertQuotaRefusal(inner, max, 'the second creation, once the first committed');
+    await theSecondSeesTheFirst(h, { prototype: MembershipRepository.prototype, method: 'countActiveOwnedBy', when: (userId) => userId === user.userId }, () => createOrganization(user.accessToken), max);
   });
 });
 
@@ -446,15 +426,7 @@ describe('domains per organization', () => {
       }));
       await withSso.knex.batchInsert(tableOf(withSso, 'orgDomains'), rows, 200);
       const add = () => withSso.post(`/orgs/${org.id}/domains`, { domain: uniqueDomain() }, { token: org.owner.token });
-      const { outer, inner } = await withRequestInTheWindow(
-        withSso,
-        { prototype: OrgDomainRepository.prototype, method: 'countForOrganization', when: (orgId) => orgId === org.id },
-        add,
-        add,
-      );
-      assert.equal(outer.status, 201, outer.text);
-      assert.ok(inner, 'the window was reached');
-      assertQuotaRefusal(inner, max, 'the second addition, once the first committed');
+      await theSecondSeesTheFirst(withSso, { prototype: OrgDomainRepository.prototype, method: 'countForOrganization', when: (orgId) => orgId === org.id }, add, max);
     } finally {
       await withSso.close();
     }
