@@ -26,6 +26,23 @@ export const passwordSchema = Joi.string().min(1).max(1024);
 /** A password being checked against the stored hash (login, current password) may hold control characters; see validate.ts. */
 export const storedPasswordSchema = passwordSchema.meta(CONTROL_CHARACTERS_ALLOWED);
 
+/**
+ * The query of a federated callback (social login and SSO, CONTRACT 9.2): the provider's values
+ * are opaque strings, bounded so a megabyte query costs nothing. `error_description` and
+ * `error_uri` are the IdP's own text, never read, stored or shown: they may hold what
+ * CONTROL_CHARACTER refuses (an Arabic or Hebrew IdP's U+200F, Entra ID's CR LF between lines),
+ * and a callback answers a provider's `error` with its 303 (9.7), never a 422.
+ */
+const providerValue = Joi.string().max(4096).allow('');
+export const providerCallbackQuery = Joi.object({
+  code: providerValue,
+  state: providerValue,
+  iss: providerValue,
+  error: providerValue,
+  error_description: providerValue.meta(CONTROL_CHARACTERS_ALLOWED),
+  error_uri: providerValue.meta(CONTROL_CHARACTERS_ALLOWED),
+});
+
 /** Opaque tokens we issued are 43 base64url characters; anything far longer is not one of ours. */
 export const opaqueTokenSchema = Joi.string().min(1).max(512);
 

@@ -14,14 +14,28 @@ import { CONTROL_CHARACTER } from '../services/shared/identity-rules.js';
  * A key marked with this meta may hold control characters. Only a password being *checked*
  * is marked (login, current password): it is hashed, never stored as text, and an account
  * whose password was set before the rule must still be able to sign in. New passwords are
- * refused like any other field.
+ * refused like any other field. Text a client sends unasked and the router never reads,
+ * stores or shows is marked too: a provider's `error_description` at a callback, a browser's
+ * WebAuthn `clientExtensionResults` (a device name of credProps). A nested key's mark counts.
  */
 export const CONTROL_CHARACTERS_ALLOWED = { controlCharactersAllowed: true } as const;
 
 interface CheckedKeys {
   /** The schema's own keys: anything else is stripped unread, so it is not checked. */
   known: Set<string>;
+  /** Dotted paths of the keys marked CONTROL_CHARACTERS_ALLOWED, at any depth (`response.clientExtensionResults`). */
   exempt: Set<string>;
+}
+
+type DescribedKeys = Record<string, { metas?: Array<Record<string, unknown>>; keys?: DescribedKeys }>;
+
+function exemptPaths(keys: DescribedKeys, prefix: string, into: Set<string>): Set<string> {
+  for (const [name, key] of Object.entries(keys)) {
+    const path = prefix ? `${prefix}.${name}` : name;
+    if (key.metas?.some((meta) => meta.controlCharactersAllowed === true)) into.add(path);
+    else if (key.keys) exemptPaths(key.keys, path, into);
+  }
+  return into;
 }
 
 const checkedKeysCache = new WeakMap<Joi.ObjectSchema, CheckedKeys>();
@@ -29,11 +43,8 @@ const checkedKeysCache = new WeakMap<Joi.ObjectSchema, CheckedKeys>();
 function checkedKeys(schema: Joi.ObjectSchema): CheckedKeys {
   let keys = checkedKeysCache.get(schema);
   if (!keys) {
-    const described = Object.entries((schema.describe() as { keys?: Record<string, { metas?: Array<Record<string, unknown>> }> }).keys ?? {});
-    keys = {
-      known: new Set(described.map(([name]) => name)),
-      exempt: new Set(described.filter(([, key]) => key.metas?.some((meta) => meta.controlCharactersAllowed === true)).map(([name]) => name)),
-    };
+    const described = (schema.describe() as { keys?: DescribedKeys }).keys ?? {};
+    keys = { known: new Set(Object.keys(described)), exempt: exemptPaths(described, '', new Set()) };
     checkedKeysCache.set(schema, keys);
   }
   return keys;
@@ -54,12 +65,13 @@ function controlCharacterProblems(value: unknown, { known, exempt }: CheckedKeys
       current.forEach((item, index) => pending.push({ value: item, label: `${label}[${index}]`, top: false }));
     } else if (current !== null && typeof current === 'object') {
       for (const [key, inner] of Object.entries(current)) {
-        if (top && (!known.has(key) || exempt.has(key))) continue;
+        const path = label ? `${label}.${key}` : key;
+        if ((top && !known.has(key)) || exempt.has(path)) continue;
         if (CONTROL_CHARACTER.test(key)) {
           problems.add('field names must not contain control characters');
           continue;
         }
-        pending.push({ value: inner, label: label ? `${label}.${key}` : key, top: false });
+        pending.push({ value: inner, label: path, top: false });
       }
     }
   }

@@ -40,7 +40,12 @@ export abstract class Repository {
     for (let batch = 0; batch < PRUNE_MAX_BATCHES; batch += 1) {
       const chosen = this.db(tableName).select(key).limit(PRUNE_BATCH);
       match(chosen);
-      const count = await this.db(tableName).whereIn(key, chosen).delete();
+      // `match` again on the DELETE itself: PostgreSQL re-checks only the DELETE's own condition
+      // on a row a concurrent transaction changed meanwhile (a counter's window restarted, a dead
+      // delivery replayed), not the subquery's, which would delete a row that no longer matches.
+      const deleting = this.db(tableName).whereIn(key, chosen);
+      match(deleting);
+      const count = await deleting.delete();
       deleted += count;
       if (count < PRUNE_BATCH) break;
     }

@@ -3,6 +3,7 @@ import { errors } from '../../errors.js';
 import type { IdentityServices } from '../../services/build-services.js';
 import { loginAnswer, ok, type RouteDefinition } from '../route.js';
 import { emailSchema, idSchema, typedText } from '../schemas.js';
+import { CONTROL_CHARACTERS_ALLOWED } from '../validate.js';
 
 /** A factor's or passkey's label: null or an empty string clears it. */
 const factorLabelSchema = typedText(100).allow(null, '');
@@ -18,7 +19,8 @@ const credentialFields = {
   id: credentialId.required(),
   rawId: credentialId.required(),
   type: Joi.string().valid('public-key').required(),
-  clientExtensionResults: Joi.object().unknown(true).default({}),
+  // The browser's unsigned extension outputs, which the router never stores (a credProps device name may be in any script): validate.ts.
+  clientExtensionResults: Joi.object().unknown(true).default({}).meta(CONTROL_CHARACTERS_ALLOWED),
   authenticatorAttachment: Joi.string().max(32).allow(null),
 };
 

@@ -3,7 +3,7 @@ import { errors } from '../../errors.js';
 import type { IdentityServices } from '../../services/build-services.js';
 import type { SocialService } from '../../services/social/social-service.js';
 import { loginAnswer, ok, redirect, type RouteDefinition } from '../route.js';
-import { idSchema } from '../schemas.js';
+import { idSchema, providerCallbackQuery } from '../schemas.js';
 
 /** Callback and authorize redirects carry one-time values: no caching, no Referer (docs/social-login.md). */
 const REDIRECT_HEADERS = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
@@ -14,8 +14,6 @@ const handoffFields = {
   handoff_challenge: Joi.string().min(43).max(128).pattern(/^[A-Za-z0-9_-]+$/, 'base64url').required(),
   handoff_challenge_method: Joi.valid('S256').required(),
 };
-/** Provider parameters are opaque strings; bounded so a megabyte query costs nothing. */
-const providerValue = Joi.string().max(4096).allow('');
 
 /** docs/social-login.md: social login through OpenID Connect providers. Without `social` every route answers 404. */
 export function socialRoutes(services: IdentityServices): RouteDefinition[] {
@@ -61,7 +59,7 @@ export function socialRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'public',
       rateLimit: 'social',
       params: providerParams,
-      query: Joi.object({ code: providerValue, state: providerValue, iss: providerValue, error: providerValue, error_description: providerValue, error_uri: providerValue }),
+      query: providerCallbackQuery,
       handler: async ({ params, query }) => {
         const location = await social().callback(params.provider, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error });
         return redirect(303, location, REDIRECT_HEADERS);

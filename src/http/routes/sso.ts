@@ -3,7 +3,7 @@ import { errors } from '../../errors.js';
 import type { IdentityServices } from '../../services/build-services.js';
 import type { SsoService } from '../../services/sso/sso-service.js';
 import { created, ok, redirect, type RouteDefinition } from '../route.js';
-import { emailSchema, idSchema } from '../schemas.js';
+import { emailSchema, idSchema, providerCallbackQuery } from '../schemas.js';
 
 /** Callback redirects carry one-time values: no caching, no Referer (docs/social-login.md). */
 const REDIRECT_HEADERS = { 'Cache-Control': 'no-store', 'Referrer-Policy': 'no-referrer' };
@@ -21,7 +21,6 @@ const connectionFields = {
   default_role: Joi.string().min(1).max(64),
   enforce: Joi.boolean(),
 };
-const providerValue = Joi.string().max(4096).allow('');
 
 /**
  * docs/sso.md: an organization's verified domains and single sign-on connection (holders
@@ -137,7 +136,7 @@ export function ssoRoutes(services: IdentityServices): RouteDefinition[] {
       auth: 'public',
       rateLimit: 'social',
       params: Joi.object({ connectionId: idSchema.required() }),
-      query: Joi.object({ code: providerValue, state: providerValue, iss: providerValue, error: providerValue, error_description: providerValue, error_uri: providerValue }),
+      query: providerCallbackQuery,
       handler: async ({ params, query, meta }) => {
         const location = await sso().callback(params.connectionId, { code: query.code, state: query.state || undefined, iss: query.iss, error: query.error }, meta);
         return redirect(303, location, REDIRECT_HEADERS);

@@ -327,6 +327,12 @@ export class SsoService {
       if (input.client_secret !== undefined && input.issuer === undefined && latest.issuer !== current.issuer) {
         throw errors.validation(['client_secret was sent for an issuer the connection no longer has: send the issuer with its secret']);
       }
+      // The move rule again, against the latest issuer: the stored secret is the one given for
+      // it, so an issuer named in its place (one that matched what this request read, before a
+      // move committed meanwhile) takes a secret of its own, or the new secret would go there.
+      if (input.issuer !== undefined && input.client_secret === undefined && issuer !== latest.issuer) {
+        throw errors.validation(['client_secret is required when the issuer changes']);
+      }
       // Discovery vouches for the issuer only (the client, secret and method are not sent to it):
       // an issuer this request does not give is the latest one, which the update that wrote it discovered.
       const next: SsoConnectionRecord = {
