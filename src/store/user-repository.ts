@@ -78,6 +78,26 @@ export function mapUser(row: UserRow): UserRecord {
   };
 }
 
+/** First half of the two-key advisory lock of a mailbox's sign-ups (see startup-lock.ts for the start-up lock's). */
+const MAILBOX_LOCK_CLASS = 0x1d3e7003;
+
+/**
+ * The address typed and its mailbox's other spellings (`mailboxSpellings`: at most two more) as
+ * three values, the last repeated, so a mailbox's statements keep one shape.
+ */
+function spellingValues(typed: string, spellings: readonly string[]): { typed: string; second: string; third: string } {
+  const [second = typed, third = second] = spellings.filter((spelling) => spelling !== typed);
+  return { typed, second, third };
+}
+
+/** The accounts of a mailbox's spellings, the typed spelling's first (then by address, so the choice is stable). */
+function mailboxAccount<V extends { typed: unknown; second: unknown; third: unknown }>(users: Knex.QueryBuilder, values: V): Knex.QueryBuilder {
+  return users
+    .whereIn('email', [values.typed, values.second, values.third] as string[])
+    .orderByRaw('case when email = ? then 0 else 1 end', [values.typed as string])
+    .orderBy('email');
+}
+
 export class UserRepository extends Repository {
   async findById(id: string): Promise<UserRecord | undefined> {
     const row = await this.db(this.table.users).where({ id }).first();
@@ -94,13 +114,22 @@ export class UserRepository extends Repository {
    * for the lock reads the row again and answers nothing if the address left it meanwhile (an
    * account deleted and given its tombstone).
    */
-  async findByEmailForUpdate(email: string): Promise<UserRecord | undefined> {
-    const row = await this.lockForUpdate(this.db(this.table.users).where({ email })).first();
+  async findByEmailForUpdate(email: string, spellings: readonly string[] = [email]): Promise<UserRecord | undefined> {
+    const row = await this.lockForUpdate(mailboxAccount(this.db(this.table.users), spellingValues(email, spellings))).first();
     return row ? mapUser(row) : undefined;
   }
 
-  /** `email` must already be normalised (trimmed, lower-cased). */
-  async findByEmail(email: string): Promise<UserRecord | undefined> {
+  /**
+   * `email` must already be normalised (trimmed, lower-cased). With `spellings` (its mailbox's,
+   * `mailboxSpellings`), the account of the mailbox under any of them, in one indexed statement:
+   * the typed spelling's own account first, should two exist from before one mailbox had one
+   * account (docs/security.md "One mailbox, one account").
+   */
+  async findByEmail(email: string, spellings?: readonly string[]): Promise<UserRecord | undefined> {
+    if (spellings && spellings.some((spelling) => spelling !== email)) {
+      const found = await this.hot.first(this.db, 'users.findByMailbox', (values) => mailboxAccount(this.db(this.table.users), values).first(USER_COLUMNS), spellingValues(email, spellings));
+      return found ? mapUser(found) : undefined;
+    }
     const row = await this.hot.first(this.db, 'users.findByEmail', (values) => this.db(this.table.users).where({ email: values.email }).first(USER_COLUMNS), { email });
     return row ? mapUser(row) : undefined;
   }
@@ -117,16 +146,17 @@ export class UserRepository extends Repository {
     email: string,
     now: number,
     lockout: { threshold: number; windowMs: number },
+    spellings: readonly string[] = [email],
   ): Promise<{ user: UserRecord; reserved: boolean | undefined; read: ReadBesideAccount | undefined } | undefined> {
     if (this.dialect !== 'pg') {
-      const user = await this.findByEmail(email);
+      const user = await this.findByEmail(email, spellings);
       return user && { user, reserved: undefined, read: undefined };
     }
     const row = await this.hot.first(
       this.db,
-      'users.findByEmailReservingAttempt',
+      'users.findByMailboxReservingAttempt',
       (values) => {
-        const account = this.db(this.table.users).where({ email: values.email }).select(USER_COLUMNS);
+        const account = mailboxAccount(this.db(this.table.users), values).select(USER_COLUMNS).limit(1);
         const accountId = this.db.raw('??', ['account.id']);
         const slot = reserveAttemptWrite(this.db, this.table, this.db('account').select('id'), values).whereNull('deleted_at').whereNotNull('password_hash').whereNot('password_hash', '').returning('id');
         return this.db.client
@@ -141,7 +171,7 @@ export class UserRepository extends Repository {
             this.db.raw('exists ? as ??', [confirmedFactorsOf(this.db, this.table, accountId).select('id'), 'confirmed_factor']),
           ]);
       },
-      attemptValues(now, lockout, { email }),
+      attemptValues(now, lockout, spellingValues(email, spellings)),
     );
     return row && { user: mapUser(row), reserved: toBoolean(row.reserved), read: { superadmin: toBoolean(row.superadmin), hasConfirmedFactor: toBoolean(row.confirmed_factor) } };
   }
@@ -150,7 +180,17 @@ export class UserRepository extends Repository {
    * Inserts unless the address is taken; answers whether this call created the account. A
    * social sign-up (docs/social-login.md rule 4) has no password and takes the provider's verification.
    */
-  async insertIfEmailFree(user: { id: string; email: string; displayName: string | null; passwordHash: string | null; emailVerified?: boolean; now: number }): Promise<boolean> {
+  async insertIfEmailFree(
+    user: { id: string; email: string; displayName: string | null; passwordHash: string | null; emailVerified?: boolean; now: number },
+    mailbox?: { form: string; spellings: readonly string[] },
+  ): Promise<boolean> {
+    if (mailbox) {
+      // One mailbox, one account: two sign-ups of two spellings at once take turns on PostgreSQL
+      // (a transaction-scoped advisory lock keyed by the mailbox form; SQLite serialises writers),
+      // and the later sees the former's account. Call inside the transaction.
+      if (this.dialect === 'pg') await this.db.raw('select pg_advisory_xact_lock(?, hashtext(?))', [MAILBOX_LOCK_CLASS, `${this.table.users}:${mailbox.form}`]);
+      if (await this.mailboxTaken(user.email, mailbox.spellings)) return false;
+    }
     const inserted = await this.db(this.table.users)
       .insert({
         id: user.id,
@@ -168,6 +208,11 @@ export class UserRepository extends Repository {
       .ignore()
       .returning('id');
     return inserted.length === 1;
+  }
+
+  /** Whether an account is stored under `email` or any of its mailbox's other `spellings`. */
+  async mailboxTaken(email: string, spellings: readonly string[]): Promise<boolean> {
+    return (await mailboxAccount(this.db(this.table.users), spellingValues(email, spellings)).first('id')) !== undefined;
   }
 
   async markEmailVerified(id: string, now: number): Promise<boolean> {

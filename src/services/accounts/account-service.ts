@@ -8,7 +8,7 @@ import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import type { MfaService } from '../mfa/mfa-service.js';
 import { type FirstFactor, firstFactorWay, heldProofOf, type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
 import { assertPasswordAcceptable } from './password-policy.js';
-import { normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.js';
+import { mailboxOf, mailboxSpellings, normaliseDisplayName, normaliseEmail } from '../shared/identity-rules.js';
 import type { Principal } from '../access/principal.js';
 import type { SessionService } from '../sessions/session-service.js';
 import { FailedAttemptSlot, hasPasswordToCompare } from '../limits/lockout.js';
@@ -44,7 +44,7 @@ export class AccountService {
     const passwordHash = await this.context.hasher.hash(input.password);
     await runUnitOfWork(this.context, meta, async (uow) => {
       const userId = randomUUID();
-      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName, passwordHash, now: uow.now });
+      const created = await uow.repos.users.insertIfEmailFree({ id: userId, email, displayName, passwordHash, now: uow.now }, mailboxOf(email));
       if (!created) return;
       await uow.emit({ type: 'user.registered', actorId: userId, userId });
       await this.sendOneTimeToken(uow, { id: userId, email }, 'verify_email');
@@ -132,7 +132,7 @@ export class AccountService {
     abandoned: AbortSignal | undefined,
   ): Promise<{ user: UserRecord; slot: FailedAttemptSlot | undefined; read: undefined }> {
     const repos = this.context.store.repos;
-    const user = await repos.users.findByEmail(email);
+    const user = await repos.users.findByEmail(email, mailboxSpellings(email));
     if (!(user && (await repos.roles.isSuperadmin(user.id)))) {
       await this.context.hasher.burnVerification(password, abandoned);
       throw ssoRequired(requirement);
@@ -303,7 +303,7 @@ export class AccountService {
    * address it no longer has. A deletion that committed first leaves nothing at the address.
    */
   private lockAccountAt(uow: UnitOfWork, email: string): Promise<UserRecord | undefined> {
-    return uow.repos.users.findByEmailForUpdate(email);
+    return uow.repos.users.findByEmailForUpdate(email, mailboxSpellings(email));
   }
 
   /** Over the address's link budget nothing is retired, written or sent, and the route answers as ever. */

@@ -4,6 +4,7 @@ import type { ReadBesideAccount, UserRecord } from '../../store/user-repository.
 import type { UnitOfWork } from '../shared/unit-of-work.js';
 import { errors } from '../../errors.js';
 import { iso } from '../shared/iso-time.js';
+import { mailboxSpellings } from '../shared/identity-rules.js';
 
 type LockoutSettings = ResolvedConfig['auth']['lockout'];
 
@@ -111,7 +112,7 @@ export class FailedAttemptSlot {
     now: number,
     abandoned?: AbortSignal,
   ): Promise<{ user: UserRecord | undefined; slot: FailedAttemptSlot | undefined; read?: ReadBesideAccount | undefined }> {
-    const found = await repos.users.findByEmailReservingAttempt(email, now, attemptLimits(lockout));
+    const found = await repos.users.findByEmailReservingAttempt(email, now, attemptLimits(lockout), mailboxSpellings(email));
     if (!found) return { user: undefined, slot: undefined };
     return { user: found.user, slot: await FailedAttemptSlot.reserveFor(repos, lockout, found.user, now, abandoned, found.reserved), read: found.read };
   }

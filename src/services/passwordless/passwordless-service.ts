@@ -11,7 +11,7 @@ import { mayAuthenticate } from '../access/access-policy.js';
 import type { AccountService } from '../accounts/account-service.js';
 import type { RequestMeta, ServiceContext } from '../shared/service-context.js';
 import { recordFirstEmailProof } from '../accounts/credential-lifecycle.js';
-import { mailboxForm, normaliseEmail } from '../shared/identity-rules.js';
+import { mailboxForm, mailboxOf, mailboxSpellings, normaliseEmail } from '../shared/identity-rules.js';
 import { FailedAttemptSlot } from '../limits/lockout.js';
 import { type LoginResult, loginFailed, type PasswordlessMethod } from '../sessions/sign-in-result.js';
 import { MfaCodes } from '../mfa/mfa-codes.js';
@@ -88,7 +88,7 @@ export class PasswordlessService {
       await uow.repos.passwordlessChallenges.pruneEnded(addressHash, uow.now - ENDED_ROW_RETENTION_MS);
       this.pruneAllEndedOccasionally(uow);
 
-      const user = await uow.repos.users.findByEmail(address);
+      const user = await uow.repos.users.findByEmail(address, mailboxSpellings(address));
       const eligible = user ? mayAuthenticate(user) && !isLocked(user, uow.now) : this.settings.allowSignup;
       const mails = eligible && (!user || (await this.spendAccountSendBudget(uow, user.id)));
       const challenge = { id: challengeId, userId: user?.id ?? null, addressHash, now: uow.now, expiresAt: uow.now + ttl * 1000 };
@@ -276,13 +276,13 @@ export class PasswordlessService {
   private async signUpAt(uow: UnitOfWork, address: string, method: PasswordlessMethod): Promise<{ user: UserRecord; isNewUser: boolean }> {
     for (let round = 0; round < 2; round += 1) {
       const id = randomUUID();
-      if (await uow.repos.users.insertIfEmailFree({ id, email: address, displayName: null, passwordHash: null, emailVerified: true, now: uow.now })) {
+      if (await uow.repos.users.insertIfEmailFree({ id, email: address, displayName: null, passwordHash: null, emailVerified: true, now: uow.now }, mailboxOf(address))) {
         await uow.emit({ type: 'user.registered', actorId: id, userId: id, data: { method } });
         return { user: (await uow.repos.users.findById(id))!, isNewUser: true };
       }
-      const found = await uow.repos.users.findByEmail(address);
+      const found = await uow.repos.users.findByEmail(address, mailboxSpellings(address));
       const locked = found && (await uow.repos.users.findByIdForUpdate(found.id));
-      if (locked?.email === address) return { user: locked, isNewUser: false };
+      if (locked && mailboxForm(locked.email) === mailboxForm(address)) return { user: locked, isNewUser: false };
     }
     throw errors.invalidCode();
   }

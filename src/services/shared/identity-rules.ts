@@ -43,6 +43,15 @@ export function mailboxSpellings(email: string): string[] {
 }
 
 /**
+ * One mailbox, one account (docs/security.md): what a path that creates an account passes the
+ * store, which takes the mailbox's lock (`form`) and refuses the account while any of its
+ * `spellings` has one. The same rule a sign-in by address reads: `spellings`, the typed one first.
+ */
+export function mailboxOf(email: string): { form: string; spellings: string[] } {
+  return { form: mailboxForm(email), spellings: mailboxSpellings(email) };
+}
+
+/**
  * The domain of an address in the form verified domains are stored in (CONTRACT 12.4): what
  * follows the last `@`, one trailing dot dropped, as its IDNA A-label. `ada@Bücher.example`,
  * `ada@xn--bcher-kva.example` and the same host in full-width letters are one domain, so

@@ -31,7 +31,7 @@ import {
   RESOLUTION_ATTEMPTS,
   ResolutionConflict,
 } from '../social/federated-flow.js';
-import { addressDomain, domainForm, normaliseEmail, providerDisplayName } from '../shared/identity-rules.js';
+import { addressDomain, domainForm, mailboxOf, mailboxSpellings, normaliseEmail, providerDisplayName } from '../shared/identity-rules.js';
 import { iso } from '../shared/iso-time.js';
 import { settleWithin } from '../shared/settle-within.js';
 import { type LoginResult, loginFailed } from '../sessions/sign-in-result.js';
@@ -590,7 +590,7 @@ export class SsoService {
     if (!userId) {
       userId = randomUUID();
       const displayName = providerDisplayName(claims.name);
-      if (!(await uow.repos.users.insertIfEmailFree({ id: userId, email, emailVerified: true, displayName, passwordHash: null, now: uow.now }))) throw new ResolutionConflict();
+      if (!(await uow.repos.users.insertIfEmailFree({ id: userId, email, emailVerified: true, displayName, passwordHash: null, now: uow.now }, mailboxOf(email)))) throw new ResolutionConflict();
       isNewUser = true;
       await uow.emit({ type: 'user.registered', actorId: userId, userId, data: { method: 'sso', connection_id: connection.id } });
     }
@@ -663,7 +663,7 @@ export class SsoService {
       identity = { id: linked.id };
     } else {
       // 3. An account with that address is linked only if proven and not a superadmin.
-      user = await repos.users.findByEmail(claims.email);
+      user = await repos.users.findByEmail(claims.email, mailboxSpellings(claims.email));
       if (user) {
         if (!user.emailVerified || user.deletedAt !== null || (await repos.roles.isSuperadmin(user.id))) return refuse('account_link_required', user.id);
         const existing = await repos.ssoIdentities.findForUser(connection.id, user.id);
