@@ -124,14 +124,14 @@ export class ApiKeyRepository extends Repository {
   }
 
   /**
-   * Drops one member's keys in one organization that expired or were revoked before `before`:
-   * such a key answers 401 as an unknown one does. Served by the `(organization_id, user_id)` index.
+   * Drops one member's keys in one organization revoked before `before`: such a key answers 401
+   * as an unknown one does. Only revoked ones: a revocation is an act, while an expiry is read
+   * off the clock, and a clock stepped far ahead on one instance would otherwise delete every
+   * live key of the member for good (test/platform/expiry-boundaries.test.ts). Served by the
+   * `(organization_id, user_id)` index.
    */
-  async pruneEndedOfMember(organizationId: string, userId: string, before: number): Promise<void> {
-    await this.db(this.table.apiKeys)
-      .where({ organization_id: organizationId, user_id: userId })
-      .andWhere((ended) => ended.where('expires_at', '<=', before).orWhere('revoked_at', '<=', before))
-      .delete();
+  async pruneRevokedOfMember(organizationId: string, userId: string, before: number): Promise<void> {
+    await this.db(this.table.apiKeys).where({ organization_id: organizationId, user_id: userId }).andWhere('revoked_at', '<=', before).delete();
   }
 
   /** Keys of one member of one organization that still work: neither revoked nor expired (the quota of docs/security.md). */

@@ -90,9 +90,8 @@ export class ApiKeyService {
       assertHoldsEveryKey(authority, permissionKeys);
       // Counted under the account's lock taken above, so keys created at once cannot pass the cap.
       assertUnderQuota('apiKeysPerMember', await uow.repos.apiKeys.countLiveForMember(organizationId, principal.userId, uow.now));
-      // The quota counts live keys only: without this, keys that expired (60 s at the shortest) or
-      // were revoked stayed for ever, and the unpaged list showed every expired one (docs/api-keys.md).
-      await uow.repos.apiKeys.pruneEndedOfMember(organizationId, principal.userId, uow.now - ENDED_ROW_RETENTION_MS);
+      // The quota counts live keys only: without this, revoked keys stayed for ever (docs/api-keys.md).
+      await uow.repos.apiKeys.pruneRevokedOfMember(organizationId, principal.userId, uow.now - ENDED_ROW_RETENTION_MS);
       const { key, start } = newApiKey();
       const id = randomUUID();
       const expiresAt = uow.now + ttlSeconds * 1000;
