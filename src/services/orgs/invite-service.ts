@@ -251,14 +251,11 @@ export class InviteService {
 
 /**
  * The account an invitation's address reaches: under the address as typed, else under another
- * spelling of its domain (`mailboxSpellings`), since acceptance compares mailboxes (`mailboxForm`).
+ * spelling of its domain, since acceptance compares mailboxes (`mailboxForm`); one indexed read
+ * (`UserRepository.findByEmail` with the mailbox's spellings).
  */
-async function accountOfMailbox(uow: UnitOfWork, email: string) {
-  for (const spelling of mailboxSpellings(email)) {
-    const account = await uow.repos.users.findByEmail(spelling);
-    if (account) return account;
-  }
-  return undefined;
+function accountOfMailbox(uow: UnitOfWork, email: string) {
+  return uow.repos.users.findByEmail(email, mailboxSpellings(email));
 }
 
 /**
